@@ -1,0 +1,25 @@
+# Two commands on a fresh Debian/Ubuntu machine with Python 3.11:
+#   make demo   - start the gateway in front of a demo origin on loopback
+#   make test   - run the whole test suite
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: demo test install clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[demo,test]'
+	touch $@
+
+install: $(BIN)/.installed
+
+demo: install
+	$(BIN)/gateway demo
+
+test: install
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,57 @@
+"""Builds the ASGI app: the lifespan opens the origin client and closes it again."""
+
+from __future__ import annotations
+
+from starlette.types import Receive, Scope, Send
+
+from gateway.config import Settings
+from gateway.engine import Engine
+from gateway.origin import Origin
+from gateway.s3api.server import S3App
+
+
+class GatewayApp:
+    """The whole gateway as one ASGI callable (S3 endpoint; the admin API joins it later)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.s3: S3App | None = None
+
+    async def startup(self) -> None:
+        engine = Engine(Origin(self.settings.origin))
+        self.s3 = S3App(self.settings, engine)
+
+    async def shutdown(self) -> None:
+        if self.s3 is not None:
+            await self.s3.engine.aclose()
+            self.s3 = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        if self.s3 is None:  # a server without lifespan support
+            await self.startup()
+        assert self.s3 is not None
+        await self.s3(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as exc:  # reported to the server, which exits
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def create_app(settings: Settings) -> GatewayApp:
+    return GatewayApp(settings)

@@ -1,0 +1,268 @@
+"""One frozen Settings object, read from a TOML file and GATEWAY_* environment variables.
+
+`load()` is the only place that reads the environment or a config file. Every other
+module receives the Settings (or one section of it) through its constructor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+Access = Literal["read", "readwrite"]
+
+
+class ConfigError(ValueError):
+    """A setting is missing, malformed or inconsistent; the message names it."""
+
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "kib": 1024,
+    "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
+    "g": 1000**3, "gb": 1000**3, "gib": 1024**3,
+    "t": 1000**4, "tb": 1000**4, "tib": 1024**4,
+}
+_DURATION_UNITS = {"ms": 0.001, "s": 1, "": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+
+
+def parse_size(value: int | str, name: str = "size") -> int:
+    """`2GiB`, `512 MiB`, `1000000` -> bytes."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(value))
+    if not match or match.group(2).lower() not in _SIZE_UNITS:
+        raise ConfigError(f"{name}: not a size: {value!r} (try 512MiB or 2GiB)")
+    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
+
+
+def parse_duration(value: int | float | str, name: str = "duration") -> float:
+    """`30s`, `5m`, `250ms`, `2` -> seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(value))
+    if not match or match.group(2).lower() not in _DURATION_UNITS:
+        raise ConfigError(f"{name}: not a duration: {value!r} (try 30s, 5m or 250ms)")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
+
+
+@dataclass(frozen=True, slots=True)
+class OriginSettings:
+    """The real bucket's endpoint and the gateway's own credentials for it."""
+
+    endpoint: str = "https://s3.amazonaws.com"
+    region: str = "us-east-1"
+    access_key: str = ""
+    secret_key: str = field(default="", repr=False)
+    addressing: Literal["path", "virtual"] = "path"
+    connect_timeout: float = 5.0
+    read_timeout: float = 30.0
+    max_connections: int = 256
+    retries: int = 2
+
+    def __post_init__(self) -> None:
+        if not re.match(r"^https?://[^/]+/?$", self.endpoint):
+            raise ConfigError(f"origin.endpoint: expected http(s)://host[:port], got {self.endpoint!r}")
+        if self.addressing not in ("path", "virtual"):
+            raise ConfigError(f"origin.addressing: 'path' or 'virtual', got {self.addressing!r}")
+        if self.connect_timeout <= 0 or self.read_timeout <= 0:
+            raise ConfigError("origin timeouts must be positive")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """Where the S3 endpoint listens and how it reads requests."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    # Virtual-hosted-style addressing: `bucket.<domain>`; empty means path-style only.
+    domain: str = ""
+    max_object_size: int = 5 * 1024**3  # S3's single-PUT limit
+    spool_memory: int = 4 * 1024**2  # request bodies above this go to a temp file
+    spool_dir: str = ""  # empty: the system temp folder
+    max_xml_size: int = 2 * 1024**2
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"server.port: out of range: {self.port}")
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """Access to one bucket, optionally narrowed to keys under a prefix."""
+
+    bucket: str
+    prefix: str = ""
+    access: Access = "read"
+
+    def __post_init__(self) -> None:
+        if self.access not in ("read", "readwrite"):
+            raise ConfigError(f"grant access must be 'read' or 'readwrite', got {self.access!r}")
+        if not self.bucket:
+            raise ConfigError("grant.bucket must not be empty ('*' means every bucket)")
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    access_key: str
+    secret_key: str = field(repr=False)
+    grants: tuple[Grant, ...] = ()
+    # Admins may use bucket configuration operations (policy, ACL, lifecycle, ...)
+    # that the gateway passes through with its own origin credentials.
+    admin: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.access_key or not self.secret_key:
+            raise ConfigError("every auth.users entry needs access_key and secret_key")
+
+
+@dataclass(frozen=True, slots=True)
+class AuthSettings:
+    users: tuple[User, ...] = ()
+    # Buckets that anyone may read without credentials.
+    anonymous_read: tuple[str, ...] = ()
+    max_clock_skew: float = 900.0
+
+    def __post_init__(self) -> None:
+        keys = [u.access_key for u in self.users]
+        if len(keys) != len(set(keys)):
+            raise ConfigError("auth.users: access keys must be unique")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    origin: OriginSettings = OriginSettings()
+    server: ServerSettings = ServerSettings()
+    auth: AuthSettings = AuthSettings()
+
+    def redacted(self) -> dict[str, Any]:
+        """The effective settings as plain data, secrets replaced by '***'."""
+        return _redact(dataclasses.asdict(self))
+
+
+def _redact(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: ("***" if "secret" in k and v else _redact(v)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redact(v) for v in value]
+    return value
+
+
+_SIZE_FIELDS = {("server", "max_object_size"), ("server", "spool_memory"), ("server", "max_xml_size")}
+_DURATION_FIELDS = {
+    ("origin", "connect_timeout"), ("origin", "read_timeout"), ("auth", "max_clock_skew"),
+}
+
+
+def _build_section(cls: type, name: str, raw: Mapping[str, Any]) -> Any:
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(raw) - set(known)
+    if unknown:
+        raise ConfigError(f"[{name}]: unknown setting(s): {', '.join(sorted(unknown))}")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if (name, key) in _SIZE_FIELDS:
+            value = parse_size(value, f"{name}.{key}")
+        elif (name, key) in _DURATION_FIELDS:
+            value = parse_duration(value, f"{name}.{key}")
+        elif name == "auth" and key == "users":
+            value = tuple(_build_user(u) for u in _as_list(value, "auth.users"))
+        elif name == "auth" and key == "anonymous_read":
+            value = tuple(_as_list(value, "auth.anonymous_read"))
+        else:
+            value = _coerce(value, known[key].type, f"{name}.{key}")
+        values[key] = value
+    return cls(**values)
+
+
+def _as_list(value: Any, name: str) -> list[Any]:
+    if isinstance(value, str):
+        try:
+            value = orjson.loads(value) if value.strip().startswith("[") else value.split(",")
+        except orjson.JSONDecodeError as exc:
+            raise ConfigError(f"{name}: not valid JSON: {exc}") from None
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{name}: expected a list")
+    return [v.strip() if isinstance(v, str) else v for v in value]
+
+
+def _build_user(raw: Any) -> User:
+    if not isinstance(raw, Mapping):
+        raise ConfigError("auth.users: each user is a table with access_key, secret_key, grants")
+    unknown = set(raw) - {"access_key", "secret_key", "grants", "admin"}
+    if unknown:
+        raise ConfigError(f"auth.users: unknown setting(s): {', '.join(sorted(unknown))}")
+    grants = []
+    for g in raw.get("grants", []):
+        if not isinstance(g, Mapping) or set(g) - {"bucket", "prefix", "access"}:
+            raise ConfigError("auth.users.grants: each grant is {bucket, prefix, access}")
+        grants.append(Grant(**g))
+    return User(
+        access_key=str(raw.get("access_key", "")),
+        secret_key=str(raw.get("secret_key", "")),
+        grants=tuple(grants),
+        admin=bool(raw.get("admin", False)),
+    )
+
+
+def _coerce(value: Any, annotation: Any, name: str) -> Any:
+    kind = str(annotation)
+    try:
+        if kind == "int":
+            return int(value)
+        if kind == "float":
+            return float(value)
+        if kind == "bool":
+            if isinstance(value, str):
+                if value.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                    raise ValueError(value)
+                return value.lower() in ("1", "true", "yes")
+            return bool(value)
+    except ValueError:
+        raise ConfigError(f"{name}: expected {kind}, got {value!r}") from None
+    return str(value) if not isinstance(value, str) else value
+
+
+_SECTIONS = {"origin": OriginSettings, "server": ServerSettings, "auth": AuthSettings}
+
+
+def load(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Merge the TOML file at `path` (if any) with GATEWAY_<SECTION>_<NAME> variables.
+
+    Environment variables win over the file, e.g. GATEWAY_ORIGIN_ENDPOINT or
+    GATEWAY_SERVER_PORT=9000. Lists take JSON or comma-separated values, so
+    GATEWAY_AUTH_USERS='[{"access_key": "...", "secret_key": "...", "grants": [...]}]'.
+    """
+    raw: dict[str, dict[str, Any]] = {}
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        unknown = set(data) - set(_SECTIONS)
+        if unknown:
+            raise ConfigError(f"{path}: unknown section(s): {', '.join(sorted(unknown))}")
+        for section, values in data.items():
+            if not isinstance(values, dict):
+                raise ConfigError(f"{path}: [{section}] must be a table")
+            raw[section] = dict(values)
+    env = os.environ if environ is None else environ
+    for var, value in env.items():
+        if not var.startswith("GATEWAY_"):
+            continue
+        rest = var[len("GATEWAY_"):].lower()
+        section, _, key = rest.partition("_")
+        if section in _SECTIONS and key:
+            raw.setdefault(section, {})[key] = value
+    sections = {name: _build_section(cls, name, raw.get(name, {})) for name, cls in _SECTIONS.items()}
+    return Settings(**sections)

@@ -1,0 +1,222 @@
+"""The client for the real bucket: every request re-signed with the gateway's own credentials.
+
+Requests and responses are streamed (httpx), so a body of any size passes through
+with bounded memory. Transport failures become S3Error("ServiceUnavailable") here and
+nowhere else; error documents from the origin become S3Error with the origin's code
+and status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Callable, Iterable
+from datetime import datetime, timezone
+from urllib.parse import urlsplit
+
+import httpx
+from defusedxml import ElementTree
+
+from gateway import log
+from gateway.config import OriginSettings
+from gateway.errors import S3Error
+from gateway.signing import UNSIGNED_PAYLOAD, EMPTY_SHA256, sign_request_v4, uri_encode, sha256_hex
+
+# What an origin error status means when the response has no body (HEAD).
+_STATUS_CODES = {
+    301: "PermanentRedirect", 304: "NotModified", 400: "BadRequest", 403: "AccessDenied",
+    404: "NoSuchKey", 405: "MethodNotAllowed", 409: "Conflict", 412: "PreconditionFailed",
+    416: "InvalidRange", 500: "InternalError", 501: "NotImplemented", 503: "ServiceUnavailable",
+}
+_MAX_ERROR_BODY = 64 * 1024
+_ERROR_HEADERS = ("content-range", "x-amz-delete-marker", "x-amz-version-id", "allow", "x-amz-bucket-region")
+
+BodyFactory = Callable[[], AsyncIterator[bytes]]
+"""Returns a fresh iterator over the request body each call, so a request can be retried."""
+
+
+class OriginResponse:
+    """A streamed origin response; the caller must `aclose()` it (or read it fully)."""
+
+    __slots__ = ("status", "headers", "_response")
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+        self.status = response.status_code
+        self.headers = response.headers
+
+    async def read(self) -> bytes:
+        try:
+            return await self._response.aread()
+        except httpx.HTTPError as exc:
+            raise S3Error("ServiceUnavailable", "The origin failed while sending its response.") from exc
+        finally:
+            await self._response.aclose()
+
+    async def iter_bytes(self) -> AsyncIterator[bytes]:
+        """The body as it arrives. A failure mid-stream raises, so no truncated body looks complete."""
+        try:
+            async for chunk in self._response.aiter_raw():
+                yield chunk
+        except (httpx.HTTPError, httpx.StreamError) as exc:
+            raise S3Error("ServiceUnavailable", "The origin failed while sending its response.") from exc
+        finally:
+            await self._response.aclose()
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+class Origin:
+    """Signed, streaming, retrying access to the origin bucket service."""
+
+    def __init__(self, settings: OriginSettings, *, client: httpx.AsyncClient | None = None) -> None:
+        self.settings = settings
+        parts = urlsplit(settings.endpoint)
+        self._scheme = parts.scheme
+        self._netloc = parts.netloc
+        self._client = client or httpx.AsyncClient(
+            timeout=httpx.Timeout(settings.read_timeout, connect=settings.connect_timeout),
+            limits=httpx.Limits(max_connections=settings.max_connections, max_keepalive_connections=64),
+            follow_redirects=False,
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def send(
+        self,
+        method: str,
+        bucket: str | None = None,
+        key: str | None = None,
+        *,
+        query: Iterable[tuple[str, str]] = (),
+        headers: dict[str, str] | None = None,
+        body: bytes | BodyFactory | None = None,
+        body_length: int | None = None,
+    ) -> OriginResponse:
+        """Send one request; returns any HTTP answer, raises S3Error only when none came.
+
+        `body` is bytes, or a factory of async iterators plus `body_length` for a
+        streamed body. Transport errors are retried (every S3 request we send is
+        idempotent, and a streamed body can be produced again from the factory).
+        """
+        query = list(query)
+        host, path = self._address(bucket, key)
+        url = f"{self._scheme}://{host}{_encode_path(path)}"
+        if query:
+            url += "?" + "&".join(
+                uri_encode(k, keep_slash=False) + ("=" + uri_encode(v, keep_slash=False) if v != "" else "")
+                for k, v in query
+            )
+        base_headers = {k.lower(): v for k, v in (headers or {}).items()}
+        base_headers["host"] = host
+        if isinstance(body, bytes):
+            payload_hash = sha256_hex(body) if body else EMPTY_SHA256
+            base_headers["content-length"] = str(len(body))
+        elif body is not None:
+            payload_hash = UNSIGNED_PAYLOAD
+            base_headers["content-length"] = str(body_length or 0)
+        else:
+            payload_hash = EMPTY_SHA256
+            if method in ("PUT", "POST"):
+                base_headers["content-length"] = "0"
+
+        attempts = self.settings.retries + 1
+        for attempt in range(attempts):
+            signed = dict(base_headers)
+            signed.update(sign_request_v4(
+                method=method, path=path, query=query, headers=base_headers,
+                payload_hash=payload_hash, access_key=self.settings.access_key,
+                secret_key=self.settings.secret_key, region=self.settings.region,
+                now=datetime.now(timezone.utc),
+            ))
+            content: bytes | AsyncIterator[bytes] | None
+            content = body() if callable(body) else body
+            request = self._client.build_request(method, url, headers=signed, content=content)
+            try:
+                response = await self._client.send(request, stream=True)
+            except httpx.HTTPError as exc:
+                if attempt + 1 < attempts:
+                    log.origin.warning("origin %s %s failed (%s), retrying", method, path, exc.__class__.__name__)
+                    await asyncio.sleep(random.uniform(0.05, 0.2) * (2**attempt))
+                    continue
+                if isinstance(exc, httpx.TimeoutException):
+                    raise S3Error("ServiceUnavailable", "The origin did not answer in time.") from exc
+                raise S3Error("ServiceUnavailable", "The origin is unreachable.") from exc
+            if response.status_code in (500, 503) and attempt + 1 < attempts:
+                await response.aclose()
+                await asyncio.sleep(random.uniform(0.05, 0.2) * (2**attempt))
+                continue
+            return OriginResponse(response)
+        raise AssertionError("unreachable")
+
+    async def error_from(self, response: OriginResponse, resource: str | None = None) -> S3Error:
+        """Turn an origin error response into an S3Error with the origin's code and status."""
+        code, message, extra = _STATUS_CODES.get(response.status, "InternalError"), None, {}
+        try:
+            body = b""
+            async for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > _MAX_ERROR_BODY:
+                    break
+        except S3Error:
+            body = b""
+        finally:
+            await response.aclose()
+        parsed = parse_error_document(body)
+        if parsed:
+            code, message, extra = parsed
+        # Headers that belong to the error itself (a delete marker's 404/405, a 416's size).
+        headers = {name: response.headers[name] for name in _ERROR_HEADERS if name in response.headers}
+        return S3Error(code, message, status=response.status, resource=resource, headers=headers, extra=extra)
+
+    async def call(
+        self, method: str, bucket: str | None = None, key: str | None = None, **kwargs: object
+    ) -> OriginResponse:
+        """`send`, raising the origin's error as S3Error for any status >= 300."""
+        response = await self.send(method, bucket, key, **kwargs)  # type: ignore[arg-type]
+        if response.status >= 300:
+            raise await self.error_from(response, resource=_resource(bucket, key))
+        return response
+
+    def _address(self, bucket: str | None, key: str | None) -> tuple[str, str]:
+        if bucket and self.settings.addressing == "virtual":
+            return f"{bucket}.{self._netloc}", "/" + (key or "")
+        if bucket is None:
+            return self._netloc, "/"
+        return self._netloc, f"/{bucket}" + (f"/{key}" if key is not None else "")
+
+
+def _resource(bucket: str | None, key: str | None) -> str:
+    return "/" + "/".join(p for p in (bucket, key) if p)
+
+
+def _encode_path(path: str) -> str:
+    # '.' and '..' segments are legal S3 key parts; spell them %2E so that no URL
+    # library on the way removes them as dot-segments.
+    segments = path.split("/")
+    return "/".join(
+        "%2E" * len(s) if s in (".", "..") else uri_encode(s, keep_slash=False) for s in segments
+    )
+
+
+def parse_error_document(body: bytes) -> tuple[str, str, dict[str, str]] | None:
+    """(code, message, other children) of an S3 error document, or None for anything else."""
+    if not body.strip():
+        return None
+    try:
+        root = ElementTree.fromstring(body)
+    except Exception:  # defusedxml raises several types; garbage is simply not an error document
+        return None
+    if root.tag.rsplit("}", 1)[-1] != "Error":
+        return None
+    fields = {child.tag.rsplit("}", 1)[-1]: (child.text or "") for child in root}
+    code = fields.pop("Code", "")
+    if not code:
+        return None
+    message = fields.pop("Message", "")
+    for name in ("RequestId", "HostId", "Resource"):
+        fields.pop(name, None)
+    return code, message, fields
+

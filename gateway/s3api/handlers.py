@@ -1,0 +1,377 @@
+"""One async function per S3 operation. Each authorises, validates, then calls the engine."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import quote, unquote
+
+from starlette.responses import Response
+
+from gateway.engine import ObjectMeta
+from gateway.errors import S3Error
+from gateway.origin import OriginResponse
+from gateway.s3api import headers as hdrs
+from gateway.s3api import ranges, xml
+from gateway.s3api.responses import empty_response, stream_response, xml_response
+from gateway.s3api.routes import Action
+
+if TYPE_CHECKING:
+    from gateway.s3api.server import S3App, S3Request
+
+# Query parameters that authenticate the client's own request; never sent on.
+_AUTH_QUERY = frozenset({
+    "X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires", "X-Amz-SignedHeaders",
+    "X-Amz-Signature", "X-Amz-Security-Token", "AWSAccessKeyId", "Signature", "Expires", "x-id",
+})
+_RESPONSE_OVERRIDES = {
+    "response-content-type": "content-type",
+    "response-content-language": "content-language",
+    "response-expires": "expires",
+    "response-cache-control": "cache-control",
+    "response-content-disposition": "content-disposition",
+    "response-content-encoding": "content-encoding",
+}
+# Reads of the bucket itself, allowed to anyone holding some grant on it.
+_BUCKET_LEVEL_READS = frozenset({"HeadBucket", "GetBucketLocation"})
+_STRICT_BUCKET_NAME = re.compile(r"^(?!xn--)(?!sthree-)(?!.*-s3alias$)(?!.*--ol-s3$)[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+@dataclass(slots=True)
+class Context:
+    req: S3Request
+    app: S3App
+
+    def check(self, action: Action | None = None, bucket: str | None = None, key: str | None = None) -> None:
+        """Authorise the request (or a second resource it touches, such as a copy source)."""
+        req = self.req
+        assert req.operation is not None
+        action = action or req.operation.action
+        bucket = bucket if bucket is not None else req.bucket
+        if key is None and action == "list" and req.operation.name not in _BUCKET_LEVEL_READS:
+            key = req.query.get("prefix", "")  # a listing is authorised by its prefix
+        elif key is None and action in ("read", "write"):
+            key = req.key or ""
+        self.app.policy.check(req.user, action, bucket, key)
+
+    def origin_query(self, drop: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
+        return [(k, v) for k, v in self.req.query_pairs if k not in _AUTH_QUERY and k not in drop]
+
+    async def relay(self, response: OriginResponse, *, headers: dict[str, str] | None = None) -> Response:
+        """Send the origin's answer on: its status, object headers and (streamed) body."""
+        if response.status >= 300 and response.status != 304:
+            raise await self.app.engine.error_from(response, resource=self.req.resource)
+        out = hdrs.from_origin(response.headers.multi_items())
+        out.update(headers or {})
+        if self.req.method == "HEAD" or response.status in (204, 304):
+            await response.aclose()
+            return empty_response(self.req.request_id, status=response.status, headers=out)
+        if "content-length" in response.headers:
+            out["content-length"] = response.headers["content-length"]
+        return stream_response(response.iter_bytes(), self.req.request_id, status=response.status, headers=out)
+
+
+Handler = Callable[[Context], Awaitable[Response]]
+
+
+# --- service and buckets -------------------------------------------------------------
+
+async def list_buckets(ctx: Context) -> Response:
+    ctx.check()
+    response = await ctx.app.engine.forward("GET", None, None)
+    if response.status >= 300:
+        raise await ctx.app.engine.error_from(response, resource="/")
+    result = xml.parse_list_buckets(await response.read())
+    user = ctx.req.user
+    result.buckets = [b for b in result.buckets if ctx.app.policy.may_see_bucket(user, b.name)]
+    return xml_response(xml.render_list_buckets(result), ctx.req.request_id)
+
+
+async def head_bucket(ctx: Context) -> Response:
+    ctx.check()
+    return await ctx.relay(await ctx.app.engine.forward("HEAD", ctx.req.bucket, None))
+
+
+async def create_bucket(ctx: Context) -> Response:
+    ctx.check()
+    bucket = ctx.req.bucket or ""
+    if not _STRICT_BUCKET_NAME.match(bucket) or ".." in bucket or re.fullmatch(r"\d+\.\d+\.\d+\.\d+", bucket):
+        raise S3Error("InvalidBucketName", resource=f"/{bucket}", extra={"BucketName": bucket})
+    body = await ctx.app.body(ctx.req)
+    data = await body.read_all()
+    xml.parse_create_bucket_configuration(data, limit=ctx.app.settings.server.max_xml_size)
+    headers = hdrs.for_origin_write(ctx.req.headers)
+    return await ctx.relay(await ctx.app.engine.forward("PUT", bucket, None, headers=headers, body=data))
+
+
+async def delete_bucket(ctx: Context) -> Response:
+    ctx.check()
+    return await ctx.relay(await ctx.app.engine.forward("DELETE", ctx.req.bucket, None))
+
+
+async def list_objects(ctx: Context) -> Response:
+    """ListObjects v1 and v2: asked of the origin URL-encoded, answered with exactly S3's fields."""
+    ctx.check()
+    req = ctx.req
+    v2 = req.operation is not None and req.operation.name == "ListObjectsV2"
+    max_keys = xml.validate_max_keys(req.query.get("max-keys"))
+    encoding = req.query.get("encoding-type")
+    if encoding is not None and encoding != "url":
+        raise S3Error("InvalidArgument", "Invalid Encoding Method specified in Request",
+                      extra={"ArgumentName": "encoding-type", "ArgumentValue": encoding})
+    query = [(k, v) for k, v in ctx.origin_query(frozenset({"encoding-type", "max-keys"}))]
+    query += [("encoding-type", "url"), ("max-keys", str(max_keys))]
+    response = await ctx.app.engine.forward("GET", req.bucket, None, query=query)
+    if response.status >= 300:
+        raise await ctx.app.engine.error_from(response, resource=req.resource)
+    page = xml.parse_list_objects(await response.read())
+    common = dict(bucket=req.bucket or "", prefix=req.query.get("prefix", ""), delimiter=req.query.get("delimiter"),
+                  max_keys=max_keys, encoding_type=encoding)
+    if v2:
+        body = xml.render_list_objects_v2(
+            page, continuation_token=req.query.get("continuation-token"), start_after=req.query.get("start-after"),
+            fetch_owner=req.query.get("fetch-owner", "").lower() == "true", **common,
+        )
+    else:
+        body = xml.render_list_objects_v1(page, marker=req.query.get("marker"), **common)
+    return xml_response(body, req.request_id)
+
+
+async def passthrough(ctx: Context) -> Response:
+    """Operations the gateway does not interpret: authorised, then sent on as they are."""
+    ctx.check()
+    req = ctx.req
+    body: bytes | None = None
+    if req.method in ("PUT", "POST"):
+        verified = await ctx.app.body(req)
+        if verified.length > ctx.app.settings.server.max_xml_size:
+            raise S3Error("EntityTooLarge", resource=req.resource)
+        body = await verified.read_all()
+        headers = hdrs.for_origin_write(req.headers)
+        headers.update(verified.checksums)
+        if body:
+            headers["content-md5"] = base64.b64encode(bytes.fromhex(verified.md5_hex)).decode()
+    else:
+        headers = hdrs.for_origin_read(req.headers, conditionals=True) if req.method in ("GET", "HEAD") else hdrs.for_origin_write(req.headers)
+    response = await ctx.app.engine.forward(req.method, req.bucket, req.key, query=ctx.origin_query(), headers=headers, body=body)
+    return await ctx.relay(response)
+
+
+# --- objects ---------------------------------------------------------------------------
+
+async def get_object(ctx: Context) -> Response:
+    """GetObject and HeadObject: metadata first, conditionals and range decided here."""
+    ctx.check()
+    req = ctx.req
+    bucket, key = req.bucket or "", req.key or ""
+    overrides = {name: value for name, value in req.query.items() if name in _RESPONSE_OVERRIDES}
+    if overrides and req.user is None:
+        raise S3Error("InvalidRequest", "Request specific response headers cannot be used for anonymous GET requests.")
+    if "partNumber" in req.query:
+        # A part is its own byte range with its own answer headers; the origin knows them.
+        headers = hdrs.for_origin_read(req.headers, conditionals=True)
+        response = await ctx.app.engine.forward(req.method, bucket, key, query=ctx.origin_query(), headers=headers)
+        return await ctx.relay(response, headers=_override_headers(overrides))
+    version = [("versionId", req.query["versionId"])] if "versionId" in req.query else []
+    read_headers = hdrs.for_origin_read(req.headers, conditionals=False)
+    meta = await ctx.app.engine.head_object(bucket, key, query=version, headers=read_headers,
+                                            explain_errors=req.method == "GET")
+    try:
+        ranges.evaluate_preconditions(req.headers, etag=meta.etag, last_modified=meta.last_modified)
+    except S3Error as err:
+        if err.status == 304:
+            err.headers.update(_validators(meta))
+        raise
+    byte_range = None
+    if "range" in req.headers and ranges.if_range_allows(req.headers.get("if-range"), etag=meta.etag, last_modified=meta.last_modified):
+        byte_range = ranges.parse_range(req.headers["range"], meta.size)
+    out = _object_headers(meta)
+    out.update(_override_headers(overrides))
+    status = 200
+    if byte_range is not None:
+        status = 206
+        out["content-range"] = byte_range.content_range(meta.size)
+        out["content-length"] = str(byte_range.length)
+        # Checksums describe the whole object; S3 sends none with a part of it.
+        for name in [n for n in out if n.startswith("x-amz-checksum-")]:
+            del out[name]
+    else:
+        out["content-length"] = str(meta.size)
+    if req.method == "HEAD":
+        return empty_response(req.request_id, status=status, headers=out)
+    if byte_range is not None:
+        chunks = await ctx.app.engine.read_object(bucket, key, meta, start=byte_range.start, end=byte_range.end,
+                                                  query=version, headers=read_headers)
+    else:
+        chunks = await ctx.app.engine.read_object(bucket, key, meta, query=version, headers=read_headers)
+    return stream_response(chunks, req.request_id, status=status, headers=out)
+
+
+async def put_object(ctx: Context) -> Response:
+    """PutObject and UploadPart: the verified body is written through to the origin."""
+    ctx.check()
+    req = ctx.req
+    body = await ctx.app.body(req)
+    headers = hdrs.for_origin_write(req.headers)
+    headers.update(body.checksums)
+    headers["content-md5"] = base64.b64encode(bytes.fromhex(body.md5_hex)).decode()
+    response = await ctx.app.engine.forward(
+        "PUT", req.bucket, req.key, query=ctx.origin_query(), headers=headers,
+        body=body.chunks, body_length=body.length,
+    )
+    return await ctx.relay(response)
+
+
+async def copy_object(ctx: Context) -> Response:
+    """CopyObject and UploadPartCopy: the caller must be allowed to read the source too."""
+    ctx.check()
+    req = ctx.req
+    source_bucket, source_key = parse_copy_source(req.headers["x-amz-copy-source"])
+    ctx.check("read", source_bucket, source_key)
+    headers = hdrs.for_origin_write(req.headers)
+    response = await ctx.app.engine.forward("PUT", req.bucket, req.key, query=ctx.origin_query(), headers=headers)
+    return await ctx.relay(response)
+
+
+async def delete_object(ctx: Context) -> Response:
+    ctx.check()
+    req = ctx.req
+    headers = hdrs.for_origin_write(req.headers)
+    response = await ctx.app.engine.forward("DELETE", req.bucket, req.key, query=ctx.origin_query(), headers=headers)
+    return await ctx.relay(response)
+
+
+async def delete_objects(ctx: Context) -> Response:
+    """DeleteObjects: each key authorised on its own; refused keys are reported, not sent on."""
+    req = ctx.req
+    body = await ctx.app.body(req)
+    if "content-md5" not in req.headers and not body.checksums:
+        raise S3Error("InvalidRequest", "Missing required header for this request: Content-Md5.")
+    request = xml.parse_delete_objects(await body.read_all(), limit=ctx.app.settings.server.max_xml_size)
+    allowed, denied = [], []
+    for key, version_id in request.objects:
+        if ctx.app.policy.allows(req.user, "write", req.bucket, key):
+            allowed.append((key, version_id))
+        else:
+            denied.append(xml.DeleteErrorEntry(key=key, version_id=version_id, code="AccessDenied", message="Access Denied"))
+    result = xml.DeleteResult(deleted=[], errors=[])
+    if allowed:
+        payload = xml.render_delete_request(xml.DeleteRequest(quiet=request.quiet, objects=allowed, conditions=request.conditions))
+        headers = {"content-md5": base64.b64encode(_md5(payload)).decode(), "content-type": "application/xml"}
+        headers.update(hdrs.for_origin_write({k: v for k, v in req.headers.items() if k.startswith("x-amz-") and k not in ("x-amz-sdk-checksum-algorithm",)}))
+        response = await ctx.app.engine.forward("POST", req.bucket, None, query=[("delete", "")], headers=headers, body=payload)
+        if response.status >= 300:
+            raise await ctx.app.engine.error_from(response, resource=req.resource)
+        result = xml.parse_delete_result(await response.read())
+    result.errors.extend(denied)
+    return xml_response(xml.render_delete_result(result.deleted, result.errors, request.quiet), req.request_id)
+
+
+# --- multipart uploads -------------------------------------------------------------------
+
+async def create_multipart_upload(ctx: Context) -> Response:
+    ctx.check()
+    req = ctx.req
+    headers = hdrs.for_origin_write(req.headers)
+    response = await ctx.app.engine.forward("POST", req.bucket, req.key, query=ctx.origin_query(), headers=headers, body=b"")
+    return await ctx.relay(response)
+
+
+async def complete_multipart_upload(ctx: Context) -> Response:
+    ctx.check()
+    req = ctx.req
+    body = await ctx.app.body(req)
+    parts = xml.parse_complete_multipart(await body.read_all(), limit=ctx.app.settings.server.max_xml_size)
+    payload = xml.render_complete_multipart_request(parts)
+    headers = hdrs.for_origin_write(req.headers)
+    headers["content-type"] = "application/xml"
+    headers["content-md5"] = base64.b64encode(_md5(payload)).decode()
+    response = await ctx.app.engine.forward("POST", req.bucket, req.key, query=ctx.origin_query(), headers=headers, body=payload)
+    if response.status >= 300:
+        raise await ctx.app.engine.error_from(response, resource=req.resource)
+    out = hdrs.from_origin(response.headers.multi_items())
+    data = await response.read()
+    # The origin names itself in <Location>; the client must see the gateway's URL.
+    location = f"{req.headers.get('x-forwarded-proto', 'http')}://{req.headers.get('host', '')}/{req.bucket}/{_quote_key(req.key or '')}"
+    data = re.sub(rb"<Location>[^<]*</Location>", b"<Location>" + xml.xml_escape(location).encode() + b"</Location>", data, count=1)
+    out.pop("content-length", None)
+    return xml_response(data, req.request_id, headers=out)
+
+
+async def abort_multipart_upload(ctx: Context) -> Response:
+    return await delete_object(ctx)
+
+
+async def list_uploads(ctx: Context) -> Response:
+    """ListParts and ListMultipartUploads: sent on, answered as the origin answered."""
+    ctx.check()
+    req = ctx.req
+    response = await ctx.app.engine.forward("GET", req.bucket, req.key, query=ctx.origin_query())
+    return await ctx.relay(response)
+
+
+# --- helpers -----------------------------------------------------------------------------
+
+def parse_copy_source(value: str) -> tuple[str, str]:
+    """`/bucket/key?versionId=v` or `bucket/key` (URL-encoded) -> (bucket, key)."""
+    path = value.split("?", 1)[0]
+    path = unquote(path).lstrip("/")
+    bucket, _, key = path.partition("/")
+    if not bucket or not key:
+        raise S3Error("InvalidArgument", "Copy Source must mention the source bucket and key: sourcebucket/sourcekey",
+                      extra={"ArgumentName": "x-amz-copy-source", "ArgumentValue": value})
+    return bucket, key
+
+
+def _object_headers(meta: ObjectMeta) -> dict[str, str]:
+    out = {k: v for k, v in meta.headers.items() if k != "content-length"}
+    out["accept-ranges"] = "bytes"
+    return out
+
+
+def _validators(meta: ObjectMeta) -> dict[str, str]:
+    out = {"ETag": meta.etag}
+    if "last-modified" in meta.headers:
+        out["Last-Modified"] = meta.headers["last-modified"]
+    return out
+
+
+def _override_headers(overrides: dict[str, str]) -> dict[str, str]:
+    return {_RESPONSE_OVERRIDES[name]: value for name, value in overrides.items()}
+
+
+def _md5(data: bytes) -> bytes:
+    return hashlib.md5(data).digest()
+
+
+def _quote_key(key: str) -> str:
+    return quote(key, safe="/~")
+
+
+HANDLERS: dict[str, Handler] = {
+    "ListBuckets": list_buckets,
+    "HeadBucket": head_bucket,
+    "CreateBucket": create_bucket,
+    "DeleteBucket": delete_bucket,
+    "GetBucketLocation": passthrough,
+    "ListObjects": list_objects,
+    "ListObjectsV2": list_objects,
+    "ListObjectVersions": passthrough,
+    "GetObject": get_object,
+    "HeadObject": get_object,
+    "PutObject": put_object,
+    "UploadPart": put_object,
+    "CopyObject": copy_object,
+    "UploadPartCopy": copy_object,
+    "DeleteObject": delete_object,
+    "DeleteObjects": delete_objects,
+    "CreateMultipartUpload": create_multipart_upload,
+    "CompleteMultipartUpload": complete_multipart_upload,
+    "AbortMultipartUpload": abort_multipart_upload,
+    "ListParts": list_uploads,
+    "ListMultipartUploads": list_uploads,
+}

@@ -1,0 +1,63 @@
+"""Which headers cross the gateway, in each direction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+# Object headers a client sets on writes and the origin must keep.
+_WRITE_HEADERS = frozenset({
+    "cache-control", "content-disposition", "content-encoding", "content-language",
+    "content-type", "content-md5", "expires", "if-match", "if-none-match",
+})
+# Conditional and selection headers of reads, forwarded when the origin must decide.
+_READ_HEADERS = frozenset({"range", "if-match", "if-none-match", "if-modified-since", "if-unmodified-since"})
+# x-amz-* headers that belong to the client's own signature or body framing, never forwarded.
+_PRIVATE_AMZ = frozenset({
+    "x-amz-date", "x-amz-content-sha256", "x-amz-security-token", "x-amz-decoded-content-length",
+    "x-amz-trailer", "x-amz-te", "x-amz-user-agent",
+})
+# Checksum values: replaced by the values the gateway verified itself (header or trailer).
+_CHECKSUM_VALUES = frozenset(
+    f"x-amz-checksum-{alg}" for alg in ("crc32", "crc32c", "crc64nvme", "sha1", "sha256")
+)
+# Origin response headers that describe the origin's hop, not the object.
+_HOP_HEADERS = frozenset({
+    "connection", "keep-alive", "transfer-encoding", "content-length", "date", "server",
+    "x-amz-request-id", "x-amz-id-2", "proxy-connection", "upgrade", "content-range",
+})
+# x-amz headers a HEAD/GET for object metadata must carry (encryption keys, payer, checksum mode).
+_OBJECT_READ_AMZ = (
+    "x-amz-server-side-encryption-customer-", "x-amz-checksum-mode", "x-amz-request-payer",
+    "x-amz-expected-bucket-owner",
+)
+
+
+def for_origin_write(headers: Mapping[str, str]) -> dict[str, str]:
+    """Headers of a client write (PUT/POST/DELETE) to send on to the origin."""
+    out: dict[str, str] = {}
+    for name, value in headers.items():
+        if name in _WRITE_HEADERS or (name.startswith("x-amz-") and name not in _PRIVATE_AMZ
+                                      and name not in _CHECKSUM_VALUES):
+            out[name] = value
+    encoding = out.get("content-encoding")
+    if encoding is not None:
+        # aws-chunked is the framing of this hop only; a stored object never keeps it.
+        kept = [e.strip() for e in encoding.split(",") if e.strip() and e.strip().lower() != "aws-chunked"]
+        if kept:
+            out["content-encoding"] = ", ".join(kept)
+        else:
+            del out["content-encoding"]
+    return out
+
+
+def for_origin_read(headers: Mapping[str, str], *, conditionals: bool) -> dict[str, str]:
+    """Headers of a client read (GET/HEAD) to send on to the origin."""
+    out = {name: value for name, value in headers.items() if name.startswith(_OBJECT_READ_AMZ)}
+    if conditionals:
+        out.update((name, value) for name, value in headers.items() if name in _READ_HEADERS)
+    return out
+
+
+def from_origin(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Origin response headers worth passing to the client (lowercase names)."""
+    return {name.lower(): value for name, value in headers if name.lower() not in _HOP_HEADERS}

@@ -1,0 +1,54 @@
+"""Every response the S3 endpoint sends: error documents, XML, streamed objects."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Mapping
+
+from starlette.responses import Response, StreamingResponse
+
+from gateway.errors import S3Error
+from gateway.s3api import xml
+
+XML_TYPE = "application/xml"
+
+
+def new_request_id() -> str:
+    """16 upper-case hex characters, the shape of S3's x-amz-request-id."""
+    return secrets.token_hex(8).upper()
+
+
+def error_response(err: S3Error, request_id: str, *, method: str) -> Response:
+    """S3's XML error document (no body for HEAD), with the error's own headers."""
+    headers = dict(err.headers)
+    headers["x-amz-request-id"] = request_id
+    if err.status == 304:
+        return Response(status_code=304, headers=headers)
+    if method == "HEAD":
+        return Response(status_code=err.status, headers=headers)
+    body = xml.error_document(err.code, err.message, resource=err.resource or "", request_id=request_id, extra=err.extra)
+    return Response(body, status_code=err.status, headers=headers, media_type=XML_TYPE)
+
+
+def xml_response(body: bytes, request_id: str, *, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+    out = dict(headers or {})
+    out["x-amz-request-id"] = request_id
+    out.setdefault("content-type", XML_TYPE)
+    return Response(body, status_code=status, headers=out)
+
+
+def empty_response(request_id: str, *, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+    """A response without a body; Content-Length is kept when given (HEAD)."""
+    out = dict(headers or {})
+    out["x-amz-request-id"] = request_id
+    response = Response(status_code=status, headers=out)
+    return response
+
+
+def stream_response(
+    chunks: AsyncIterator[bytes], request_id: str, *, status: int, headers: Mapping[str, str]
+) -> Response:
+    """Stream a body; a client that goes away cancels `chunks` (and so the origin request)."""
+    out = dict(headers)
+    out["x-amz-request-id"] = request_id
+    return StreamingResponse(chunks, status_code=status, headers=out)

@@ -1,0 +1,225 @@
+"""The S3 endpoint as an ASGI app: parse → authenticate → authorize → operation → response."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+from urllib.parse import unquote_to_bytes
+
+import orjson
+from starlette.responses import Response
+from starlette.types import Message, Receive, Scope, Send
+
+from gateway import log
+from gateway.config import Settings, User
+from gateway.engine import Engine
+from gateway.errors import S3Error
+from gateway.s3api import handlers
+from gateway.s3api.access import AccessPolicy
+from gateway.s3api.auth import Identity, RequestView, authenticate
+from gateway.s3api.body import VerifiedBody, receive_verified_body
+from gateway.s3api.responses import error_response, new_request_id
+from gateway.s3api.routes import Operation, resolve
+
+_MAX_KEY_BYTES = 1024
+_METHODS = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE"})
+
+
+@dataclass(slots=True)
+class S3Request:
+    """One parsed request. `query` keeps the first value of each name; `query_pairs` all of them."""
+
+    method: str
+    bucket: str | None
+    key: str | None
+    query: dict[str, str]
+    query_pairs: list[tuple[str, str]]
+    headers: dict[str, str]
+    view: RequestView
+    host_bucket: str | None
+    request_id: str
+    receive: Receive
+    operation: Operation | None = None
+    identity: Identity | None = None
+    user: User | None = None
+    _body: VerifiedBody | None = field(default=None, repr=False)
+
+    @property
+    def resource(self) -> str:
+        return "/" + "/".join(p for p in (self.bucket, self.key) if p)
+
+
+class S3App:
+    """The ASGI app that answers the S3 REST protocol."""
+
+    def __init__(self, settings: Settings, engine: Engine) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.policy = AccessPolicy(settings.auth)
+        self._skew = timedelta(seconds=settings.auth.max_clock_skew)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        assert scope["type"] == "http"
+        started = time.perf_counter()
+        request_id = new_request_id()
+        outcome: dict[str, Any] = {"status": 500, "bytes": 0}
+
+        async def counting_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                outcome["status"] = message["status"]
+            elif message["type"] == "http.response.body":
+                outcome["bytes"] += len(message.get("body", b""))
+            await send(message)
+
+        req: S3Request | None = None
+        try:
+            req = parse_request(scope, receive, request_id, self.settings.server.domain)
+            response = await self._handle(req)
+        except S3Error as err:
+            response = error_response(err if err.resource else _with_resource(err, req), request_id, method=scope["method"])
+        except Exception:
+            log.s3api.exception("unhandled error in request %s", request_id)
+            response = error_response(S3Error("InternalError"), request_id, method=scope["method"])
+        if _unread_body(scope, req):
+            # We answered without reading the body (an early error, or a client that
+            # waits on Expect: 100-continue and will not send it): the connection can't
+            # be reused, since its next bytes would be that body.
+            response.headers["connection"] = "close"
+        try:
+            await response(scope, receive, counting_send)
+        finally:
+            if req is not None and req._body is not None:
+                await req._body.aclose()
+            _access_log(req, scope, request_id, outcome, time.perf_counter() - started)
+
+    async def _handle(self, req: S3Request) -> Response:
+        req.identity = authenticate(
+            req.view, self.policy.secret_for, now=datetime.now(timezone.utc), max_skew=self._skew,
+            bucket_from_host=req.host_bucket,
+        )
+        if req.identity.access_key is not None:
+            req.user = self.policy.user(req.identity.access_key)
+        if req.method not in _METHODS:
+            raise S3Error("MethodNotAllowed", resource=req.resource)
+        req.operation = resolve(req.method, req.bucket, req.key, req.query, req.headers)
+        if req.operation is None:
+            raise S3Error("MethodNotAllowed", resource=req.resource)
+        handler = handlers.HANDLERS.get(req.operation.name, handlers.passthrough)
+        return await handler(handlers.Context(req, self))
+
+    async def body(self, req: S3Request) -> VerifiedBody:
+        """The request body, received whole and verified (signature, digests, lengths)."""
+        if req._body is None:
+            assert req.identity is not None
+            server = self.settings.server
+            req._body = await receive_verified_body(
+                _body_chunks(req.receive), req.headers, req.identity.payload,
+                max_size=server.max_object_size, spool_memory=server.spool_memory,
+                spool_dir=server.spool_dir or None,
+            )
+        return req._body
+
+
+def parse_request(scope: Scope, receive: Receive, request_id: str, domain: str) -> S3Request:
+    """Split the wire request into bucket, key, query and headers (path-style or virtual-hosted)."""
+    raw_headers = tuple((k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"])
+    headers: dict[str, str] = {}
+    for name, value in raw_headers:
+        headers[name] = f"{headers[name]},{value}" if name in headers else value
+    raw_path_bytes: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
+    raw_path = raw_path_bytes.decode("latin-1")
+    query_string = scope.get("query_string", b"").decode("latin-1")
+    view = RequestView(method=scope["method"], raw_path=raw_path, query_string=query_string, headers=raw_headers)
+    bucket_from_host = _bucket_from_host(headers.get("host", ""), domain)
+    try:
+        path = unquote_to_bytes(raw_path).decode("utf-8")
+        query_pairs = [
+            (unquote_to_bytes(name).decode("utf-8"), unquote_to_bytes(value).decode("utf-8"))
+            for name, _, value in (part.partition("=") for part in query_string.split("&") if part)
+        ]
+    except UnicodeDecodeError:
+        raise S3Error("InvalidURI", "Couldn't parse the specified URI.") from None
+    if not path.startswith("/") or "\x00" in path:
+        raise S3Error("InvalidURI", "Couldn't parse the specified URI.")
+    if bucket_from_host is not None:
+        bucket: str | None = bucket_from_host
+        key: str | None = path[1:] or None
+    else:
+        bucket_part, _, key_part = path[1:].partition("/")
+        bucket = bucket_part or None
+        key = key_part or None
+    if bucket is not None and not _plausible_bucket(bucket):
+        raise S3Error("InvalidBucketName", resource=f"/{bucket}", extra={"BucketName": bucket})
+    if key is not None and len(key.encode("utf-8")) > _MAX_KEY_BYTES:
+        raise S3Error("KeyTooLongError", resource=f"/{bucket}")
+    query: dict[str, str] = {}
+    for name, value in query_pairs:
+        query.setdefault(name, value)
+    return S3Request(
+        method=scope["method"], bucket=bucket, key=key, query=query, query_pairs=query_pairs,
+        headers=headers, view=view, host_bucket=bucket_from_host, request_id=request_id, receive=receive,
+    )
+
+
+def _bucket_from_host(host: str, domain: str) -> str | None:
+    if not domain:
+        return None
+    name = host.rsplit(":", 1)[0].lower() if not host.startswith("[") else host
+    suffix = "." + domain.lower()
+    if name.endswith(suffix) and len(name) > len(suffix):
+        return name[: -len(suffix)]
+    return None
+
+
+def _plausible_bucket(name: str) -> bool:
+    # Existing buckets may predate today's naming rules (upper case, '_', 255 chars in
+    # us-east-1); CreateBucket applies the strict rules, everything else only these.
+    return 0 < len(name) <= 255 and all(c.isascii() and (c.isalnum() or c in "._-") for c in name)
+
+
+async def _body_chunks(receive: Receive) -> AsyncIterator[bytes]:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise S3Error("IncompleteBody", "The client closed the connection before sending the whole body.")
+        chunk = message.get("body", b"")
+        if chunk:
+            yield chunk
+        if not message.get("more_body", False):
+            return
+
+
+def _unread_body(scope: Scope, req: S3Request | None) -> bool:
+    if req is not None and req._body is not None:
+        return False
+    for name, value in scope["headers"]:
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"", b"0")):
+            return True
+    return False
+
+
+def _with_resource(err: S3Error, req: S3Request | None) -> S3Error:
+    if req is not None:
+        err.resource = req.resource
+    return err
+
+
+def _access_log(req: S3Request | None, scope: Scope, request_id: str, outcome: dict[str, Any], seconds: float) -> None:
+    if not log.access.isEnabledFor(20):
+        return
+    entry = {
+        "request_id": request_id,
+        "user": req.user.access_key if req and req.user else None,
+        "op": req.operation.name if req and req.operation else None,
+        "method": scope["method"],
+        "bucket": req.bucket if req else None,
+        "key": req.key if req else None,
+        "range": req.headers.get("range") if req else None,
+        "status": outcome["status"],
+        "bytes": outcome["bytes"],
+        "ms": round(seconds * 1000, 2),
+    }
+    log.access.info(orjson.dumps(entry).decode())

@@ -1,0 +1,60 @@
+"""Real servers for the tests: moto's S3 server as the origin and the gateway on uvicorn."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+
+from gateway.demo import moto_server
+from tests.support import RunningGateway, base_settings, client
+
+
+@pytest.fixture(scope="session")
+def origin_endpoint() -> Iterator[str]:
+    """moto's S3 server, started once for the session."""
+    with moto_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def clean_origin(origin_endpoint: str) -> str:
+    """The origin, emptied before the test."""
+    httpx.post(origin_endpoint + "/moto-api/reset", timeout=10).raise_for_status()
+    return origin_endpoint
+
+
+@pytest.fixture(scope="session")
+def gateway(origin_endpoint: str) -> Iterator[RunningGateway]:
+    with RunningGateway(base_settings(origin_endpoint)) as running:
+        yield running
+
+
+@pytest.fixture
+def start_gateway(origin_endpoint: str) -> Iterator[Callable[..., RunningGateway]]:
+    """Start a gateway with changed settings: start_gateway(server=..., auth=...)."""
+    started: list[RunningGateway] = []
+
+    def start(**sections: object) -> RunningGateway:
+        settings = dataclasses.replace(base_settings(origin_endpoint), **sections)  # type: ignore[arg-type]
+        running = RunningGateway(settings).__enter__()
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        running.__exit__()
+
+
+@pytest.fixture
+def s3(gateway: RunningGateway, clean_origin: str):  # type: ignore[no-untyped-def]
+    """boto3 through the gateway, as the admin user, on an empty origin."""
+    return client(gateway.endpoint)
+
+
+@pytest.fixture
+def direct(clean_origin: str):  # type: ignore[no-untyped-def]
+    """boto3 straight to the origin (moto), for comparisons."""
+    return client(clean_origin, ("origin-key", "origin-secret"))

@@ -286,6 +286,15 @@ async def complete_multipart_upload(ctx: Context) -> Response:
     req = ctx.req
     body = await ctx.app.body(req)
     parts = xml.parse_complete_multipart(await body.read_all(), limit=ctx.app.settings.server.max_xml_size)
+    # The upload must exist before we ask the origin to assemble it (some origins
+    # answer an unknown upload with a 500 rather than NoSuchUpload).
+    upload_id = req.query.get("uploadId", "")
+    if not upload_id:
+        raise S3Error("NoSuchUpload", resource=req.resource)
+    probe = await ctx.app.engine.forward("GET", req.bucket, req.key, query=[("uploadId", upload_id), ("max-parts", "1")])
+    if probe.status >= 300:
+        raise await ctx.app.engine.error_from(probe, resource=req.resource)
+    await probe.aclose()
     payload = xml.render_complete_multipart_request(parts)
     headers = hdrs.for_origin_write(req.headers)
     headers["content-type"] = "application/xml"

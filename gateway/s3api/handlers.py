@@ -101,8 +101,7 @@ async def create_bucket(ctx: Context) -> Response:
     bucket = ctx.req.bucket or ""
     if not _STRICT_BUCKET_NAME.match(bucket) or ".." in bucket or re.fullmatch(r"\d+\.\d+\.\d+\.\d+", bucket):
         raise S3Error("InvalidBucketName", resource=f"/{bucket}", extra={"BucketName": bucket})
-    body = await ctx.app.body(ctx.req)
-    data = await body.read_all()
+    _, data = await ctx.app.small_body(ctx.req)
     xml.parse_create_bucket_configuration(data, limit=ctx.app.settings.server.max_xml_size)
     headers = hdrs.for_origin_write(ctx.req.headers)
     return await ctx.relay(await ctx.app.engine.forward("PUT", bucket, None, headers=headers, body=data))
@@ -147,10 +146,7 @@ async def passthrough(ctx: Context) -> Response:
     req = ctx.req
     body: bytes | None = None
     if req.method in ("PUT", "POST"):
-        verified = await ctx.app.body(req)
-        if verified.length > ctx.app.settings.server.max_xml_size:
-            raise S3Error("EntityTooLarge", resource=req.resource)
-        body = await verified.read_all()
+        verified, body = await ctx.app.small_body(req)
         headers = hdrs.for_origin_write(req.headers)
         headers.update(verified.checksums)
         if body:
@@ -248,10 +244,10 @@ async def delete_object(ctx: Context) -> Response:
 async def delete_objects(ctx: Context) -> Response:
     """DeleteObjects: each key authorised on its own; refused keys are reported, not sent on."""
     req = ctx.req
-    body = await ctx.app.body(req)
+    body, data = await ctx.app.small_body(req)
     if "content-md5" not in req.headers and not body.checksums:
         raise S3Error("InvalidRequest", "Missing required header for this request: Content-Md5.")
-    request = xml.parse_delete_objects(await body.read_all(), limit=ctx.app.settings.server.max_xml_size)
+    request = xml.parse_delete_objects(data, limit=ctx.app.settings.server.max_xml_size)
     allowed, denied = [], []
     for key, version_id in request.objects:
         if ctx.app.policy.allows(req.user, "write", req.bucket, key):
@@ -284,8 +280,8 @@ async def create_multipart_upload(ctx: Context) -> Response:
 async def complete_multipart_upload(ctx: Context) -> Response:
     ctx.check()
     req = ctx.req
-    body = await ctx.app.body(req)
-    parts = xml.parse_complete_multipart(await body.read_all(), limit=ctx.app.settings.server.max_xml_size)
+    _, data = await ctx.app.small_body(req)
+    parts = xml.parse_complete_multipart(data, limit=ctx.app.settings.server.max_xml_size)
     # The upload must exist before we ask the origin to assemble it (some origins
     # answer an unknown upload with a 500 rather than NoSuchUpload).
     upload_id = req.query.get("uploadId", "")

@@ -110,17 +110,22 @@ class S3App:
         handler = handlers.HANDLERS.get(req.operation.name, handlers.passthrough)
         return await handler(handlers.Context(req, self))
 
-    async def body(self, req: S3Request) -> VerifiedBody:
+    async def body(self, req: S3Request, *, max_size: int | None = None) -> VerifiedBody:
         """The request body, received whole and verified (signature, digests, lengths)."""
         if req._body is None:
             assert req.identity is not None
             server = self.settings.server
             req._body = await receive_verified_body(
                 _body_chunks(req.receive), req.headers, req.identity.payload,
-                max_size=server.max_object_size, spool_memory=server.spool_memory,
-                spool_dir=server.spool_dir or None,
+                max_size=server.max_object_size if max_size is None else max_size,
+                spool_memory=server.spool_memory, spool_dir=server.spool_dir or None,
             )
         return req._body
+
+    async def small_body(self, req: S3Request) -> tuple[VerifiedBody, bytes]:
+        """A verified body that is an XML document: refused early above server.max_xml_size."""
+        body = await self.body(req, max_size=self.settings.server.max_xml_size)
+        return body, await body.read_all()
 
 
 def parse_request(scope: Scope, receive: Receive, request_id: str, domain: str) -> S3Request:

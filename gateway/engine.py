@@ -14,6 +14,8 @@ from email.utils import parsedate_to_datetime
 from gateway.errors import S3Error
 from gateway.origin import BodyFactory, Origin, OriginResponse
 
+__all__ = ["Engine", "ObjectMeta", "OriginResponse", "meta_from_headers"]
+
 
 @dataclass(frozen=True, slots=True)
 class ObjectMeta:

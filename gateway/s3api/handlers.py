@@ -12,9 +12,8 @@ from urllib.parse import quote, unquote
 
 from starlette.responses import Response
 
-from gateway.engine import ObjectMeta
+from gateway.engine import ObjectMeta, OriginResponse
 from gateway.errors import S3Error
-from gateway.origin import OriginResponse
 from gateway.s3api import headers as hdrs
 from gateway.s3api import ranges, xml
 from gateway.s3api.responses import empty_response, stream_response, xml_response
@@ -67,11 +66,11 @@ class Context:
             raise await self.app.engine.error_from(response, resource=self.req.resource)
         out = hdrs.from_origin(response.headers.multi_items())
         out.update(headers or {})
+        if "content-length" in response.headers and response.status not in (204, 304):
+            out["content-length"] = response.headers["content-length"]
         if self.req.method == "HEAD" or response.status in (204, 304):
             await response.aclose()
             return empty_response(self.req.request_id, status=response.status, headers=out)
-        if "content-length" in response.headers:
-            out["content-length"] = response.headers["content-length"]
         return stream_response(response.iter_bytes(), self.req.request_id, status=response.status, headers=out)
 
 

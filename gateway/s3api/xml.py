@@ -37,7 +37,6 @@ __all__ = [
     "parse_create_bucket_configuration",
     "parse_delete_objects",
     "parse_delete_result",
-    "parse_error_document",
     "parse_list_buckets",
     "parse_list_objects",
     "render_complete_multipart_request",
@@ -46,7 +45,6 @@ __all__ = [
     "render_list_buckets",
     "render_list_objects_v1",
     "render_list_objects_v2",
-    "render_location_constraint",
     "url_encode",
     "validate_max_keys",
     "xml_escape",
@@ -322,22 +320,6 @@ def error_document(
         parts.append(_el("HostId", host_id))
     parts.append("</Error>")
     return "".join(parts).encode("utf-8")
-
-
-def parse_error_document(body: bytes) -> tuple[str, str, dict[str, str]] | None:
-    """(Code, Message, every other child) of an origin's <Error>; None for anything else."""
-    try:
-        root = _fromstring(body)
-    except _PARSE_ERRORS:
-        return None
-    if _local(root.tag) != "Error":
-        return None
-    code = _text(root, "Code")
-    if not code:
-        return None
-    message = _text(root, "Message") or ""
-    others = {_local(child.tag): child.text or "" for child in root if _local(child.tag) not in ("Code", "Message")}
-    return code, message, others
 
 
 # --- ListBuckets ----------------------------------------------------------------------------------
@@ -743,8 +725,3 @@ def parse_create_bucket_configuration(body: bytes, *, limit: int = DEFAULT_XML_L
     return location.strip() or None
 
 
-def render_location_constraint(region: str | None) -> bytes:
-    """GetBucketLocation: us-east-1 is an empty, self-closed element, as S3 writes it."""
-    if not region or region == "us-east-1":
-        return f'{_DECLARATION}<LocationConstraint xmlns="{S3_NS}"/>'.encode("utf-8")
-    return f'{_DECLARATION}<LocationConstraint xmlns="{S3_NS}">{xml_escape(region)}</LocationConstraint>'.encode("utf-8")

@@ -167,26 +167,6 @@ def test_botocore_reads_the_error_document() -> None:
                      "RangeRequested": "bytes=20-", "ActualObjectSize": "10"}
 
 
-def test_parse_error_document() -> None:
-    body = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>NoSuchKey</Code><Message>The specified key '
-            b"does not exist.</Message><Key>a</Key><RequestId>R</RequestId><HostId>H</HostId></Error>")
-    assert xml.parse_error_document(body) == (
-        "NoSuchKey", "The specified key does not exist.", {"Key": "a", "RequestId": "R", "HostId": "H"})
-    assert xml.parse_error_document(xml.error_document("A", "m&", resource="/r", request_id="i", extra={"X": "y"})) == (
-        "A", "m&", {"X": "y", "Resource": "/r", "RequestId": "i"})
-
-
-@pytest.mark.parametrize("body", [b"", b"<html>502 Bad Gateway</html>", b"<Error><Message>m</Message></Error>",
-                                  b"<Error><Code>x", b"\xff\xfe"])
-def test_parse_error_document_tolerates_garbage(body: bytes) -> None:
-    assert xml.parse_error_document(body) is None
-
-
-@given(st.binary(max_size=200))
-def test_parse_error_document_never_raises(body: bytes) -> None:
-    xml.parse_error_document(body)
-
-
 # --- ListBuckets ----------------------------------------------------------------------------------------
 
 
@@ -645,10 +625,3 @@ def test_create_bucket_configuration() -> None:
         b"<CreateBucketConfiguration><LocationConstraint></LocationConstraint></CreateBucketConfiguration>") is None
 
 
-def test_location_constraint() -> None:
-    assert xml.render_location_constraint("us-east-1") == DECL + f"<LocationConstraint {NS}/>".encode()
-    assert xml.render_location_constraint(None) == xml.render_location_constraint("us-east-1")
-    assert xml.render_location_constraint("eu-west-1") == DECL + f"<LocationConstraint {NS}>eu-west-1</LocationConstraint>".encode()
-    for region, expected in (("us-east-1", None), ("eu-west-1", "eu-west-1"), ("EU", "EU")):
-        with serving(lambda q, r=region: (200, xml.render_location_constraint(r))):
-            assert client().get_bucket_location(Bucket="b")["LocationConstraint"] == expected

@@ -6,6 +6,7 @@ metadata cache and the cluster plug in, so `s3api` never talks to the origin its
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -130,6 +131,7 @@ def meta_from_headers(items: Iterable[tuple[str, str]]) -> ObjectMeta:
     except ValueError:
         raise S3Error("InternalError", "The origin sent an invalid Content-Length.") from None
     last_modified = _parse_date(headers.get("last-modified"))
+    _qualify_composite_checksums(headers)
     return ObjectMeta(size=size, etag=headers.get("etag", ""), last_modified=last_modified, headers=headers)
 
 
@@ -137,6 +139,28 @@ _NOT_OBJECT_HEADERS = frozenset({
     "connection", "keep-alive", "transfer-encoding", "date", "server", "x-amz-request-id",
     "x-amz-id-2", "content-range", "accept-ranges",
 })
+
+
+def _qualify_composite_checksums(headers: dict[str, str]) -> None:
+    """Mark a multipart object's checksum-of-checksums as such (`value-N`, COMPOSITE).
+
+    S3 writes a composite checksum as `value-N`; some origins (moto) answer HEAD with
+    the bare value and no type, and SDKs would then check it against the whole body
+    and reject a correct download.
+    """
+    parts = re.fullmatch(r'"?[0-9a-fA-F]+-(\d+)"?', headers.get("etag", ""))
+    if parts is None or headers.get("x-amz-checksum-type", "").upper() == "FULL_OBJECT":
+        return
+    qualified = False
+    for name in [n for n in headers if n.startswith("x-amz-checksum-") and n not in _CHECKSUM_SETTINGS]:
+        if "-" not in headers[name]:
+            headers[name] = f"{headers[name]}-{parts.group(1)}"
+            qualified = True
+    if qualified:
+        headers.setdefault("x-amz-checksum-type", "COMPOSITE")
+
+
+_CHECKSUM_SETTINGS = frozenset({"x-amz-checksum-type", "x-amz-checksum-mode", "x-amz-checksum-algorithm"})
 
 
 def _parse_date(value: str | None) -> datetime:

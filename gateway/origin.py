@@ -153,7 +153,8 @@ class Origin:
 
     async def error_from(self, response: OriginResponse, resource: str | None = None) -> S3Error:
         """Turn an origin error response into an S3Error with the origin's code and status."""
-        code, message, extra = _STATUS_CODES.get(response.status, "InternalError"), None, {}
+        fallback = "BadRequest" if 400 <= response.status < 500 else "InternalError"
+        code, message, extra = _STATUS_CODES.get(response.status, fallback), None, {}
         try:
             body = b""
             async for chunk in response.iter_bytes():

@@ -173,7 +173,11 @@ def _plan(headers: Mapping[str, str], payload: PayloadCheck, max_size: int) -> _
 
     content_length = _length(headers, "content-length")
     decoded_length = _length(headers, "x-amz-decoded-content-length") if chunked else None
-    http_chunked = "chunked" in _tokens(headers.get("transfer-encoding"))
+    transfer_codings = _tokens(headers.get("transfer-encoding"))
+    if transfer_codings and transfer_codings != ["chunked"]:
+        # The server undid only the chunked framing: bytes under another coding (gzip, ...) would be stored still encoded.
+        raise S3Error("NotImplemented", extra={"Header": "Transfer-Encoding"})
+    http_chunked = bool(transfer_codings)
     if content_length is None and not http_chunked:
         raise S3Error("MissingContentLength")
     if chunked and decoded_length is None:

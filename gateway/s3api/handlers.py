@@ -210,6 +210,7 @@ async def put_object(ctx: Context) -> Response:
     """PutObject and UploadPart: the verified body is written through to the origin."""
     ctx.check()
     req = ctx.req
+    hdrs.check_user_metadata(req.headers)
     body = await ctx.app.body(req)
     headers = hdrs.for_origin_write(req.headers)
     headers.update(body.checksums)
@@ -227,6 +228,7 @@ async def copy_object(ctx: Context) -> Response:
     req = ctx.req
     source_bucket, source_key = parse_copy_source(req.headers["x-amz-copy-source"])
     ctx.check("read", source_bucket, source_key)
+    hdrs.check_user_metadata(req.headers)
     headers = hdrs.for_origin_write(req.headers)
     response = await ctx.app.engine.forward("PUT", req.bucket, req.key, query=ctx.origin_query(), headers=headers)
     return await ctx.relay(response)
@@ -271,6 +273,7 @@ async def delete_objects(ctx: Context) -> Response:
 async def create_multipart_upload(ctx: Context) -> Response:
     ctx.check()
     req = ctx.req
+    hdrs.check_user_metadata(req.headers)
     headers = hdrs.for_origin_write(req.headers)
     response = await ctx.app.engine.forward("POST", req.bucket, req.key, query=ctx.origin_query(), headers=headers, body=b"")
     return await ctx.relay(response)

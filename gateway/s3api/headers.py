@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from gateway.errors import S3Error
+
+_MAX_USER_METADATA = 2048
+
 # Object headers a client sets on writes and the origin must keep.
 _WRITE_HEADERS = frozenset({
     "cache-control", "content-disposition", "content-encoding", "content-language",
@@ -48,6 +52,14 @@ def for_origin_write(headers: Mapping[str, str]) -> dict[str, str]:
         else:
             del out["content-encoding"]
     return out
+
+
+def check_user_metadata(headers: Mapping[str, str]) -> None:
+    """S3 refuses more than 2 KiB of user metadata (names after x-amz-meta- plus values, UTF-8)."""
+    size = sum(len(name[len("x-amz-meta-"):].encode()) + len(value.encode("latin-1", "replace"))
+               for name, value in headers.items() if name.startswith("x-amz-meta-"))
+    if size > _MAX_USER_METADATA:
+        raise S3Error("MetadataTooLarge", extra={"Size": str(size), "MaxSizeAllowed": str(_MAX_USER_METADATA)})
 
 
 def for_origin_read(headers: Mapping[str, str], *, conditionals: bool) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ from gateway.s3api.responses import error_response, new_request_id
 from gateway.s3api.routes import Operation, resolve
 
 _MAX_KEY_BYTES = 1024
+_MAX_HEADER_BYTES = 8192  # S3's limit on the request header section
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _METHODS = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE"})
 
 
@@ -46,6 +49,7 @@ class S3Request:
     identity: Identity | None = None
     user: User | None = None
     _body: VerifiedBody | None = field(default=None, repr=False)
+    body_received: bool = False  # the last body message arrived (even if the body then failed a check)
 
     @property
     def resource(self) -> str:
@@ -116,7 +120,7 @@ class S3App:
             assert req.identity is not None
             server = self.settings.server
             req._body = await receive_verified_body(
-                _body_chunks(req.receive), req.headers, req.identity.payload,
+                _body_chunks(req), req.headers, req.identity.payload,
                 max_size=server.max_object_size if max_size is None else max_size,
                 spool_memory=server.spool_memory, spool_dir=server.spool_dir or None,
             )
@@ -130,6 +134,8 @@ class S3App:
 
 def parse_request(scope: Scope, receive: Receive, request_id: str, domain: str) -> S3Request:
     """Split the wire request into bucket, key, query and headers (path-style or virtual-hosted)."""
+    if sum(len(k) + len(v) for k, v in scope["headers"]) > _MAX_HEADER_BYTES:
+        raise S3Error("RequestHeaderSectionTooLarge", extra={"MaxSizeAllowed": str(_MAX_HEADER_BYTES)})
     raw_headers = tuple((k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"])
     headers: dict[str, str] = {}
     for name, value in raw_headers:
@@ -139,6 +145,8 @@ def parse_request(scope: Scope, receive: Receive, request_id: str, domain: str) 
     query_string = scope.get("query_string", b"").decode("latin-1")
     view = RequestView(method=scope["method"], raw_path=raw_path, query_string=query_string, headers=raw_headers)
     bucket_from_host = _bucket_from_host(headers.get("host", ""), domain)
+    if _BAD_ESCAPE.search(raw_path):
+        raise S3Error("InvalidURI", "Couldn't parse the specified URI.")
     try:
         path = unquote_to_bytes(raw_path).decode("utf-8")
         query_pairs = [
@@ -185,20 +193,21 @@ def _plausible_bucket(name: str) -> bool:
     return 0 < len(name) <= 255 and all(c.isascii() and (c.isalnum() or c in "._-") for c in name)
 
 
-async def _body_chunks(receive: Receive) -> AsyncIterator[bytes]:
+async def _body_chunks(req: S3Request) -> AsyncIterator[bytes]:
     while True:
-        message = await receive()
+        message = await req.receive()
         if message["type"] == "http.disconnect":
             raise S3Error("IncompleteBody", "The client closed the connection before sending the whole body.")
         chunk = message.get("body", b"")
         if chunk:
             yield chunk
         if not message.get("more_body", False):
+            req.body_received = True
             return
 
 
 def _unread_body(scope: Scope, req: S3Request | None) -> bool:
-    if req is not None and req._body is not None:
+    if req is not None and req.body_received:
         return False
     for name, value in scope["headers"]:
         if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"", b"0")):

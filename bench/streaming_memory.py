@@ -222,15 +222,12 @@ def gateway_process(origin_endpoint: str, log_path: Path) -> Iterator[tuple[subp
 
 
 def s3_client(endpoint: str, key: tuple[str, str]):  # type: ignore[no-untyped-def]
-    # Uploads keep boto3's default checksums (CRC32 in aws-chunked trailers), as real
-    # clients send them. Downloads are checked here with sha256; the SDK's own response
-    # validation is off because, with moto as the origin, it rejects multipart objects
-    # read through the gateway (moto's HEAD drops the "-N" of composite checksums and
-    # the gateway answers GET with the HEAD's headers; see docs/benchmarks.md).
+    # boto3's defaults, as real clients send them: CRC32 in aws-chunked trailers on
+    # uploads, response checksum validation on downloads (plus our own sha256 check).
     return boto3.client(
         "s3", endpoint_url=endpoint, region_name=REGION, aws_access_key_id=key[0], aws_secret_access_key=key[1],
         config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1},
-                      read_timeout=300, max_pool_connections=32, response_checksum_validation="when_required"),
+                      read_timeout=300, max_pool_connections=32),
     )
 
 

@@ -89,8 +89,9 @@ class AwsChunkedDecoder:
         """Declare the end of the body; returns the trailing headers (lowercase names, no signature)."""
         if self._failed is not None:
             raise self._failed
-        if self._state == _TRAILER and not self._line:
-            # Lenient end: the closing empty line is missing but the body is otherwise complete.
+        if self._state == _TRAILER and not self._line and (self._signer is None or self._trailer_signed):
+            # Lenient end: the closing empty line is missing but the body is otherwise
+            # complete. A signed body must still have carried its trailer signature.
             self._end_trailers()
         if self._state != _DONE:
             self._failed = _incomplete()

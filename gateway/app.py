@@ -18,7 +18,7 @@ class GatewayApp:
         self.s3: S3App | None = None
 
     async def startup(self) -> None:
-        engine = Engine(Origin(self.settings.origin))
+        engine = Engine(Origin(self.settings.origin), self.settings.metadata, self.settings.listing)
         self.s3 = S3App(self.settings, engine)
 
     async def shutdown(self) -> None:

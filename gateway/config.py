@@ -137,10 +137,39 @@ class AuthSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class MetadataSettings:
+    """The object-metadata cache (Alluxio's alluxio.user.metadata.cache.*)."""
+
+    max_entries: int = 100_000  # metadata.cache.max.size
+    ttl: float = 60.0  # metadata.cache.expiration.time: after it, revalidate with the origin
+    negative_ttl: float = 5.0  # how long a 404 is remembered
+    strict: bool = False  # revalidate on every request (a conditional HEAD; no data refetch)
+    stale_if_error: float = 3600.0  # serve cached metadata this long past its TTL when the origin is down
+
+    def __post_init__(self) -> None:
+        if self.max_entries < 0 or self.ttl < 0 or self.negative_ttl < 0 or self.stale_if_error < 0:
+            raise ConfigError("metadata settings must not be negative")
+
+
+@dataclass(frozen=True, slots=True)
+class ListingSettings:
+    """The listing cache: ListObjects pages keyed by their full parameter set."""
+
+    max_entries: int = 10_000
+    ttl: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.max_entries < 0 or self.ttl < 0:
+            raise ConfigError("listing settings must not be negative")
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     origin: OriginSettings = OriginSettings()
     server: ServerSettings = ServerSettings()
     auth: AuthSettings = AuthSettings()
+    metadata: MetadataSettings = MetadataSettings()
+    listing: ListingSettings = ListingSettings()
 
     def redacted(self) -> dict[str, Any]:
         """The effective settings as plain data, secrets replaced by '***'."""
@@ -158,6 +187,7 @@ def _redact(value: Any) -> Any:
 _SIZE_FIELDS = {("server", "max_object_size"), ("server", "spool_memory"), ("server", "max_xml_size")}
 _DURATION_FIELDS = {
     ("origin", "connect_timeout"), ("origin", "read_timeout"), ("auth", "max_clock_skew"),
+    ("metadata", "ttl"), ("metadata", "negative_ttl"), ("metadata", "stale_if_error"), ("listing", "ttl"),
 }
 
 
@@ -230,7 +260,10 @@ def _coerce(value: Any, annotation: Any, name: str) -> Any:
     return str(value) if not isinstance(value, str) else value
 
 
-_SECTIONS = {"origin": OriginSettings, "server": ServerSettings, "auth": AuthSettings}
+_SECTIONS = {
+    "origin": OriginSettings, "server": ServerSettings, "auth": AuthSettings,
+    "metadata": MetadataSettings, "listing": ListingSettings,
+}
 
 
 def load(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:

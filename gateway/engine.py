@@ -1,21 +1,25 @@
 """The read and write paths: object metadata, object bytes, listings, write-through.
 
-Today every read goes to the origin; this is the seam where the block cache, the
-metadata cache and the cluster plug in, so `s3api` never talks to the origin itself.
+Object metadata and listings are cached in process (store.meta); object bytes still
+come from the origin (the block cache plugs in here next). `s3api` never talks to the
+origin itself.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 
+from gateway.config import ListingSettings, MetadataSettings
 from gateway.errors import S3Error
 from gateway.origin import BodyFactory, Origin, OriginResponse
+from gateway.store.meta import ListingCache, MetadataCache, MetaKey
 
-__all__ = ["Engine", "ObjectMeta", "OriginResponse", "meta_from_headers"]
+__all__ = ["Engine", "ObjectChanged", "ObjectMeta", "OriginResponse", "meta_from_headers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,10 +37,20 @@ class ObjectMeta:
 
 
 class Engine:
-    """Reads and writes on behalf of authorised S3 requests."""
+    """Reads and writes on behalf of authorised S3 requests.
 
-    def __init__(self, origin: Origin) -> None:
+    Metadata and listings come from the in-process caches while fresh; past their TTL
+    the origin is asked with a conditional HEAD. Writes go through to the origin and
+    drop what they may have changed from the caches once the origin answered.
+    """
+
+    def __init__(self, origin: Origin, metadata: MetadataSettings, listing: ListingSettings) -> None:
         self.origin = origin
+        self.settings = metadata
+        self.meta_cache: MetadataCache[ObjectMeta | _Missing] = MetadataCache(
+            metadata.max_entries, ttl=metadata.ttl, negative_ttl=metadata.negative_ttl)
+        self.listing_cache: ListingCache[bytes] = ListingCache(listing.max_entries, ttl=listing.ttl)
+        self.stats: Counter[str] = Counter()
 
     async def aclose(self) -> None:
         await self.origin.aclose()
@@ -46,28 +60,93 @@ class Engine:
         bucket: str,
         key: str,
         *,
-        query: Iterable[tuple[str, str]] = (),
+        version_id: str | None = None,
         headers: dict[str, str] | None = None,
-        explain_errors: bool = False,
     ) -> ObjectMeta:
-        """Metadata of one object (version) from the origin; raises S3Error (NoSuchKey, ...).
+        """Metadata of one object (version); raises S3Error (NoSuchKey, NoSuchBucket, ...).
 
-        A HEAD error has no body, so NoSuchKey and NoSuchBucket look alike; with
-        `explain_errors` (a GET needs the right code) the origin is asked again with a GET.
+        `headers` are the client's object-read headers (encryption keys, payer, ...);
+        a request carrying any of them bypasses the cache, since its answer is its own.
         """
-        query = list(query)
+        query = [("versionId", version_id)] if version_id else []
+        if headers:
+            return await self._fetch_meta(bucket, key, query, headers)
+        cache_key = (bucket, key, version_id or "")
+        found = self.meta_cache.get(cache_key)
+        if found is None:
+            self.stats["meta_miss"] += 1
+            return await self._fetch_and_cache(cache_key, query)
+        cached, missing = found
+        if missing:
+            if cached.age <= self.settings.negative_ttl:
+                self.stats["meta_hit"] += 1
+                raise cached.value.error()  # type: ignore[union-attr]
+            self.stats["meta_miss"] += 1
+            return await self._fetch_and_cache(cache_key, query)
+        meta = cached.value
+        assert isinstance(meta, ObjectMeta)
+        if cached.age <= self.settings.ttl and not self.settings.strict:
+            self.stats["meta_hit"] += 1
+            return meta
+        return await self._revalidate(cache_key, query, meta, cached.age)
+
+    async def _revalidate(self, cache_key: MetaKey, query: list[tuple[str, str]], meta: ObjectMeta, age: float) -> ObjectMeta:
+        """A conditional HEAD: 304 keeps the entry (no data is fetched again)."""
+        self.stats["meta_revalidate"] += 1
+        try:
+            response = await self.origin.send("HEAD", cache_key[0], cache_key[1], query=query,
+                                              headers={"if-none-match": meta.etag, **_META_HEADERS})
+        except S3Error:
+            if age <= self.settings.ttl + self.settings.stale_if_error:
+                self.stats["meta_stale_served"] += 1
+                return meta
+            raise
+        if response.status == 304:
+            await response.aclose()
+            self.stats["meta_not_modified"] += 1
+            self.meta_cache.touch(cache_key)
+            return meta
+        if response.status >= 500 and age <= self.settings.ttl + self.settings.stale_if_error:
+            await response.aclose()
+            self.stats["meta_stale_served"] += 1
+            return meta
+        return await self._cache_answer(cache_key, query, response)
+
+    async def _fetch_and_cache(self, cache_key: MetaKey, query: list[tuple[str, str]]) -> ObjectMeta:
+        response = await self.origin.send("HEAD", cache_key[0], cache_key[1], query=query, headers=_META_HEADERS)
+        return await self._cache_answer(cache_key, query, response)
+
+    async def _cache_answer(self, cache_key: MetaKey, query: list[tuple[str, str]], response: OriginResponse) -> ObjectMeta:
+        bucket, key, _ = cache_key
+        if response.status < 300:
+            await response.aclose()
+            meta = meta_from_headers(response.headers.multi_items())
+            self.meta_cache.put(cache_key, meta)
+            return meta
+        await response.aclose()
+        error = await self._explain(bucket, key, query, _META_HEADERS, response.status)
+        if error.status == 404:
+            self.meta_cache.put(cache_key, _Missing.of(error), missing=True)
+        raise error
+
+    async def _fetch_meta(self, bucket: str, key: str, query: list[tuple[str, str]], headers: dict[str, str]) -> ObjectMeta:
         response = await self.origin.send("HEAD", bucket, key, query=query, headers=headers)
         if response.status >= 300:
-            if explain_errors and response.status >= 400:
-                await response.aclose()
-                probe = dict(headers or {}, range="bytes=0-0")
-                response = await self.origin.send("GET", bucket, key, query=query, headers=probe)
-                if response.status < 300:  # it appeared meanwhile: describe it as it is now
-                    await response.aclose()
-                    return await self.head_object(bucket, key, query=query, headers=headers)
-            raise await self.origin.error_from(response, resource=f"/{bucket}/{key}")
+            await response.aclose()
+            raise await self._explain(bucket, key, query, headers, response.status)
         await response.aclose()
         return meta_from_headers(response.headers.multi_items())
+
+    async def _explain(self, bucket: str, key: str, query: list[tuple[str, str]], headers: dict[str, str], status: int) -> S3Error:
+        """A HEAD error has no body (NoSuchKey and NoSuchBucket look alike): ask with a GET."""
+        resource = f"/{bucket}/{key}"
+        if status < 400:
+            return S3Error("PreconditionFailed" if status == 412 else "InternalError", status=status, resource=resource)
+        response = await self.origin.send("GET", bucket, key, query=query, headers=dict(headers, range="bytes=0-0"))
+        if response.status < 300:  # it appeared meanwhile; the caller may simply ask again
+            await response.aclose()
+            return S3Error("ServiceUnavailable", "The object changed while it was being read; retry the request.")
+        return await self.origin.error_from(response, resource=resource)
 
     async def read_object(
         self,
@@ -77,7 +156,6 @@ class Engine:
         *,
         start: int | None = None,
         end: int | None = None,
-        query: Iterable[tuple[str, str]] = (),
         headers: dict[str, str] | None = None,
     ) -> AsyncIterator[bytes]:
         """The bytes [start, end] (inclusive) of exactly the version `meta` describes."""
@@ -87,13 +165,41 @@ class Engine:
         request_headers["if-match"] = meta.etag
         if start is not None and end is not None:
             request_headers["range"] = f"bytes={start}-{end}"
+        query = [("versionId", meta.version_id)] if meta.version_id and meta.version_id != "null" else []
         response = await self.origin.send("GET", bucket, key, query=query, headers=request_headers)
         if response.status == 412:
             await response.aclose()
-            raise S3Error("ServiceUnavailable", "The object changed while it was being read; retry the request.")
+            self.invalidate(bucket, key)
+            raise ObjectChanged()
         if response.status >= 300:
             raise await self.origin.error_from(response, resource=f"/{bucket}/{key}")
         return response.iter_bytes()
+
+    async def list_objects(self, bucket: str, query: list[tuple[str, str]]) -> bytes:
+        """An origin listing body for exactly these parameters, from the listing cache while fresh."""
+        params = dict(query)
+        cache_key = (bucket, params.pop("prefix", ""), tuple(sorted(params.items())))
+        page = self.listing_cache.get(cache_key)
+        if page is not None:
+            self.stats["list_hit"] += 1
+            return page
+        self.stats["list_miss"] += 1
+        response = await self.origin.send("GET", bucket, None, query=query)
+        if response.status >= 300:
+            raise await self.origin.error_from(response, resource=f"/{bucket}")
+        body = await response.read()
+        self.listing_cache.put(cache_key, body)
+        return body
+
+    def invalidate(self, bucket: str, key: str | None = None) -> None:
+        """Forget cached metadata and listings a write to `key` (or to the bucket) may have changed."""
+        self.meta_cache.invalidate(bucket, key)
+        self.listing_cache.invalidate(bucket, key)
+
+    def purge(self) -> None:
+        """Forget every cached answer (the origin changed wholesale, or an operator asked)."""
+        self.meta_cache.clear()
+        self.listing_cache.clear()
 
     async def error_from(self, response: OriginResponse, *, resource: str) -> S3Error:
         """The S3Error an origin error response stands for (the response is consumed)."""
@@ -112,11 +218,48 @@ class Engine:
     ) -> OriginResponse:
         """Any request sent on to the origin as it is: writes (write-through) and pass-through ops.
 
-        The answer may be an error status; the caller decides how to present it.
+        The answer may be an error status; the caller decides how to present it. A
+        write drops the cached metadata and listings of its key (of the whole bucket
+        when it names no key, as DeleteObjects and bucket operations do), whatever
+        the origin answered, since a failed write may still have changed something.
         """
-        return await self.origin.send(
-            method, bucket, key, query=query, headers=headers, body=body, body_length=body_length
-        )
+        try:
+            return await self.origin.send(
+                method, bucket, key, query=query, headers=headers, body=body, body_length=body_length
+            )
+        finally:
+            if method in _WRITES and bucket is not None:
+                self.invalidate(bucket, key)
+
+
+class ObjectChanged(S3Error):
+    """The object at the origin is no longer the version our metadata described."""
+
+    def __init__(self) -> None:
+        super().__init__("ServiceUnavailable", "The object changed while it was being read; retry the request.")
+
+
+@dataclass(frozen=True, slots=True)
+class _Missing:
+    """A remembered 404, re-raised as the same S3 error while it is fresh."""
+
+    code: str
+    message: str
+    status: int
+    headers: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, error: S3Error) -> _Missing:
+        return cls(error.code, error.message, error.status, tuple(error.headers.items()))
+
+    def error(self) -> S3Error:
+        return S3Error(self.code, self.message, status=self.status, headers=dict(self.headers))
+
+
+_WRITES = frozenset({"PUT", "POST", "DELETE"})
+# Metadata is always asked for with its checksums, so one cached entry serves every
+# client; the handler shows checksums only to clients that asked for them.
+_META_HEADERS = {"x-amz-checksum-mode": "ENABLED"}
 
 
 def meta_from_headers(items: Iterable[tuple[str, str]]) -> ObjectMeta:

@@ -25,9 +25,10 @@ def origin_endpoint() -> Iterator[str]:
 
 
 @pytest.fixture
-def clean_origin(origin_endpoint: str) -> str:
-    """The origin, emptied before the test."""
+def clean_origin(origin_endpoint: str, gateway: RunningGateway) -> str:
+    """The origin, emptied before the test; the session gateway forgets what it cached of it."""
     httpx.post(origin_endpoint + "/moto-api/reset", timeout=10).raise_for_status()
+    gateway.purge_caches()
     return origin_endpoint
 
 
@@ -55,7 +56,7 @@ def start_gateway(origin_endpoint: str) -> Iterator[Callable[..., RunningGateway
 
 @pytest.fixture
 def s3(gateway: RunningGateway, clean_origin: str):  # type: ignore[no-untyped-def]
-    """boto3 through the gateway, as the admin user, on an empty origin."""
+    """boto3 through the gateway, as the admin user, on an empty origin and an empty cache."""
     return client(gateway.endpoint)
 
 

@@ -58,6 +58,12 @@ class RunningGateway:
             time.sleep(0.02)
         return self
 
+    def purge_caches(self) -> None:
+        """Forget what the gateway cached: the origin under it was reset between tests."""
+        app = self.server.config.app
+        if app.s3 is not None:
+            app.s3.engine.purge()
+
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)

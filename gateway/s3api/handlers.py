@@ -12,7 +12,7 @@ from urllib.parse import quote, unquote
 
 from starlette.responses import Response
 
-from gateway.engine import ObjectMeta, OriginResponse
+from gateway.engine import ObjectChanged, ObjectMeta, OriginResponse
 from gateway.errors import S3Error
 from gateway.s3api import headers as hdrs
 from gateway.s3api import ranges, xml
@@ -123,10 +123,7 @@ async def list_objects(ctx: Context) -> Response:
                       extra={"ArgumentName": "encoding-type", "ArgumentValue": encoding})
     query = [(k, v) for k, v in ctx.origin_query(frozenset({"encoding-type", "max-keys"}))]
     query += [("encoding-type", "url"), ("max-keys", str(max_keys))]
-    response = await ctx.app.engine.forward("GET", req.bucket, None, query=query)
-    if response.status >= 300:
-        raise await ctx.app.engine.error_from(response, resource=req.resource)
-    page = xml.parse_list_objects(await response.read())
+    page = xml.parse_list_objects(await ctx.app.engine.list_objects(req.bucket or "", query))
     common = dict(bucket=req.bucket or "", prefix=req.query.get("prefix", ""), delimiter=req.query.get("delimiter"),
                   max_keys=max_keys, encoding_type=encoding)
     if v2:
@@ -161,6 +158,15 @@ async def passthrough(ctx: Context) -> Response:
 async def get_object(ctx: Context) -> Response:
     """GetObject and HeadObject: metadata first, conditionals and range decided here."""
     ctx.check()
+    try:
+        return await _get_object(ctx)
+    except ObjectChanged:
+        # Our metadata described an older version (changed behind the gateway): the
+        # engine dropped it, so one more pass describes and serves the current one.
+        return await _get_object(ctx)
+
+
+async def _get_object(ctx: Context) -> Response:
     req = ctx.req
     bucket, key = req.bucket or "", req.key or ""
     overrides = {name: value for name, value in req.query.items() if name in _RESPONSE_OVERRIDES}
@@ -171,10 +177,8 @@ async def get_object(ctx: Context) -> Response:
         headers = hdrs.for_origin_read(req.headers, conditionals=True)
         response = await ctx.app.engine.forward(req.method, bucket, key, query=ctx.origin_query(), headers=headers)
         return await ctx.relay(response, headers=_override_headers(overrides))
-    version = [("versionId", req.query["versionId"])] if "versionId" in req.query else []
-    read_headers = hdrs.for_origin_read(req.headers, conditionals=False)
-    meta = await ctx.app.engine.head_object(bucket, key, query=version, headers=read_headers,
-                                            explain_errors=req.method == "GET")
+    read_headers = hdrs.personal_read_headers(req.headers)
+    meta = await ctx.app.engine.head_object(bucket, key, version_id=req.query.get("versionId"), headers=read_headers)
     try:
         ranges.evaluate_preconditions(req.headers, etag=meta.etag, last_modified=meta.last_modified)
     except S3Error as err:
@@ -187,22 +191,24 @@ async def get_object(ctx: Context) -> Response:
     out = _object_headers(meta)
     out.update(_override_headers(overrides))
     status = 200
+    if byte_range is not None or not hdrs.wants_checksums(req.headers):
+        # Checksums are shown only on request, and describe the whole object: S3 sends
+        # none with a part of it.
+        for name in [n for n in out if n.startswith("x-amz-checksum-")]:
+            del out[name]
     if byte_range is not None:
         status = 206
         out["content-range"] = byte_range.content_range(meta.size)
         out["content-length"] = str(byte_range.length)
-        # Checksums describe the whole object; S3 sends none with a part of it.
-        for name in [n for n in out if n.startswith("x-amz-checksum-")]:
-            del out[name]
     else:
         out["content-length"] = str(meta.size)
     if req.method == "HEAD":
         return empty_response(req.request_id, status=status, headers=out)
     if byte_range is not None:
         chunks = await ctx.app.engine.read_object(bucket, key, meta, start=byte_range.start, end=byte_range.end,
-                                                  query=version, headers=read_headers)
+                                                  headers=read_headers)
     else:
-        chunks = await ctx.app.engine.read_object(bucket, key, meta, query=version, headers=read_headers)
+        chunks = await ctx.app.engine.read_object(bucket, key, meta, headers=read_headers)
     return stream_response(chunks, req.request_id, status=status, headers=out)
 
 

@@ -29,11 +29,12 @@ _HOP_HEADERS = frozenset({
     "connection", "keep-alive", "transfer-encoding", "content-length", "date", "server",
     "x-amz-request-id", "x-amz-id-2", "proxy-connection", "upgrade", "content-range",
 })
-# x-amz headers a HEAD/GET for object metadata must carry (encryption keys, payer, checksum mode).
-_OBJECT_READ_AMZ = (
-    "x-amz-server-side-encryption-customer-", "x-amz-checksum-mode", "x-amz-request-payer",
-    "x-amz-expected-bucket-owner",
+# x-amz headers that make a read the caller's own (encryption keys, payer, owner check):
+# such a read goes to the origin and its answer is not shared through the cache.
+_PERSONAL_READ_AMZ = (
+    "x-amz-server-side-encryption-customer-", "x-amz-request-payer", "x-amz-expected-bucket-owner",
 )
+_OBJECT_READ_AMZ = (*_PERSONAL_READ_AMZ, "x-amz-checksum-mode")
 
 
 def for_origin_write(headers: Mapping[str, str]) -> dict[str, str]:
@@ -60,6 +61,15 @@ def check_user_metadata(headers: Mapping[str, str]) -> None:
                for name, value in headers.items() if name.startswith("x-amz-meta-"))
     if size > _MAX_USER_METADATA:
         raise S3Error("MetadataTooLarge", extra={"Size": str(size), "MaxSizeAllowed": str(_MAX_USER_METADATA)})
+
+
+def personal_read_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The headers of a GET/HEAD that the origin must see and that keep it out of the cache."""
+    return {name: value for name, value in headers.items() if name.startswith(_PERSONAL_READ_AMZ)}
+
+
+def wants_checksums(headers: Mapping[str, str]) -> bool:
+    return headers.get("x-amz-checksum-mode", "").upper() == "ENABLED"
 
 
 def for_origin_read(headers: Mapping[str, str], *, conditionals: bool) -> dict[str, str]:

@@ -192,6 +192,9 @@ def gateway_process(origin_endpoint: str, log_path: Path) -> Iterator[tuple[subp
         "GATEWAY_SERVER_HOST": "127.0.0.1",
         "GATEWAY_SERVER_PORT": str(port),
         "GATEWAY_AUTH_USERS": json.dumps([{"access_key": USER[0], "secret_key": USER[1], "admin": True}]),
+        # No cache tiers: this measures streaming itself (a cached read may hold up to the
+        # memory tier's quota on top, by design).
+        "GATEWAY_CACHE_MEMORY_QUOTA": "0",
     })
     log = open(log_path, "wb")
     proc = subprocess.Popen(

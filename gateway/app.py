@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from starlette.types import Receive, Scope, Send
 
-from gateway.config import Settings
+from gateway.config import CacheSettings, Settings
 from gateway.engine import Engine
 from gateway.origin import Origin
 from gateway.s3api.server import S3App
+from gateway.store.disk import DiskTier
+from gateway.store.memory import MemoryTier
+from gateway.store.policy import make_policy
+from gateway.store.tiers import TieredStore
 
 
 class GatewayApp:
@@ -18,7 +22,11 @@ class GatewayApp:
         self.s3: S3App | None = None
 
     async def startup(self) -> None:
-        engine = Engine(Origin(self.settings.origin), self.settings.metadata, self.settings.listing)
+        store = build_store(self.settings.cache)
+        if store is not None:
+            await store.open()
+        engine = Engine(Origin(self.settings.origin), self.settings.metadata, self.settings.listing,
+                        store=store, cache=self.settings.cache)
         self.s3 = S3App(self.settings, engine)
 
     async def shutdown(self) -> None:
@@ -51,6 +59,27 @@ class GatewayApp:
                 await self.shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def build_store(cache: CacheSettings) -> TieredStore | None:
+    """The tiers of `cache.*`: memory on top, then the disk folders in the order given.
+
+    None when no tier is configured: every read then streams from the origin.
+    """
+    if cache.memory_quota == 0 and not cache.disk:
+        return None
+    memory = None
+    if cache.memory_quota > 0:
+        memory = MemoryTier(cache.memory_quota, make_policy(cache.policy, cache.memory_quota))
+    disks = [
+        DiskTier(d.path, d.quota, make_policy(cache.policy, d.quota), medium=d.medium, name=f"disk{i}")
+        for i, d in enumerate(cache.disk)
+    ]
+    return TieredStore(
+        memory, disks, promote=cache.promote,
+        pinned=tuple((r.bucket, r.prefix) for r in cache.pinned),
+        ttl=tuple((r.bucket, r.prefix, r.seconds) for r in cache.ttl),
+    )
 
 
 def create_app(settings: Settings) -> GatewayApp:

@@ -137,6 +137,59 @@ class AuthSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class DiskTierSettings:
+    """One cache folder: Alluxio's tieredstore.levelN.dirs.path / .quota / .mediumtype."""
+
+    path: str
+    quota: int
+    medium: Literal["ssd", "hdd"] = "ssd"
+
+    def __post_init__(self) -> None:
+        if not self.path:
+            raise ConfigError("cache.disk: every disk tier needs a path")
+        if self.quota <= 0:
+            raise ConfigError(f"cache.disk {self.path}: quota must be positive")
+        if self.medium not in ("ssd", "hdd"):
+            raise ConfigError(f"cache.disk {self.path}: medium is 'ssd' or 'hdd', got {self.medium!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixRule:
+    """A bucket/prefix, with a TTL in seconds for `cache.ttl` rules."""
+
+    bucket: str
+    prefix: str = ""
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class CacheSettings:
+    """The block cache: tiers, block size, eviction policy, promotion, pins and TTLs."""
+
+    block_size: int = 4 * 1024**2
+    policy: Literal["lru", "s3fifo"] = "s3fifo"
+    # CACHE_PROMOTE (true): a hit in a lower tier is copied up to memory; CACHE (false): not.
+    promote: bool = True
+    memory_quota: int = 1024**3
+    disk: tuple[DiskTierSettings, ...] = ()
+    readahead_blocks: int = 4  # blocks of a read fetched ahead, in parallel
+    pinned: tuple[PrefixRule, ...] = ()  # never evicted
+    ttl: tuple[PrefixRule, ...] = ()  # freed `seconds` after they were cached
+    # Writes also fill the cache (Alluxio's CACHE_THROUGH), so a read after a write hits.
+    cache_through: bool = False
+
+    def __post_init__(self) -> None:
+        if not 64 * 1024 <= self.block_size <= 64 * 1024**2:
+            raise ConfigError(f"cache.block_size: between 64KiB and 64MiB, got {self.block_size}")
+        if self.policy not in ("lru", "s3fifo"):
+            raise ConfigError(f"cache.policy: 'lru' or 's3fifo', got {self.policy!r}")
+        if self.memory_quota < 0 or self.readahead_blocks < 0:
+            raise ConfigError("cache.memory_quota and cache.readahead_blocks must not be negative")
+        if any(rule.seconds <= 0 for rule in self.ttl):
+            raise ConfigError("cache.ttl: every rule needs seconds > 0")
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataSettings:
     """The object-metadata cache (Alluxio's alluxio.user.metadata.cache.*)."""
 
@@ -168,6 +221,7 @@ class Settings:
     origin: OriginSettings = OriginSettings()
     server: ServerSettings = ServerSettings()
     auth: AuthSettings = AuthSettings()
+    cache: CacheSettings = CacheSettings()
     metadata: MetadataSettings = MetadataSettings()
     listing: ListingSettings = ListingSettings()
 
@@ -184,7 +238,10 @@ def _redact(value: Any) -> Any:
     return value
 
 
-_SIZE_FIELDS = {("server", "max_object_size"), ("server", "spool_memory"), ("server", "max_xml_size")}
+_SIZE_FIELDS = {
+    ("server", "max_object_size"), ("server", "spool_memory"), ("server", "max_xml_size"),
+    ("cache", "block_size"), ("cache", "memory_quota"),
+}
 _DURATION_FIELDS = {
     ("origin", "connect_timeout"), ("origin", "read_timeout"), ("auth", "max_clock_skew"),
     ("metadata", "ttl"), ("metadata", "negative_ttl"), ("metadata", "stale_if_error"), ("listing", "ttl"),
@@ -206,6 +263,10 @@ def _build_section(cls: type, name: str, raw: Mapping[str, Any]) -> Any:
             value = tuple(_build_user(u) for u in _as_list(value, "auth.users"))
         elif name == "auth" and key == "anonymous_read":
             value = tuple(_as_list(value, "auth.anonymous_read"))
+        elif name == "cache" and key == "disk":
+            value = tuple(_build_table(DiskTierSettings, "cache.disk", d) for d in _as_list(value, "cache.disk"))
+        elif name == "cache" and key in ("pinned", "ttl"):
+            value = tuple(_build_table(PrefixRule, f"cache.{key}", r) for r in _as_list(value, f"cache.{key}"))
         else:
             value = _coerce(value, known[key].type, f"{name}.{key}")
         values[key] = value
@@ -221,6 +282,29 @@ def _as_list(value: Any, name: str) -> list[Any]:
     if not isinstance(value, (list, tuple)):
         raise ConfigError(f"{name}: expected a list")
     return [v.strip() if isinstance(v, str) else v for v in value]
+
+
+def _build_table(cls: type, name: str, raw: Any) -> Any:
+    """One entry of a list of tables ([[cache.disk]], cache.ttl = [{...}])."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{name}: each entry is a table")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(raw) - set(fields)
+    if unknown:
+        raise ConfigError(f"{name}: unknown setting(s): {', '.join(sorted(unknown))}")
+    values = {}
+    for key, value in raw.items():
+        if key == "quota":
+            value = parse_size(value, f"{name}.quota")
+        elif key == "seconds":
+            value = parse_duration(value, f"{name}.seconds")
+        else:
+            value = _coerce(value, fields[key].type, f"{name}.{key}")
+        values[key] = value
+    try:
+        return cls(**values)
+    except TypeError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
 
 
 def _build_user(raw: Any) -> User:
@@ -262,7 +346,7 @@ def _coerce(value: Any, annotation: Any, name: str) -> Any:
 
 _SECTIONS = {
     "origin": OriginSettings, "server": ServerSettings, "auth": AuthSettings,
-    "metadata": MetadataSettings, "listing": ListingSettings,
+    "cache": CacheSettings, "metadata": MetadataSettings, "listing": ListingSettings,
 }
 
 

@@ -7,19 +7,23 @@ origin itself.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import re
-from collections import Counter
-from collections.abc import AsyncIterator, Iterable
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Awaitable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 
-from gateway.config import ListingSettings, MetadataSettings
+from gateway.config import CacheSettings, ListingSettings, MetadataSettings
 from gateway.errors import S3Error
 from gateway.origin import BodyFactory, Origin, OriginResponse
+from gateway.store.blocks import BlockId, block_bounds, block_span, slice_for
 from gateway.store.meta import ListingCache, MetadataCache, MetaKey
+from gateway.store.tiers import TieredStore
 
-__all__ = ["Engine", "ObjectChanged", "ObjectMeta", "OriginResponse", "meta_from_headers"]
+__all__ = ["Engine", "ObjectChanged", "ObjectMeta", "ObjectRead", "OriginResponse", "meta_from_headers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +48,20 @@ class Engine:
     drop what they may have changed from the caches once the origin answered.
     """
 
-    def __init__(self, origin: Origin, metadata: MetadataSettings, listing: ListingSettings) -> None:
+    def __init__(
+        self,
+        origin: Origin,
+        metadata: MetadataSettings,
+        listing: ListingSettings,
+        *,
+        store: TieredStore | None = None,
+        cache: CacheSettings | None = None,
+    ) -> None:
         self.origin = origin
+        self.store = store
+        self.cache_settings = cache or CacheSettings()
+        self._inflight: dict[str, asyncio.Future[bytes]] = {}
+        self._background: set[asyncio.Future[bytes]] = set()
         self.settings = metadata
         self.meta_cache: MetadataCache[ObjectMeta | _Missing] = MetadataCache(
             metadata.max_entries, ttl=metadata.ttl, negative_ttl=metadata.negative_ttl)
@@ -54,6 +70,8 @@ class Engine:
 
     async def aclose(self) -> None:
         await self.origin.aclose()
+        if self.store is not None:
+            await self.store.aclose()
 
     async def head_object(
         self,
@@ -62,33 +80,34 @@ class Engine:
         *,
         version_id: str | None = None,
         headers: dict[str, str] | None = None,
-    ) -> ObjectMeta:
-        """Metadata of one object (version); raises S3Error (NoSuchKey, NoSuchBucket, ...).
+    ) -> tuple[ObjectMeta, bool]:
+        """Metadata of one object (version), and whether it came from memory without asking
+        the origin; raises S3Error (NoSuchKey, NoSuchBucket, ...).
 
         `headers` are the client's object-read headers (encryption keys, payer, ...);
         a request carrying any of them bypasses the cache, since its answer is its own.
         """
         query = [("versionId", version_id)] if version_id else []
         if headers:
-            return await self._fetch_meta(bucket, key, query, headers)
+            return await self._fetch_meta(bucket, key, query, headers), False
         cache_key = (bucket, key, version_id or "")
         found = self.meta_cache.get(cache_key)
         if found is None:
             self.stats["meta_miss"] += 1
-            return await self._fetch_and_cache(cache_key, query)
+            return await self._fetch_and_cache(cache_key, query), False
         cached, missing = found
         if missing:
             if cached.age <= self.settings.negative_ttl:
                 self.stats["meta_hit"] += 1
                 raise cached.value.error()  # type: ignore[union-attr]
             self.stats["meta_miss"] += 1
-            return await self._fetch_and_cache(cache_key, query)
+            return await self._fetch_and_cache(cache_key, query), False
         meta = cached.value
         assert isinstance(meta, ObjectMeta)
         if cached.age <= self.settings.ttl and not self.settings.strict:
             self.stats["meta_hit"] += 1
-            return meta
-        return await self._revalidate(cache_key, query, meta, cached.age)
+            return meta, True
+        return await self._revalidate(cache_key, query, meta, cached.age), False
 
     async def _revalidate(self, cache_key: MetaKey, query: list[tuple[str, str]], meta: ObjectMeta, age: float) -> ObjectMeta:
         """A conditional HEAD: 304 keeps the entry (no data is fetched again)."""
@@ -157,8 +176,142 @@ class Engine:
         start: int | None = None,
         end: int | None = None,
         headers: dict[str, str] | None = None,
+    ) -> ObjectRead:
+        """The bytes [start, end] (inclusive) of exactly the version `meta` describes.
+
+        From the block cache block by block (fetching missing blocks once, with
+        readahead), or straight from the origin for reads whose answer is the caller's
+        own (`headers`: encryption keys, payer) or when no cache is configured. The first
+        block is in hand before this returns, so a failure becomes an S3 error, not a
+        broken stream.
+        """
+        if headers or self.store is None or meta.size == 0:
+            return ObjectRead("miss", await self._origin_read(bucket, key, meta, start, end, headers))
+        if start is None or end is None:
+            start, end = 0, meta.size - 1
+        size = self.cache_settings.block_size
+        version = meta.version_id if meta.version_id and meta.version_id != "null" else meta.etag
+        blocks = [BlockId(bucket, key, version, i) for i in block_span(start, end, size)]
+        source = self._describe(blocks)
+        if key.endswith(_FOOTER_FIRST_SUFFIXES):
+            # Parquet and ORC readers start at the footer: have the last block ready.
+            last = BlockId(bucket, key, version, (meta.size - 1) // size)
+            if last not in self.store and last.name not in self._inflight:
+                self._spawn(self._block(last, meta))
+        # Readahead: the next blocks are fetched while the first one is awaited and sent.
+        pending = deque(self._spawn(self._block(b, meta)) for b in blocks[1 : 1 + self.cache_settings.readahead_blocks])
+        try:
+            first = await self._block(blocks[0], meta)
+        except BaseException:
+            for waiter in pending:
+                waiter.cancel()
+            raise
+        return ObjectRead(source, self._stream(blocks, meta, start, end, first, pending))
+
+    def _describe(self, blocks: list[BlockId]) -> str:
+        """The x-cache value: where the blocks of this read are, as it starts."""
+        assert self.store is not None
+        memory = self.store.memory
+        in_memory = sum(1 for b in blocks if memory is not None and b in memory)
+        cached = sum(1 for b in blocks if b in self.store)
+        if in_memory == len(blocks):
+            return "hit-mem"
+        if cached == len(blocks):
+            return "hit-disk"
+        return "miss" if cached == 0 else "partial"
+
+    async def _stream(
+        self, blocks: list[BlockId], meta: ObjectMeta, start: int, end: int, first: bytes,
+        pending: deque[asyncio.Future[bytes]],
     ) -> AsyncIterator[bytes]:
-        """The bytes [start, end] (inclusive) of exactly the version `meta` describes."""
+        size = self.cache_settings.block_size
+        upcoming = iter(blocks[1 + len(pending):])
+        try:
+            for position, block in enumerate(blocks):
+                if position == 0:
+                    data = first
+                elif pending:
+                    data = await pending.popleft()
+                else:
+                    data = await self._block(block, meta)
+                if position > 0 and self.cache_settings.readahead_blocks:
+                    nxt = next(upcoming, None)  # keep the window full: one out, one in
+                    if nxt is not None:
+                        pending.append(self._spawn(self._block(nxt, meta)))
+                lo, hi = slice_for(block.index, size, start, end)
+                yield data if (lo, hi) == (0, len(data)) else data[lo:hi]
+        finally:
+            for waiter in pending:  # only the waiting stops: shared fetches go on and fill the cache
+                waiter.cancel()
+
+    async def _block(self, block: BlockId, meta: ObjectMeta) -> bytes:
+        """One block: from a tier, else fetched from the origin exactly once however many wait."""
+        assert self.store is not None
+        while True:
+            hit = await self.store.get(block)
+            if hit is not None:
+                self.stats[f"block_hit_{hit[1]}"] += 1
+                return hit[0]
+            fetch = self._inflight.get(block.name)
+            if fetch is not None:
+                self.stats["block_wait"] += 1
+                break
+            if block in self.store:  # stored between our look and now
+                continue
+            self.stats["block_miss"] += 1
+            fetch = asyncio.ensure_future(self._fetch_block(block, meta))
+            self._inflight[block.name] = fetch
+            fetch.add_done_callback(lambda done, name=block.name: self._fetched(name, done))
+            break
+        # A reader that goes away does not cancel a fetch that others may be waiting on.
+        return await asyncio.shield(fetch)
+
+    def _fetched(self, name: str, fetch: asyncio.Future[bytes]) -> None:
+        self._inflight.pop(name, None)
+        if not fetch.cancelled():
+            fetch.exception()  # retrieved: a failed fetch nobody waited for is not an error to log
+
+    async def _fetch_block(self, block: BlockId, meta: ObjectMeta) -> bytes:
+        assert self.store is not None
+        first, last = block_bounds(block.index, self.cache_settings.block_size, meta.size)
+        query = [("versionId", meta.version_id)] if meta.version_id and meta.version_id != "null" else []
+        response = await self.origin.send(
+            "GET", block.bucket, block.key, query=query,
+            headers={"range": f"bytes={first}-{last}", "if-match": meta.etag},
+        )
+        if response.status == 412:
+            await response.aclose()
+            self.invalidate(block.bucket, block.key)
+            raise ObjectChanged()
+        if response.status >= 300:
+            raise await self.origin.error_from(response, resource=f"/{block.bucket}/{block.key}")
+        expected = last - first + 1
+        if response.status != 206 and expected != meta.size:
+            await response.aclose()
+            raise S3Error("ServiceUnavailable", "The origin ignored a byte range; the block was not cached.")
+        data = bytearray()
+        async for piece in response.iter_bytes():  # never more than one block, whatever is sent
+            data += piece
+            if len(data) > expected:
+                await response.aclose()
+                break
+        if len(data) != expected:
+            raise S3Error("ServiceUnavailable", "The origin sent a block of the wrong size; retry the request.")
+        self.stats["origin_block_fetch"] += 1
+        block_bytes = bytes(data)
+        await self.store.put(block, block_bytes)
+        return block_bytes
+
+    def _spawn(self, work: Awaitable[bytes]) -> asyncio.Future[bytes]:
+        """Run `work` now; a failure nobody waits for only costs a later miss, not a log line."""
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(lambda t: (self._background.discard(t), t.cancelled() or t.exception()))
+        return task
+
+    async def _origin_read(
+        self, bucket: str, key: str, meta: ObjectMeta, start: int | None, end: int | None, headers: dict[str, str] | None
+    ) -> AsyncIterator[bytes]:
         request_headers = dict(headers or {})
         # If-Match pins the version we described to the client: an object replaced
         # between HEAD and GET must not be served under the old ETag.
@@ -232,6 +385,14 @@ class Engine:
                 self.invalidate(bucket, key)
 
 
+@dataclass(frozen=True, slots=True)
+class ObjectRead:
+    """The bytes of a read, and how it is served: hit-mem | hit-disk | partial | miss."""
+
+    source: str
+    chunks: AsyncIterator[bytes]
+
+
 class ObjectChanged(S3Error):
     """The object at the origin is no longer the version our metadata described."""
 
@@ -257,6 +418,7 @@ class _Missing:
 
 
 _WRITES = frozenset({"PUT", "POST", "DELETE"})
+_FOOTER_FIRST_SUFFIXES = (".parquet", ".orc")
 # Metadata is always asked for with its checksums, so one cached entry serves every
 # client; the handler shows checksums only to clients that asked for them.
 _META_HEADERS = {"x-amz-checksum-mode": "ENABLED"}

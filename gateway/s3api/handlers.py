@@ -35,6 +35,8 @@ _RESPONSE_OVERRIDES = {
     "response-content-disposition": "content-disposition",
     "response-content-encoding": "content-encoding",
 }
+# How a read was served (hit-mem | hit-disk | partial | miss): the one non-S3 header.
+X_CACHE = "x-cache"
 # Reads of the bucket itself, allowed to anyone holding some grant on it.
 _BUCKET_LEVEL_READS = frozenset({"HeadBucket", "GetBucketLocation"})
 _STRICT_BUCKET_NAME = re.compile(r"^(?!xn--)(?!sthree-)(?!.*-s3alias$)(?!.*--ol-s3$)[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -178,7 +180,8 @@ async def _get_object(ctx: Context) -> Response:
         response = await ctx.app.engine.forward(req.method, bucket, key, query=ctx.origin_query(), headers=headers)
         return await ctx.relay(response, headers=_override_headers(overrides))
     read_headers = hdrs.personal_read_headers(req.headers)
-    meta = await ctx.app.engine.head_object(bucket, key, version_id=req.query.get("versionId"), headers=read_headers)
+    meta, from_memory = await ctx.app.engine.head_object(bucket, key, version_id=req.query.get("versionId"),
+                                                         headers=read_headers)
     try:
         ranges.evaluate_preconditions(req.headers, etag=meta.etag, last_modified=meta.last_modified)
     except S3Error as err:
@@ -203,13 +206,15 @@ async def _get_object(ctx: Context) -> Response:
     else:
         out["content-length"] = str(meta.size)
     if req.method == "HEAD":
+        out[X_CACHE] = "hit-mem" if from_memory else "miss"
         return empty_response(req.request_id, status=status, headers=out)
     if byte_range is not None:
-        chunks = await ctx.app.engine.read_object(bucket, key, meta, start=byte_range.start, end=byte_range.end,
-                                                  headers=read_headers)
+        read = await ctx.app.engine.read_object(bucket, key, meta, start=byte_range.start, end=byte_range.end,
+                                                headers=read_headers)
     else:
-        chunks = await ctx.app.engine.read_object(bucket, key, meta, headers=read_headers)
-    return stream_response(chunks, req.request_id, status=status, headers=out)
+        read = await ctx.app.engine.read_object(bucket, key, meta, headers=read_headers)
+    out[X_CACHE] = read.source
+    return stream_response(read.chunks, req.request_id, status=status, headers=out)
 
 
 async def put_object(ctx: Context) -> Response:

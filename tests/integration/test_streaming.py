@@ -30,7 +30,7 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 from defusedxml import ElementTree
 
-from gateway.config import OriginSettings
+from gateway.config import CacheSettings, OriginSettings
 from gateway.demo import free_port
 from tests.support import RunningGateway, base_settings, client
 
@@ -194,6 +194,11 @@ def fake_origin() -> Iterator[FakeOrigin]:
         yield origin
 
 
+# These tests are about the pass-through path (a read the cache does not keep streams
+# straight from the origin); tests/integration/test_block_cache.py covers the block path.
+NO_CACHE = CacheSettings(memory_quota=0)
+
+
 def origin_settings(endpoint: str, **changes: object) -> OriginSettings:
     return dataclasses.replace(base_settings(endpoint).origin, endpoint=endpoint, **changes)  # type: ignore[arg-type]
 
@@ -212,7 +217,7 @@ def error_code(body: bytes) -> str:
 def test_client_disconnect_mid_get_cancels_origin_request(
     fake_origin: FakeOrigin, start_gateway: Callable[..., RunningGateway]
 ) -> None:
-    gw = start_gateway(origin=origin_settings(fake_origin.endpoint, retries=0))
+    gw = start_gateway(origin=origin_settings(fake_origin.endpoint, retries=0), cache=NO_CACHE)
     received = 0
     with httpx.Client(timeout=10) as http:
         with http.stream("GET", presigned_get(gw, "endless")) as response:
@@ -243,7 +248,7 @@ def test_client_disconnect_mid_get_cancels_origin_request(
 def test_origin_failing_mid_body_aborts_the_client_connection(
     key: str, fake_origin: FakeOrigin, start_gateway: Callable[..., RunningGateway]
 ) -> None:
-    gw = start_gateway(origin=origin_settings(fake_origin.endpoint, retries=0, read_timeout=1.0))
+    gw = start_gateway(origin=origin_settings(fake_origin.endpoint, retries=0, read_timeout=1.0), cache=NO_CACHE)
     received = 0
     with httpx.Client(timeout=15) as http:
         with http.stream("GET", presigned_get(gw, key)) as response:
@@ -260,7 +265,7 @@ def test_origin_failing_mid_body_aborts_the_client_connection(
 
 def test_unreachable_origin_is_service_unavailable(start_gateway: Callable[..., RunningGateway]) -> None:
     closed_port_endpoint = f"http://127.0.0.1:{free_port()}"
-    gw = start_gateway(origin=origin_settings(closed_port_endpoint, retries=0, connect_timeout=1.0, read_timeout=1.0))
+    gw = start_gateway(origin=origin_settings(closed_port_endpoint, retries=0, connect_timeout=1.0, read_timeout=1.0), cache=NO_CACHE)
     started = time.monotonic()
     response = httpx.get(presigned_get(gw, "any-key"), timeout=30)
     elapsed = time.monotonic() - started
@@ -274,7 +279,7 @@ def test_unreachable_origin_is_service_unavailable(start_gateway: Callable[..., 
 def test_origin_that_never_answers_is_service_unavailable_after_read_timeout(
     key: str, fake_origin: FakeOrigin, start_gateway: Callable[..., RunningGateway]
 ) -> None:
-    gw = start_gateway(origin=origin_settings(fake_origin.endpoint, retries=0, read_timeout=1.0))
+    gw = start_gateway(origin=origin_settings(fake_origin.endpoint, retries=0, read_timeout=1.0), cache=NO_CACHE)
     started = time.monotonic()
     response = httpx.get(presigned_get(gw, key), timeout=30)
     elapsed = time.monotonic() - started

@@ -1,0 +1,555 @@
+"""The disk tier: one file per block in a fan-out of folders, all file work in a thread pool.
+
+File format (FORMAT_VERSION 1), all integers big-endian:
+
+    offset  size  field
+    0       4     magic b"GWBK"
+    4       1     format version (1)
+    5       3     reserved, zero
+    8       4     header length H (the fixed part and the JSON below, in bytes)
+    12      8     data length N
+    20      4     CRC-32 of the data (blocks.checksum)
+    24      H-24  JSON, ASCII: {"bucket", "key", "version", "index"}
+    H       N     the block's bytes
+
+A file lives at <root>/<name[0:2]>/<name[2:4]>/<name>, where name is BlockId.name. It is
+written under a temporary name (".tmp-<name>-<random>") in the same folder and renamed into
+place, so a real name only ever holds a whole block; open() deletes leftover temporaries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import functools
+import json
+import logging
+import os
+import secrets
+import struct
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from gateway.store.blocks import BlockId, checksum
+from gateway.store.policy import EvictionPolicy
+from gateway.store.stats import TierStats
+
+log = logging.getLogger("gateway.store")
+
+T = TypeVar("T")
+
+MAGIC = b"GWBK"
+FORMAT_VERSION = 1
+FIXED_HEADER = struct.Struct(">4sB3xIQI")  # magic, version, reserved, header length, data length, crc32
+MAX_HEADER = 64 * 1024  # S3 keys are at most 1 KiB; anything larger is a damaged header
+TMP_PREFIX = ".tmp-"
+_PROBE = 4096  # one read that holds the whole header for any real key
+_HEX = frozenset("0123456789abcdef")
+
+
+class BadBlockError(Exception):
+    """A block file whose header, length or checksum does not check out."""
+
+
+def encode_header(block_id: BlockId, data_length: int, crc: int) -> bytes:
+    meta = json.dumps(
+        {"bucket": block_id.bucket, "key": block_id.key, "version": block_id.version, "index": block_id.index},
+        ensure_ascii=True,
+        separators=(",", ":"),
+    ).encode("ascii")
+    return FIXED_HEADER.pack(MAGIC, FORMAT_VERSION, FIXED_HEADER.size + len(meta), data_length, crc) + meta
+
+
+def decode_fixed(raw: bytes) -> tuple[int, int, int]:
+    """(header length, data length, crc) from the first bytes of a block file."""
+    if len(raw) < FIXED_HEADER.size:
+        raise BadBlockError("short header")
+    magic, version, header_length, data_length, crc = FIXED_HEADER.unpack_from(raw)
+    if magic != MAGIC:
+        raise BadBlockError("bad magic")
+    if version != FORMAT_VERSION:
+        # An unknown format is dropped and refetched, never misread.
+        raise BadBlockError(f"format version {version}")
+    if not FIXED_HEADER.size <= header_length <= MAX_HEADER:
+        raise BadBlockError(f"header length {header_length}")
+    return header_length, data_length, crc
+
+
+def decode_meta(raw: bytes) -> BlockId:
+    try:
+        meta = json.loads(raw.decode("ascii"))
+        bucket, key, version, index = meta["bucket"], meta["key"], meta["version"], meta["index"]
+        if not (isinstance(bucket, str) and isinstance(key, str) and isinstance(version, str)):
+            raise TypeError("fields must be strings")
+        if type(index) is not int:
+            raise TypeError("index must be an int")
+        return BlockId(bucket, key, version, index)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BadBlockError(f"bad header metadata: {exc}") from None
+
+
+def _is_block_name(name: str) -> bool:
+    return len(name) == 32 and _HEX.issuperset(name)
+
+
+def _is_fan(name: str) -> bool:
+    return len(name) == 2 and _HEX.issuperset(name)
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _always(block_id: BlockId) -> bool:
+    return True
+
+
+@dataclass(slots=True)
+class _Entry:
+    block_id: BlockId
+    size: int  # data bytes; the header (~100 bytes) is not counted against the quota
+    mtime: float  # wall clock, from the file at open()
+
+
+class DiskTier:
+    """One folder of block files with a byte quota.
+
+    The index, the policy and the counters live on the event loop and change only there;
+    every file operation runs in this tier's own bounded thread pool, one whole unit per hop
+    (open+fstat+pread+verify, or evict+write+rename). `used` counts indexed blocks plus
+    writes in flight, so it never exceeds `quota`.
+
+    Degrades, never fails: no disk error escapes get/put/remove. A bad block is deleted,
+    counted and reported as a miss; a failed write marks the tier unhealthy for `backoff`
+    seconds, during which put() stores nothing (reads still try).
+    `evictable` is installed by TieredStore (pinning); alone, every block is evictable.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        quota: int,
+        policy: EvictionPolicy,
+        *,
+        medium: str = "ssd",
+        name: str,
+        threads: int = 4,
+        fsync: bool = False,
+        backoff: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if quota < 0:
+            raise ValueError(f"quota must be >= 0, not {quota}")
+        self.path = os.path.abspath(path)
+        self.quota = quota
+        self.policy = policy
+        self.medium = medium
+        self.name = name
+        self.fsync = fsync
+        self.backoff = backoff
+        self.stats = TierStats()
+        self.evictable: Callable[[BlockId], bool] = _always
+        self._clock = clock
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"gateway-store-{name}")
+        self._index: dict[str, _Entry] = {}
+        self._pending: dict[str, int] = {}  # name -> bytes reserved by a write in flight
+        self._cancelled: set[str] = set()  # removed while their write was in flight
+        self._used = 0
+        self._unhealthy_until: float | None = None
+        self._opened = False
+        self._closed = False
+
+    # --- state ------------------------------------------------------------------------------
+
+    @property
+    def used(self) -> int:
+        return self._used
+
+    @property
+    def healthy(self) -> bool:
+        return self._unhealthy_until is None or self._clock() >= self._unhealthy_until
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __contains__(self, block_id: object) -> bool:
+        return isinstance(block_id, BlockId) and block_id.name in self._index
+
+    def __iter__(self) -> Iterator[BlockId]:
+        return iter([entry.block_id for entry in self._index.values()])
+
+    def age(self, block_id: BlockId) -> float | None:
+        """Seconds since the block was written (wall clock; survives a restart)."""
+        entry = self._index.get(block_id.name)
+        return None if entry is None else max(0.0, time.time() - entry.mtime)
+
+    def block_path(self, name: str) -> str:
+        return os.path.join(self.path, name[0:2], name[2:4], name)
+
+    def __repr__(self) -> str:
+        return f"DiskTier(name={self.name!r}, path={self.path!r}, used={self._used}, quota={self.quota}, blocks={len(self._index)})"
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Rebuild the index from the folders (headers only), oldest file first into the
+        policy; delete leftover temporaries and files with bad headers; evict any excess
+        over the quota. A folder that cannot be read leaves the tier empty and unhealthy."""
+        if self._opened or self._closed:
+            return
+        self._opened = True
+        try:
+            found, bad, temporaries = await self._run(self._scan)
+        except (OSError, RuntimeError) as exc:  # RuntimeError: the pool is shut down
+            log.warning("disk tier %s: cannot scan %s: %s", self.name, self.path, exc)
+            self.stats.read_errors += 1
+            self._mark_unhealthy(exc)
+            return
+        self.stats.bad_blocks += bad
+        found.sort(key=lambda entry: entry.mtime)
+        for entry in found:
+            name = entry.block_id.name
+            if name in self._index or name in self._pending:
+                continue
+            self._index[name] = entry
+            self._used += entry.size
+            self.policy.insert(name, entry.size)
+        excess = []
+        while self._used > self.quota:
+            victim = self.policy.victim(self._evictable_name)
+            if victim is None:
+                break
+            entry = self._index.pop(victim)
+            self._used -= entry.size
+            self.stats.evictions += 1
+            excess.append(self.block_path(victim))
+        if excess:
+            try:
+                await self._run(self._unlink_all, excess)
+            except RuntimeError as exc:  # the pool is shut down; unlink errors are logged inside
+                log.warning("disk tier %s: cannot delete blocks over the quota: %s", self.name, exc)
+        log.info(
+            "disk tier %s: %d blocks, %d bytes at open (%d bad and %d temporary files deleted, %d over quota)",
+            self.name, len(self._index), self._used, bad, temporaries, len(excess),
+        )
+
+    async def aclose(self) -> None:
+        """Stop taking work and wait for the thread pool to finish what it has."""
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.get_running_loop().run_in_executor(None, functools.partial(self._executor.shutdown, wait=True))
+
+    # --- the tier ---------------------------------------------------------------------------
+
+    async def get(self, block_id: BlockId) -> bytes | None:
+        """The verified bytes of a block, or None (a miss) on any trouble."""
+        name = block_id.name
+        entry = self._index.get(name)
+        if entry is None or self._closed:
+            self.stats.misses += 1
+            return None
+        try:
+            data = await self._run(self._fetch, self.block_path(name), block_id)
+        except BadBlockError as exc:
+            log.warning("disk tier %s: dropped bad block %s (%s/%s #%d): %s", self.name, name, block_id.bucket, block_id.key, block_id.index, exc)
+            self.stats.bad_blocks += 1
+            self._drop(name, entry)
+        except FileNotFoundError:
+            self._drop(name, entry)  # deleted behind our back, or evicted while we read
+        except (OSError, RuntimeError) as exc:  # RuntimeError: the pool is shut down
+            log.warning("disk tier %s: cannot read block %s: %s", self.name, name, exc)
+            self.stats.read_errors += 1
+        except Exception:  # a cache failure never fails the read (STYLE.md): a bug is a miss too
+            log.exception("disk tier %s: unexpected error reading block %s", self.name, name)
+            self.stats.read_errors += 1
+        else:
+            self.stats.hits += 1
+            self.policy.access(name)
+            return data
+        self.stats.misses += 1
+        return None
+
+    async def put(self, block_id: BlockId, data: bytes) -> list[BlockId]:
+        """Store a block; returns the ids evicted to make room, whose files are deleted."""
+        return [victim for victim, _ in await self._put(block_id, data, take=False)]
+
+    async def put_demoting(self, block_id: BlockId, data: bytes) -> list[tuple[BlockId, bytes | None]]:
+        """Store a block; returns the evicted blocks with their verified bytes (read in the
+        same hop that deletes them) so the caller can move them down a tier. A victim that
+        could not be read back (bad or unreadable file) comes with None: it is simply gone."""
+        return await self._put(block_id, data, take=True)
+
+    async def remove(self, block_id: BlockId) -> bool:
+        """Forget a block and delete its file; True if it was held or being written."""
+        name = block_id.name
+        entry = self._index.pop(name, None)
+        if entry is not None:
+            self._used -= entry.size
+            self.policy.remove(name)
+        pending = name in self._pending
+        if pending:
+            self._cancelled.add(name)  # _settle_put deletes the file when the write lands
+        if entry is None:
+            return pending
+        try:
+            await asyncio.shield(self._run(self._unlink_quiet, self.block_path(name)))
+        except RuntimeError as exc:  # the pool is shut down; unlink errors are logged inside
+            log.warning("disk tier %s: cannot delete block %s: %s", self.name, name, exc)
+        return True
+
+    # --- put, in three steps: decide on the loop, work in a thread, settle on the loop -------
+
+    async def _put(self, block_id: BlockId, data: bytes, *, take: bool) -> list[tuple[BlockId, bytes | None]]:
+        name = block_id.name
+        if self._closed or name in self._index or name in self._pending:
+            return []
+        size = len(data)
+        if size > self.quota or not self.healthy:
+            self.stats.rejected += 1
+            return []
+        victims: list[BlockId] = []
+        while self._used + size > self.quota:
+            victim = self.policy.victim(self._evictable_name)
+            if victim is None:
+                break
+            entry = self._index.pop(victim)
+            self._used -= entry.size
+            self.stats.evictions += 1
+            victims.append(entry.block_id)
+        store = self._used + size <= self.quota
+        if store:
+            self._pending[name] = size
+            self._used += size
+        else:
+            self.stats.rejected += 1  # only pinned blocks left to evict; the victims still go
+        settle = functools.partial(self._settle_put, block_id, size, store)
+        work = functools.partial(self._store, block_id, data if store else None, victims, take)
+        try:
+            future = self._run(work)
+        except RuntimeError as exc:  # the pool is shut down
+            settle(exc)
+            return [(victim, None) for victim in victims]
+        try:
+            outcome = await asyncio.shield(future)
+        except asyncio.CancelledError:
+            # Our caller went away; the write goes on, and is settled when it lands.
+            future.add_done_callback(functools.partial(self._settle_later, settle))
+            raise
+        except Exception as exc:  # noqa: BLE001 -- a cache failure never fails the caller (STYLE.md); settle logs it
+            settle(exc)
+            return [(victim, None) for victim in victims]
+        taken, bad, write_error = outcome
+        self.stats.bad_blocks += bad
+        settle(write_error)
+        return taken
+
+    def _settle_later(self, settle: Callable[[BaseException | None], None], done: asyncio.Future[Any]) -> None:
+        if done.cancelled():
+            settle(asyncio.CancelledError())
+        elif (exc := done.exception()) is not None:
+            settle(exc)
+        else:
+            _, bad, write_error = done.result()
+            self.stats.bad_blocks += bad
+            settle(write_error)
+
+    def _settle_put(self, block_id: BlockId, size: int, stored: bool, error: BaseException | None) -> None:
+        """On the loop, after the write hop: index the block or give its reservation back."""
+        if error is not None and not isinstance(error, (OSError, asyncio.CancelledError)):
+            self.stats.write_errors += 1
+            log.error("disk tier %s: unexpected error storing block %s", self.name, block_id.name, exc_info=error)
+        if not stored:
+            return
+        name = block_id.name
+        self._pending.pop(name, None)
+        cancelled = name in self._cancelled
+        self._cancelled.discard(name)
+        if error is None and not cancelled:
+            self._index[name] = _Entry(block_id, size, time.time())
+            self.policy.insert(name, size)
+            if self._unhealthy_until is not None:
+                log.info("disk tier %s: writable again", self.name)
+                self._unhealthy_until = None
+            return
+        self._used -= size
+        if isinstance(error, OSError):
+            self.stats.write_errors += 1
+            self._mark_unhealthy(error)
+        if error is None:  # written, then removed meanwhile: take the file back
+            try:
+                self._executor.submit(self._unlink_quiet, self.block_path(name))
+            except RuntimeError:
+                pass
+
+    def _mark_unhealthy(self, exc: BaseException) -> None:
+        if self.healthy:
+            log.warning(
+                "disk tier %s: %s; not writing for %.0fs (%s)",
+                self.name, exc, self.backoff, errno.errorcode.get(getattr(exc, "errno", 0) or 0, "error"),
+            )
+        self._unhealthy_until = self._clock() + self.backoff
+
+    def _evictable_name(self, name: str) -> bool:
+        return self.evictable(self._index[name].block_id)
+
+    def _drop(self, name: str, entry: _Entry) -> None:
+        if self._index.get(name) is entry:
+            del self._index[name]
+            self._used -= entry.size
+            self.policy.remove(name)
+
+    def _run(self, func: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        return asyncio.get_running_loop().run_in_executor(self._executor, func, *args)
+
+    # --- executor side: never called on the event loop ---------------------------------------
+
+    def _store(
+        self, block_id: BlockId, data: bytes | None, victims: list[BlockId], take: bool
+    ) -> tuple[list[tuple[BlockId, bytes | None]], int, OSError | None]:
+        """Evict (reading the victims first if `take`), then write the new block."""
+        taken: list[tuple[BlockId, bytes | None]] = []
+        bad = 0
+        for victim in victims:
+            path = self.block_path(victim.name)
+            victim_data: bytes | None = None
+            if take:
+                try:
+                    victim_data = self._fetch(path, victim)
+                except BadBlockError:
+                    bad += 1  # already deleted; reported with None, not demoted
+                except OSError:
+                    pass
+            self._unlink_quiet(path)
+            taken.append((victim, victim_data))
+        if data is None:
+            return taken, bad, None
+        try:
+            header = encode_header(block_id, len(data), checksum(data))
+            self._write_file(self.block_path(block_id.name), header, data)
+        except OSError as exc:
+            return taken, bad, exc
+        return taken, bad, None
+
+    def _write_file(self, path: str, header: bytes, data: bytes) -> None:
+        """Write header+data under a temporary name beside `path`, then rename into place."""
+        folder = os.path.dirname(path)
+        os.makedirs(folder, exist_ok=True)
+        temporary = os.path.join(folder, f"{TMP_PREFIX}{os.path.basename(path)}-{secrets.token_hex(4)}")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            try:
+                _write_all(fd, header)
+                _write_all(fd, data)
+                if self.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temporary, path)
+        except BaseException:
+            self._unlink_quiet(temporary)
+            raise
+        if self.fsync:
+            dir_fd = os.open(folder, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+
+    def _fetch(self, path: str, block_id: BlockId) -> bytes:
+        """Read and verify one block; a bad file is deleted before BadBlockError is raised."""
+        try:
+            return self._read_block(path, block_id)
+        except BadBlockError:
+            self._unlink_quiet(path)
+            raise
+
+    def _read_block(self, path: str, block_id: BlockId) -> bytes:
+        """open + fstat + pread + verify, as one unit."""
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            file_size = os.fstat(fd).st_size
+            head = os.pread(fd, _PROBE, 0)
+            header_length, data_length, crc = decode_fixed(head)
+            if header_length > len(head):
+                head = os.pread(fd, header_length, 0)
+                if len(head) < header_length:
+                    raise BadBlockError("truncated header")
+            if decode_meta(head[FIXED_HEADER.size : header_length]) != block_id:
+                raise BadBlockError("the header names another block")
+            if header_length + data_length != file_size:
+                raise BadBlockError(f"{file_size} bytes on disk for {header_length}+{data_length}")
+            data = os.pread(fd, data_length, header_length)
+        finally:
+            os.close(fd)
+        if len(data) != data_length:
+            raise BadBlockError("short read")
+        if checksum(data) != crc:
+            raise BadBlockError("checksum mismatch")
+        return data
+
+    def _read_entry(self, path: str, name: str) -> _Entry:
+        """The index entry of one block file, from its header alone."""
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            stat = os.fstat(fd)
+            head = os.pread(fd, _PROBE, 0)
+            header_length, data_length, _ = decode_fixed(head)
+            if header_length > len(head):
+                head = os.pread(fd, header_length, 0)
+                if len(head) < header_length:
+                    raise BadBlockError("truncated header")
+        finally:
+            os.close(fd)
+        block_id = decode_meta(head[FIXED_HEADER.size : header_length])
+        if block_id.name != name:
+            raise BadBlockError("the header does not match the file name")
+        if header_length + data_length != stat.st_size:
+            raise BadBlockError(f"{stat.st_size} bytes on disk for {header_length}+{data_length}")
+        return _Entry(block_id, data_length, stat.st_mtime)
+
+    def _scan(self) -> tuple[list[_Entry], int, int]:
+        """Every block file's entry; deletes temporaries and files with bad headers."""
+        os.makedirs(self.path, exist_ok=True)
+        found: list[_Entry] = []
+        bad = temporaries = 0
+        for first in os.scandir(self.path):
+            if not (_is_fan(first.name) and first.is_dir(follow_symlinks=False)):
+                continue
+            for second in os.scandir(first.path):
+                if not (_is_fan(second.name) and second.is_dir(follow_symlinks=False)):
+                    continue
+                for item in os.scandir(second.path):
+                    if item.name.startswith(TMP_PREFIX):
+                        self._unlink_quiet(item.path)
+                        temporaries += 1
+                        continue
+                    if not (_is_block_name(item.name) and item.name[0:2] == first.name and item.name[2:4] == second.name):
+                        continue  # not ours: leave it alone
+                    try:
+                        found.append(self._read_entry(item.path, item.name))
+                    except BadBlockError as exc:
+                        log.warning("disk tier %s: deleting %s: %s", self.name, item.path, exc)
+                        self._unlink_quiet(item.path)
+                        bad += 1
+                    except OSError as exc:
+                        log.warning("disk tier %s: skipping %s: %s", self.name, item.path, exc)
+        return found, bad, temporaries
+
+    def _unlink_all(self, paths: list[str]) -> None:
+        for path in paths:
+            self._unlink_quiet(path)
+
+    def _unlink_quiet(self, path: str) -> None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("disk tier %s: cannot delete %s: %s", self.name, path, exc)

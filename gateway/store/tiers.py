@@ -1,0 +1,261 @@
+"""The tiered store: memory over disks, with promotion, demotion, pinning and TTLs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from gateway.store.blocks import BlockId
+from gateway.store.disk import DiskTier
+from gateway.store.memory import MemoryTier
+
+Tier = MemoryTier | DiskTier
+
+
+class TieredStore:
+    """One node's block cache: levels [memory, disk0, disk1, ...] (Alluxio's tieredstore.levels).
+
+    - put() stores into the highest level that accepts the block (a level refuses when the
+      block exceeds its quota, only pinned blocks are left to evict, or the disk is
+      unhealthy: a failing disk degrades the store to fewer tiers). A level's victims go
+      down to the next level that accepts them; the last level's victims are freed. Each
+      level's own policy picks its victims; a demoted block enters the lower level's policy
+      as a new insert, like any other block.
+    - get() looks from the top; with `promote` (CACHE_PROMOTE) a hit below level 0 is
+      copied into level 0, which demotes level 0's victims in turn. The lower copy stays:
+      a block may live in two levels at once, and removal removes every copy.
+    - Pinned (bucket, key prefix) blocks are never chosen as victims, in any level: the
+      store installs its predicate as each tier's `evictable`. Admin purges and TTLs still
+      remove them.
+    - A (bucket, key prefix, seconds) TTL frees blocks that long after they were first
+      stored (the most specific prefix wins). Expired blocks are misses on get(), and
+      expire() sweeps them. Disk blocks found at start carry their file's age.
+
+    Event loop only. Every tier stays within its quota at all times, whatever interleaves.
+    """
+
+    def __init__(
+        self,
+        memory: MemoryTier | None,
+        disks: Iterable[DiskTier],
+        *,
+        promote: bool = True,
+        pinned: tuple[tuple[str, str], ...] = (),
+        ttl: tuple[tuple[str, str, float], ...] = (),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.memory = memory
+        self.disks = list(disks)
+        self.levels: list[Tier] = ([memory] if memory is not None else []) + self.disks
+        names = [tier.name for tier in self.levels]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tier names must be distinct: {names}")
+        self.promote = promote
+        self._clock = clock
+        self._pinned: dict[str, tuple[str, ...]] = {}
+        for bucket, prefix in pinned:
+            self._pinned[bucket] = (*self._pinned.get(bucket, ()), prefix)
+        self._ttl: dict[str, list[tuple[str, float]]] = {}
+        for bucket, prefix, seconds in ttl:
+            if seconds <= 0:
+                raise ValueError(f"TTL for {bucket}/{prefix} must be > 0, not {seconds}")
+            self._ttl.setdefault(bucket, []).append((prefix, seconds))
+        for rules in self._ttl.values():
+            rules.sort(key=lambda rule: len(rule[0]), reverse=True)
+        self._born: dict[str, tuple[BlockId, float]] = {}  # only blocks under a TTL
+        self.misses = 0
+        self.expired = 0
+        self.promotions = 0
+        self.demotions = 0
+        self.freed = 0
+        for tier in self.levels:
+            tier.evictable = self._evictable
+        self._seed_ages()
+
+    # --- rules ------------------------------------------------------------------------------
+
+    def is_pinned(self, block_id: BlockId) -> bool:
+        prefixes = self._pinned.get(block_id.bucket)
+        return prefixes is not None and block_id.key.startswith(prefixes)
+
+    def ttl_of(self, block_id: BlockId) -> float | None:
+        for prefix, seconds in self._ttl.get(block_id.bucket, ()):
+            if block_id.key.startswith(prefix):
+                return seconds
+        return None
+
+    def _evictable(self, block_id: BlockId) -> bool:
+        return not self.is_pinned(block_id)
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Open every disk tier (rebuilding its index) and learn the ages of what it holds."""
+        for disk in self.disks:
+            await disk.open()
+        self._seed_ages()
+
+    async def aclose(self) -> None:
+        for disk in self.disks:
+            await disk.aclose()
+
+    # --- reads and writes -------------------------------------------------------------------
+
+    def __contains__(self, block_id: object) -> bool:
+        return any(block_id in tier for tier in self.levels)
+
+    async def get(self, block_id: BlockId) -> tuple[bytes, str] | None:
+        """(data, tier name) or None. Never raises for cache trouble: that is a miss."""
+        if self._is_expired(block_id):
+            await self._remove_everywhere(block_id)
+            self.expired += 1
+            self.misses += 1
+            return None
+        for level, tier in enumerate(self.levels):
+            data = tier.get(block_id) if isinstance(tier, MemoryTier) else await tier.get(block_id)
+            if data is None:
+                continue
+            if self.promote and level > 0 and block_id not in self.levels[0]:
+                self.promotions += 1
+                await self._store_at(0, block_id, data)
+            return data, tier.name
+        self.misses += 1
+        return None
+
+    async def put(self, block_id: BlockId, data: bytes) -> None:
+        """Cache a block in the highest level that takes it; victims cascade down."""
+        if self.ttl_of(block_id) is not None and block_id not in self:
+            self._born[block_id.name] = (block_id, self._clock())
+        await self._sink(0, block_id, data)
+
+    async def remove(self, block_id: BlockId) -> bool:
+        """Remove a block from every level; True if any held it."""
+        held = block_id in self
+        await self._remove_everywhere(block_id)
+        return held
+
+    async def expire(self) -> int:
+        """Free every block past its TTL; returns how many."""
+        now = self._clock()
+        due = [
+            block_id
+            for block_id, born in list(self._born.values())
+            if (ttl := self.ttl_of(block_id)) is not None and now - born >= ttl
+        ]
+        expired = 0
+        for block_id in due:
+            if block_id in self:  # else it already went unnoticed (a bad block dropped on read)
+                expired += 1
+            await self._remove_everywhere(block_id)
+        self.expired += expired
+        return expired
+
+    async def evict_prefix(self, bucket: str, prefix: str) -> int:
+        """Remove every block of keys under bucket/prefix from every level (admin purge, pins
+        included); returns how many distinct blocks were removed."""
+        targets = {
+            block_id.name: block_id
+            for tier in self.levels
+            for block_id in tier
+            if block_id.bucket == bucket and block_id.key.startswith(prefix)
+        }
+        for block_id in targets.values():
+            await self._remove_everywhere(block_id)
+        return len(targets)
+
+    def stats(self) -> dict[str, Any]:
+        tiers: dict[str, dict[str, Any]] = {}
+        for tier in self.levels:
+            tiers[tier.name] = {
+                "medium": tier.medium,
+                "used": tier.used,
+                "quota": tier.quota,
+                "blocks": len(tier),
+                "healthy": tier.healthy,
+                **tier.stats.as_dict(),
+            }
+        return {
+            "tiers": tiers,
+            "hits": sum(tier.stats.hits for tier in self.levels),
+            "misses": self.misses,
+            "expired": self.expired,
+            "promotions": self.promotions,
+            "demotions": self.demotions,
+            "freed": self.freed,
+        }
+
+    # --- placement --------------------------------------------------------------------------
+
+    async def _sink(self, level: int, block_id: BlockId, data: bytes) -> None:
+        """Store at the first level from `level` down that takes the block, else free it."""
+        for lower in range(level, len(self.levels)):
+            if block_id in self.levels[lower]:
+                return  # a copy is already there (it was promoted from it)
+            if await self._store_at(lower, block_id, data):
+                return
+        self._forget_if_gone(block_id)
+
+    async def _store_at(self, level: int, block_id: BlockId, data: bytes) -> bool:
+        """Put into one level and send its victims down; True if the level kept the block."""
+        tier = self.levels[level]
+        last = level == len(self.levels) - 1
+        victims: list[tuple[BlockId, bytes | None]]
+        if isinstance(tier, MemoryTier):
+            victims = list(tier.put(block_id, data))
+        elif last:
+            victims = [(victim, None) for victim in await tier.put(block_id, data)]
+        else:
+            victims = await tier.put_demoting(block_id, data)
+        stored = block_id in tier
+        for victim, victim_data in victims:
+            if last or victim_data is None:
+                self.freed += 1
+                self._forget_if_gone(victim)
+            else:
+                self.demotions += 1
+                await self._sink(level + 1, victim, victim_data)
+        return stored
+
+    async def _remove_everywhere(self, block_id: BlockId) -> None:
+        for tier in self.levels:
+            if isinstance(tier, MemoryTier):
+                tier.remove(block_id)
+            else:
+                await tier.remove(block_id)
+        self._born.pop(block_id.name, None)
+
+    # --- ages -------------------------------------------------------------------------------
+
+    def _is_expired(self, block_id: BlockId) -> bool:
+        ttl = self.ttl_of(block_id)
+        if ttl is None:
+            return False
+        born = self._born.get(block_id.name)
+        if born is None:
+            if block_id not in self:
+                return False
+            born = self._seed(block_id)
+        return self._clock() - born[1] >= ttl
+
+    def _seed_ages(self) -> None:
+        if not self._ttl:
+            return
+        for tier in self.levels:
+            for block_id in tier:
+                if block_id.name not in self._born and self.ttl_of(block_id) is not None:
+                    self._seed(block_id)
+
+    def _seed(self, block_id: BlockId) -> tuple[BlockId, float]:
+        age = 0.0
+        for disk in self.disks:
+            disk_age = disk.age(block_id)
+            if disk_age is not None:
+                age = max(age, disk_age)
+        born = (block_id, self._clock() - age)
+        self._born[block_id.name] = born
+        return born
+
+    def _forget_if_gone(self, block_id: BlockId) -> None:
+        if block_id.name in self._born and block_id not in self:
+            del self._born[block_id.name]

@@ -12,6 +12,8 @@ from hypothesis import settings as hypothesis_settings
 from gateway.demo import moto_server
 from tests.support import RunningGateway, base_settings, client
 
+pytest_plugins = ["tests.redis_fixtures"]
+
 # The machine is shared: a slow example is not a failure (speed lives in bench/).
 hypothesis_settings.register_profile("gateway", deadline=None)
 hypothesis_settings.load_profile("gateway")

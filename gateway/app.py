@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 from starlette.types import Receive, Scope, Send
 
+from gateway.admin.api import AdminApp
+from gateway.cluster.shared import SharedMetadata
 from gateway.config import CacheSettings, Settings
 from gateway.engine import Engine
+from gateway.events import SqsConsumer
 from gateway.origin import Origin
 from gateway.s3api.server import S3App
 from gateway.store.disk import DiskTier
@@ -15,21 +21,45 @@ from gateway.store.tiers import TieredStore
 
 
 class GatewayApp:
-    """The whole gateway as one ASGI callable (S3 endpoint; the admin API joins it later)."""
+    """The whole gateway as one ASGI callable: the S3 endpoint, and the admin API under admin.path."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.s3: S3App | None = None
+        self.admin: AdminApp | None = None
+        self._invalidations: asyncio.Task[None] | None = None
+        self._events: SqsConsumer | None = None
+        self._tasks: list[asyncio.Task[None]] = []
 
     async def startup(self) -> None:
         store = build_store(self.settings.cache)
         if store is not None:
             await store.open()
+        # With Redis: metadata and listings shared by the nodes, and their invalidations.
+        shared = SharedMetadata(self.settings.redis) if self.settings.redis.url else None
         engine = Engine(Origin(self.settings.origin), self.settings.metadata, self.settings.listing,
-                        store=store, cache=self.settings.cache)
+                        store=store, cache=self.settings.cache, shared=shared)
+        if shared is not None:
+            self._invalidations = asyncio.create_task(
+                shared.listen(engine.invalidate_local, on_resync=engine.purge), name="gateway-invalidations")
+        if self.settings.events.sqs_queue_url:
+            self._events = SqsConsumer(self.settings.events, engine.changed)
+            self._tasks.append(asyncio.create_task(self._events.run(), name="gateway-sqs-events"))
+        if store is not None and self.settings.cache.ttl:
+            self._tasks.append(asyncio.create_task(_expire_periodically(store), name="gateway-cache-ttl"))
+        self.admin = AdminApp(self.settings.admin, purge=engine.purge_prefix, changed=engine.changed)
         self.s3 = S3App(self.settings, engine)
 
     async def shutdown(self) -> None:
+        for task in [self._invalidations, *self._tasks]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._invalidations, self._tasks = None, []
+        if self._events is not None:
+            await self._events.aclose()
+            self._events = None
         if self.s3 is not None:
             await self.s3.engine.aclose()
             self.s3 = None
@@ -42,8 +72,11 @@ class GatewayApp:
             return
         if self.s3 is None:  # a server without lifespan support
             await self.startup()
-        assert self.s3 is not None
-        await self.s3(scope, receive, send)
+        assert self.s3 is not None and self.admin is not None
+        if self.admin.handles(scope["path"]):
+            await self.admin(scope, receive, send)
+        else:
+            await self.s3(scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -59,6 +92,13 @@ class GatewayApp:
                 await self.shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+async def _expire_periodically(store: TieredStore, every: float = 30.0) -> None:
+    """Free blocks past their prefix's TTL even when nobody reads them."""
+    while True:
+        await asyncio.sleep(every)
+        await store.expire()
 
 
 def build_store(cache: CacheSettings) -> TieredStore | None:

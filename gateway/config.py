@@ -205,6 +205,35 @@ class MetadataSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class AdminSettings:
+    """The admin API, served under `path` on the S3 port (no bucket name can start with '_')."""
+
+    token: str = field(default="", repr=False)  # empty: the admin API answers nothing
+    path: str = "/_gateway"
+
+    def __post_init__(self) -> None:
+        if not self.path.startswith("/_") or self.path.endswith("/"):
+            raise ConfigError(f"admin.path: like '/_gateway' (starting with '/_'), got {self.path!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class EventsSettings:
+    """S3 event notifications that invalidate at once what changed behind the gateway."""
+
+    sqs_queue_url: str = ""  # empty: no SQS consumer (the admin webhook still works)
+    sqs_region: str = "us-east-1"
+    sqs_access_key: str = ""
+    sqs_secret_key: str = field(default="", repr=False)
+    wait_seconds: int = 10  # long-poll duration of each ReceiveMessage
+
+    def __post_init__(self) -> None:
+        if self.sqs_queue_url and not re.match(r"^https?://[^/]+/.+", self.sqs_queue_url):
+            raise ConfigError(f"events.sqs_queue_url: expected http(s)://host/account/queue, got {self.sqs_queue_url!r}")
+        if not 0 <= self.wait_seconds <= 20:
+            raise ConfigError("events.wait_seconds: 0 to 20 (SQS long polling)")
+
+
+@dataclass(frozen=True, slots=True)
 class ListingSettings:
     """The listing cache: ListObjects pages keyed by their full parameter set."""
 
@@ -217,6 +246,29 @@ class ListingSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class RedisSettings:
+    """Shared state in Redis: object metadata (L2), listing pages and the invalidation channel.
+
+    An empty `url` means no Redis: the node runs alone with its in-process caches (the
+    embedded default). With Redis down the node keeps serving from those caches.
+    """
+
+    # redis://[user:password@]host:port/db, rediss:// (TLS) or unix:///path/redis.sock.
+    # Sentinel and Cluster will be further schemes here. Hidden from repr: it may hold a password.
+    url: str = field(default="", repr=False)
+    key_prefix: str = "gw:"  # every key and the pub/sub channel start with it
+    socket_timeout: float = 0.5  # a Redis call taking longer counts as Redis being down
+    retry_interval: float = 1.0  # after a failure, how long the node runs without Redis before trying again
+
+    def __post_init__(self) -> None:
+        if self.url and not re.match(r"^(redis|rediss|unix)://", self.url):
+            raise ConfigError("redis.url: expected redis://host:port/db, rediss://... or unix:///path "
+                              "(Sentinel and Cluster are not supported yet)")
+        if self.socket_timeout <= 0 or self.retry_interval <= 0:
+            raise ConfigError("redis.socket_timeout and redis.retry_interval must be positive")
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     origin: OriginSettings = OriginSettings()
     server: ServerSettings = ServerSettings()
@@ -224,17 +276,26 @@ class Settings:
     cache: CacheSettings = CacheSettings()
     metadata: MetadataSettings = MetadataSettings()
     listing: ListingSettings = ListingSettings()
+    redis: RedisSettings = RedisSettings()
+    admin: AdminSettings = AdminSettings()
+    events: EventsSettings = EventsSettings()
 
     def redacted(self) -> dict[str, Any]:
         """The effective settings as plain data, secrets replaced by '***'."""
         return _redact(dataclasses.asdict(self))
 
 
+def _is_secret(name: str) -> bool:
+    return "secret" in name or "token" in name or "password" in name
+
+
 def _redact(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: ("***" if "secret" in k and v else _redact(v)) for k, v in value.items()}
+        return {k: ("***" if _is_secret(k) and v else _redact(v)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_redact(v) for v in value]
+    if isinstance(value, str) and "://" in value:  # redis://user:password@host
+        return re.sub(r"^([a-z+]+://[^/@:]*):[^/@]*@", r"\1:***@", value)
     return value
 
 
@@ -245,6 +306,7 @@ _SIZE_FIELDS = {
 _DURATION_FIELDS = {
     ("origin", "connect_timeout"), ("origin", "read_timeout"), ("auth", "max_clock_skew"),
     ("metadata", "ttl"), ("metadata", "negative_ttl"), ("metadata", "stale_if_error"), ("listing", "ttl"),
+    ("redis", "socket_timeout"), ("redis", "retry_interval"),
 }
 
 
@@ -347,6 +409,8 @@ def _coerce(value: Any, annotation: Any, name: str) -> Any:
 _SECTIONS = {
     "origin": OriginSettings, "server": ServerSettings, "auth": AuthSettings,
     "cache": CacheSettings, "metadata": MetadataSettings, "listing": ListingSettings,
+    "redis": RedisSettings,
+    "admin": AdminSettings, "events": EventsSettings,
 }
 
 

@@ -1,8 +1,8 @@
 """The read and write paths: object metadata, object bytes, listings, write-through.
 
-Object metadata and listings are cached in process (store.meta); object bytes still
-come from the origin (the block cache plugs in here next). `s3api` never talks to the
-origin itself.
+Object metadata and listings are cached in process (store.meta, the L1) and, when
+Redis is configured, shared by the nodes (cluster.shared, the L2); object bytes come
+from the block cache (store) or the origin. `s3api` never talks to the origin itself.
 """
 
 from __future__ import annotations
@@ -10,17 +10,21 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
+import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 
+import orjson
+
+from gateway.cluster.shared import SharedMetadata
 from gateway.config import CacheSettings, ListingSettings, MetadataSettings
 from gateway.errors import S3Error
 from gateway.origin import BodyFactory, Origin, OriginResponse
 from gateway.store.blocks import BlockId, block_bounds, block_span, slice_for
-from gateway.store.meta import ListingCache, MetadataCache, MetaKey
+from gateway.store.meta import ListingCache, ListingKey, MetadataCache, MetaKey
 from gateway.store.tiers import TieredStore
 
 __all__ = ["Engine", "ObjectChanged", "ObjectMeta", "ObjectRead", "OriginResponse", "meta_from_headers"]
@@ -43,9 +47,14 @@ class ObjectMeta:
 class Engine:
     """Reads and writes on behalf of authorised S3 requests.
 
-    Metadata and listings come from the in-process caches while fresh; past their TTL
-    the origin is asked with a conditional HEAD. Writes go through to the origin and
-    drop what they may have changed from the caches once the origin answered.
+    Metadata and listings come from the in-process caches (L1) while fresh, else from
+    the shared ones in Redis (L2) when configured; past their TTL the origin is asked
+    with a conditional HEAD. Writes go through to the origin and, once it answered,
+    drop what they may have changed from both levels on every node before the write
+    is acknowledged.
+
+    An answer fetched while an invalidation of its bucket happened is returned but not
+    cached (`_epoch`): it may predate the write that caused the invalidation.
     """
 
     def __init__(
@@ -56,22 +65,29 @@ class Engine:
         *,
         store: TieredStore | None = None,
         cache: CacheSettings | None = None,
+        shared: SharedMetadata | None = None,
     ) -> None:
         self.origin = origin
         self.store = store
+        self.shared = shared
         self.cache_settings = cache or CacheSettings()
         self._inflight: dict[str, asyncio.Future[bytes]] = {}
         self._background: set[asyncio.Future[bytes]] = set()
         self.settings = metadata
-        self.meta_cache: MetadataCache[ObjectMeta | _Missing] = MetadataCache(
+        self.listing_settings = listing
+        self.meta_cache: MetadataCache[_Known] = MetadataCache(
             metadata.max_entries, ttl=metadata.ttl, negative_ttl=metadata.negative_ttl)
-        self.listing_cache: ListingCache[bytes] = ListingCache(listing.max_entries, ttl=listing.ttl)
+        self.listing_cache: ListingCache[_Page] = ListingCache(listing.max_entries, ttl=listing.ttl)
         self.stats: Counter[str] = Counter()
+        self._epochs: Counter[str] = Counter()  # per bucket: invalidations so far
+        self._purges = 0
 
     async def aclose(self) -> None:
         await self.origin.aclose()
         if self.store is not None:
             await self.store.aclose()
+        if self.shared is not None:
+            await self.shared.aclose()
 
     async def head_object(
         self,
@@ -91,25 +107,75 @@ class Engine:
         if headers:
             return await self._fetch_meta(bucket, key, query, headers), False
         cache_key = (bucket, key, version_id or "")
+        epoch = self._epoch(bucket)
+        found = self._meta_from_l1(cache_key)
+        if found is not None and self._usable(found):
+            self.stats["meta_hit"] += 1
+            return self._answer(found[0]), True
+        # L1 missed or is past its TTL: another node may have a fresh answer. (Strict
+        # mode asks the origin about every positive entry anyway.)
+        if self.shared is not None and (found is None or found[0].missing or not self.settings.strict):
+            shared = await self._meta_from_l2(cache_key)
+            if shared is not None:
+                known = shared[0]
+                if self._epoch(bucket) == epoch:
+                    self.meta_cache.put(cache_key, known, missing=known.missing)
+                if self._usable(shared):
+                    self.stats["meta_l2_hit"] += 1
+                    return self._answer(known), True
+                found = shared
+        if found is None or found[0].missing:
+            self.stats["meta_miss"] += 1
+            return await self._fetch_and_cache(cache_key, query, epoch), False
+        meta = found[0].value
+        assert isinstance(meta, ObjectMeta)
+        return await self._revalidate(cache_key, query, meta, found[1], epoch), False
+
+    def _meta_from_l1(self, cache_key: MetaKey) -> tuple[_Known, float] | None:
         found = self.meta_cache.get(cache_key)
         if found is None:
-            self.stats["meta_miss"] += 1
-            return await self._fetch_and_cache(cache_key, query), False
-        cached, missing = found
-        if missing:
-            if cached.age <= self.settings.negative_ttl:
-                self.stats["meta_hit"] += 1
-                raise cached.value.error()  # type: ignore[union-attr]
-            self.stats["meta_miss"] += 1
-            return await self._fetch_and_cache(cache_key, query), False
-        meta = cached.value
-        assert isinstance(meta, ObjectMeta)
-        if cached.age <= self.settings.ttl and not self.settings.strict:
-            self.stats["meta_hit"] += 1
-            return meta, True
-        return await self._revalidate(cache_key, query, meta, cached.age), False
+            return None
+        cached, _ = found
+        return cached.value, cached.age + cached.value.head_start
 
-    async def _revalidate(self, cache_key: MetaKey, query: list[tuple[str, str]], meta: ObjectMeta, age: float) -> ObjectMeta:
+    async def _meta_from_l2(self, cache_key: MetaKey) -> tuple[_Known, float] | None:
+        assert self.shared is not None
+        shared = await self.shared.get_meta(cache_key)
+        if shared is None:
+            return None
+        payload, age = shared
+        value = _decode_meta(payload)
+        if value is None:  # written by another version of the gateway: a miss
+            return None
+        return _Known(value, head_start=age), age
+
+    def _usable(self, found: tuple[_Known, float]) -> bool:
+        """Whether an entry of this age may be answered without asking the origin."""
+        known, age = found
+        if known.missing:
+            return age <= self.settings.negative_ttl
+        return age <= self.settings.ttl and not self.settings.strict
+
+    @staticmethod
+    def _answer(known: _Known) -> ObjectMeta:
+        if isinstance(known.value, _Missing):
+            raise known.value.error()
+        return known.value
+
+    async def _remember(self, cache_key: MetaKey, value: ObjectMeta | _Missing, epoch: tuple[int, int]) -> None:
+        """Cache an answer the origin just gave, here and in the shared level."""
+        if self._epoch(cache_key[0]) != epoch:
+            self.stats["meta_not_cached_raced"] += 1
+            return
+        missing = isinstance(value, _Missing)
+        self.meta_cache.put(cache_key, _Known(value), missing=missing)
+        if self.shared is not None:
+            await self.shared.put_meta(cache_key, _encode_meta(value),
+                                       self.settings.negative_ttl if missing else self.settings.ttl)
+
+    async def _revalidate(
+        self, cache_key: MetaKey, query: list[tuple[str, str]], meta: ObjectMeta, age: float, epoch: tuple[int, int]
+    ) -> ObjectMeta:
         """A conditional HEAD: 304 keeps the entry (no data is fetched again)."""
         self.stats["meta_revalidate"] += 1
         try:
@@ -123,29 +189,31 @@ class Engine:
         if response.status == 304:
             await response.aclose()
             self.stats["meta_not_modified"] += 1
-            self.meta_cache.touch(cache_key)
+            await self._remember(cache_key, meta, epoch)  # its age starts again, here and shared
             return meta
         if response.status >= 500 and age <= self.settings.ttl + self.settings.stale_if_error:
             await response.aclose()
             self.stats["meta_stale_served"] += 1
             return meta
-        return await self._cache_answer(cache_key, query, response)
+        return await self._cache_answer(cache_key, query, response, epoch)
 
-    async def _fetch_and_cache(self, cache_key: MetaKey, query: list[tuple[str, str]]) -> ObjectMeta:
+    async def _fetch_and_cache(self, cache_key: MetaKey, query: list[tuple[str, str]], epoch: tuple[int, int]) -> ObjectMeta:
         response = await self.origin.send("HEAD", cache_key[0], cache_key[1], query=query, headers=_META_HEADERS)
-        return await self._cache_answer(cache_key, query, response)
+        return await self._cache_answer(cache_key, query, response, epoch)
 
-    async def _cache_answer(self, cache_key: MetaKey, query: list[tuple[str, str]], response: OriginResponse) -> ObjectMeta:
+    async def _cache_answer(
+        self, cache_key: MetaKey, query: list[tuple[str, str]], response: OriginResponse, epoch: tuple[int, int]
+    ) -> ObjectMeta:
         bucket, key, _ = cache_key
         if response.status < 300:
             await response.aclose()
             meta = meta_from_headers(response.headers.multi_items())
-            self.meta_cache.put(cache_key, meta)
+            await self._remember(cache_key, meta, epoch)
             return meta
         await response.aclose()
         error = await self._explain(bucket, key, query, _META_HEADERS, response.status)
         if error.status == 404:
-            self.meta_cache.put(cache_key, _Missing.of(error), missing=True)
+            await self._remember(cache_key, _Missing.of(error), epoch)
         raise error
 
     async def _fetch_meta(self, bucket: str, key: str, query: list[tuple[str, str]], headers: dict[str, str]) -> ObjectMeta:
@@ -281,7 +349,7 @@ class Engine:
         )
         if response.status == 412:
             await response.aclose()
-            self.invalidate(block.bucket, block.key)
+            await self.invalidate(block.bucket, block.key)
             raise ObjectChanged()
         if response.status >= 300:
             raise await self.origin.error_from(response, resource=f"/{block.bucket}/{block.key}")
@@ -322,7 +390,7 @@ class Engine:
         response = await self.origin.send("GET", bucket, key, query=query, headers=request_headers)
         if response.status == 412:
             await response.aclose()
-            self.invalidate(bucket, key)
+            await self.invalidate(bucket, key)
             raise ObjectChanged()
         if response.status >= 300:
             raise await self.origin.error_from(response, resource=f"/{bucket}/{key}")
@@ -331,28 +399,83 @@ class Engine:
     async def list_objects(self, bucket: str, query: list[tuple[str, str]]) -> bytes:
         """An origin listing body for exactly these parameters, from the listing cache while fresh."""
         params = dict(query)
-        cache_key = (bucket, params.pop("prefix", ""), tuple(sorted(params.items())))
+        cache_key: ListingKey = (bucket, params.pop("prefix", ""), tuple(sorted(params.items())))
         page = self.listing_cache.get(cache_key)
-        if page is not None:
+        if page is not None and time.monotonic() < page.expires:
             self.stats["list_hit"] += 1
-            return page
+            return page.body
+        epoch = self._epoch(bucket)
+        ttl = self.listing_settings.ttl
+        if self.shared is not None:
+            shared = await self.shared.get_listing(cache_key)
+            if shared is not None:
+                body, age = shared
+                self.stats["list_l2_hit"] += 1
+                if self._epoch(bucket) == epoch:
+                    self.listing_cache.put(cache_key, _Page(body, time.monotonic() + ttl - age))
+                return body
         self.stats["list_miss"] += 1
         response = await self.origin.send("GET", bucket, None, query=query)
         if response.status >= 300:
             raise await self.origin.error_from(response, resource=f"/{bucket}")
         body = await response.read()
-        self.listing_cache.put(cache_key, body)
+        if self._epoch(bucket) == epoch:
+            self.listing_cache.put(cache_key, _Page(body, time.monotonic() + ttl))
+            if self.shared is not None:
+                await self.shared.put_listing(cache_key, body, ttl)
         return body
 
-    def invalidate(self, bucket: str, key: str | None = None) -> None:
-        """Forget cached metadata and listings a write to `key` (or to the bucket) may have changed."""
+    async def invalidate(self, bucket: str, key: str | None = None) -> None:
+        """Forget cached metadata and listings a write to `key` (or to the bucket) may have
+        changed: in Redis and on every node when shared, and here."""
+        self._epochs[bucket] += 1  # answers being fetched now are no longer cached
+        try:
+            if self.shared is not None:
+                # Shared entries first: a miss here meanwhile must not refill from them.
+                await self.shared.invalidate(bucket, key)
+        finally:
+            self.invalidate_local(bucket, key)
+
+    def invalidate_local(self, bucket: str, key: str | None = None) -> None:
+        """Forget what this node cached about `key` (the bucket when None); another node's
+        write arrives here through the invalidation channel."""
+        self._epochs[bucket] += 1
         self.meta_cache.invalidate(bucket, key)
         self.listing_cache.invalidate(bucket, key)
 
+    async def changed(self, changes: Iterable[tuple[str, str]]) -> None:
+        """Objects changed behind the gateway (an S3 event): forget what we knew of them.
+
+        Their blocks stay: a changed object has a new ETag, so new block names.
+        """
+        for bucket, key in changes:
+            await self.invalidate(bucket, key)
+
+    async def purge_prefix(self, bucket: str, prefix: str, exact: bool = False) -> int:
+        """The admin purge: metadata, listings and cached blocks of one key (`exact`), of
+        every key under a prefix, or of a whole bucket (prefix ""). Returns blocks removed.
+
+        Other nodes forget the key, or for a prefix the whole bucket's metadata (the
+        shared level invalidates by key or bucket); blocks are evicted on this node,
+        and of every key starting with `prefix` even when `exact` (evicting more of a
+        disposable cache is harmless).
+        """
+        if exact:
+            await self.invalidate(bucket, prefix)
+        else:
+            await self.invalidate(bucket)
+        return 0 if self.store is None else await self.store.evict_prefix(bucket, prefix)
+
     def purge(self) -> None:
-        """Forget every cached answer (the origin changed wholesale, or an operator asked)."""
+        """Forget every answer this node cached (the origin changed wholesale, an operator
+        asked, or invalidations from other nodes may have been missed)."""
+        self._purges += 1
         self.meta_cache.clear()
         self.listing_cache.clear()
+
+    def _epoch(self, bucket: str) -> tuple[int, int]:
+        """Changes when anything cached about `bucket` is invalidated."""
+        return self._purges, self._epochs[bucket]
 
     async def error_from(self, response: OriginResponse, *, resource: str) -> S3Error:
         """The S3Error an origin error response stands for (the response is consumed)."""
@@ -375,14 +498,16 @@ class Engine:
         write drops the cached metadata and listings of its key (of the whole bucket
         when it names no key, as DeleteObjects and bucket operations do), whatever
         the origin answered, since a failed write may still have changed something.
+        Uploading parts does not change an object until the upload is completed.
         """
+        query = list(query)
         try:
             return await self.origin.send(
                 method, bucket, key, query=query, headers=headers, body=body, body_length=body_length
             )
         finally:
-            if method in _WRITES and bucket is not None:
-                self.invalidate(bucket, key)
+            if method in _WRITES and bucket is not None and _may_change_objects(method, query):
+                await self.invalidate(bucket, key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,6 +523,27 @@ class ObjectChanged(S3Error):
 
     def __init__(self) -> None:
         super().__init__("ServiceUnavailable", "The object changed while it was being read; retry the request.")
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """An L1 metadata entry: the answer, and the age it already had when this node
+    learnt it from the shared level (so it is not fresh for longer than anywhere else)."""
+
+    value: ObjectMeta | _Missing
+    head_start: float = 0.0
+
+    @property
+    def missing(self) -> bool:
+        return isinstance(self.value, _Missing)
+
+
+@dataclass(frozen=True, slots=True)
+class _Page:
+    """An L1 listing page and when it stops being fresh (time.monotonic)."""
+
+    body: bytes
+    expires: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,6 +568,43 @@ _FOOTER_FIRST_SUFFIXES = (".parquet", ".orc")
 # Metadata is always asked for with its checksums, so one cached entry serves every
 # client; the handler shows checksums only to clients that asked for them.
 _META_HEADERS = {"x-amz-checksum-mode": "ENABLED"}
+
+
+def _may_change_objects(method: str, query: list[tuple[str, str]]) -> bool:
+    """False for CreateMultipartUpload, UploadPart(Copy) and AbortMultipartUpload."""
+    names = {name for name, _ in query}
+    if "uploads" in names:
+        return False
+    return not ("uploadId" in names and method in ("PUT", "DELETE"))
+
+
+# The shared (L2) form of metadata; "v" lets nodes of different versions share a Redis
+# (an entry of an unknown version is a miss).
+_META_FORMAT = 1
+
+
+def _encode_meta(value: ObjectMeta | _Missing) -> bytes:
+    if isinstance(value, _Missing):
+        return orjson.dumps({"v": _META_FORMAT, "missing": {
+            "code": value.code, "message": value.message, "status": value.status, "headers": value.headers}})
+    return orjson.dumps({"v": _META_FORMAT, "size": value.size, "etag": value.etag,
+                         "last_modified": value.last_modified.isoformat(), "headers": value.headers})
+
+
+def _decode_meta(payload: bytes) -> ObjectMeta | _Missing | None:
+    try:
+        data = orjson.loads(payload)
+        if data.get("v") != _META_FORMAT:
+            return None
+        if "missing" in data:
+            m = data["missing"]
+            return _Missing(str(m["code"]), str(m["message"]), int(m["status"]),
+                            tuple((str(n), str(v)) for n, v in m["headers"]))
+        return ObjectMeta(size=int(data["size"]), etag=str(data["etag"]),
+                          last_modified=datetime.fromisoformat(data["last_modified"]),
+                          headers={str(n): str(v) for n, v in data["headers"].items()})
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def meta_from_headers(items: Iterable[tuple[str, str]]) -> ObjectMeta:

@@ -8,6 +8,7 @@ access = logging.getLogger("gateway.access")
 s3api = logging.getLogger("gateway.s3api")
 engine = logging.getLogger("gateway.engine")
 origin = logging.getLogger("gateway.origin")
+cluster = logging.getLogger("gateway.cluster")
 
 
 def configure(level: str = "INFO") -> None:

@@ -1,0 +1,164 @@
+"""SharedMetadata against a real redis-server: expiry, invalidation, pub/sub, outages."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from gateway.cluster.shared import SharedMetadata
+from gateway.config import RedisSettings
+
+Received = list[tuple[str, str | None]]
+
+
+@pytest.fixture
+async def make_shared(clean_redis) -> AsyncIterator[Callable[..., SharedMetadata]]:
+    """SharedMetadata instances on the test Redis (short timeouts), closed after the test."""
+    made: list[SharedMetadata] = []
+    listeners: list[asyncio.Task[None]] = []
+
+    def make(node_id: str, *, listen: Received | None = None, resyncs: list[float] | None = None) -> SharedMetadata:
+        shared = SharedMetadata(RedisSettings(url=clean_redis.url, socket_timeout=0.3, retry_interval=0.2),
+                                node_id=node_id)
+        made.append(shared)
+        if listen is not None:
+            on_resync = (lambda: resyncs.append(time.monotonic())) if resyncs is not None else None
+            listeners.append(asyncio.create_task(
+                shared.listen(lambda bucket, key: listen.append((bucket, key)), on_resync=on_resync)))
+        return shared
+
+    yield make
+    for task in listeners:
+        task.cancel()
+    await asyncio.gather(*listeners, return_exceptions=True)
+    for shared in made:
+        await shared.aclose()
+    if clean_redis.proc is None:
+        clean_redis.start()
+
+
+async def eventually(check: Callable[[], object], within: float = 3.0) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.02)
+
+
+async def test_metadata_lives_as_long_as_its_ttl(make_shared):
+    shared = make_shared("a")
+    await shared.put_meta(("b", "k", ""), b"payload", ttl=0.4)
+    found = await shared.get_meta(("b", "k", ""))
+    assert found is not None and found[0] == b"payload" and 0 <= found[1] < 0.3
+    await asyncio.sleep(0.2)
+    found = await shared.get_meta(("b", "k", ""))
+    assert found is not None and 0.15 <= found[1] < 0.4  # its age, on Redis's clock
+    await asyncio.sleep(0.3)
+    assert await shared.get_meta(("b", "k", "")) is None
+    assert await make_shared("other").get_meta(("b", "missing", "")) is None
+
+
+async def test_invalidating_a_key_drops_every_version_of_it(make_shared):
+    a, b = make_shared("a"), make_shared("b")
+    for key in [("bkt", "k", ""), ("bkt", "k", "v1"), ("bkt", "k2", ""), ("other", "k", "")]:
+        await a.put_meta(key, repr(key).encode(), ttl=30)
+    await a.invalidate("bkt", "k")
+    assert await b.get_meta(("bkt", "k", "")) is None
+    assert await b.get_meta(("bkt", "k", "v1")) is None
+    assert (await b.get_meta(("bkt", "k2", "")))[0] == repr(("bkt", "k2", "")).encode()
+    assert await b.get_meta(("other", "k", "")) is not None
+
+
+async def test_listing_pages_are_dropped_when_their_prefix_can_hold_the_key(make_shared):
+    a, b = make_shared("a"), make_shared("b")
+    pages = {prefix: ("bkt", prefix, (("list-type", "2"),)) for prefix in ["", "a/", "a/b/", "a/c/", "z/"]}
+    for prefix, key in pages.items():
+        await a.put_listing(key, f"page {prefix}".encode(), ttl=30)
+    await a.put_listing(("other", "", ()), b"elsewhere", ttl=30)
+    found = await b.get_listing(pages["a/"])
+    assert found is not None and found[0] == b"page a/"
+    await a.invalidate("bkt", "a/b/new")
+    for prefix in ["", "a/", "a/b/"]:
+        assert await b.get_listing(pages[prefix]) is None, prefix
+    for prefix in ["a/c/", "z/"]:
+        assert await b.get_listing(pages[prefix]) is not None, prefix
+    await a.invalidate("bkt", None)  # the whole bucket: every page and all its metadata
+    assert await b.get_listing(pages["z/"]) is None
+    assert await b.get_listing(("other", "", ())) is not None
+
+
+async def test_listing_pages_expire(make_shared):
+    shared = make_shared("a")
+    await shared.put_listing(("bkt", "", ()), b"page", ttl=0.3)
+    assert (await shared.get_listing(("bkt", "", ())))[0] == b"page"
+    await asyncio.sleep(0.4)
+    assert await shared.get_listing(("bkt", "", ())) is None
+
+
+async def test_bucket_invalidation_reaches_metadata_on_every_node(make_shared):
+    got_b: Received = []
+    a, b = make_shared("a"), make_shared("b", listen=got_b)
+    await asyncio.wait_for(b.subscribed.wait(), 3)
+    await b.put_meta(("bkt", "k", ""), b"old", ttl=30)  # b knows the bucket's generation now
+    assert await a.get_meta(("bkt", "k", "")) is not None
+    await a.invalidate("bkt", None)
+    await eventually(lambda: ("bkt", None) in got_b)
+    assert await a.get_meta(("bkt", "k", "")) is None
+    assert await b.get_meta(("bkt", "k", "")) is None  # b moved to the new generation
+    assert await make_shared("c").get_meta(("bkt", "k", "")) is None
+
+
+async def test_invalidations_reach_other_nodes_not_the_sender(make_shared):
+    got_a: Received = []
+    got_b: Received = []
+    a, b = make_shared("a", listen=got_a), make_shared("b", listen=got_b)
+    await asyncio.wait_for(asyncio.gather(a.subscribed.wait(), b.subscribed.wait()), 3)
+    await a.invalidate("bkt", "dir/k")
+    await b.invalidate("bkt", None)
+    await eventually(lambda: got_b == [("bkt", "dir/k")] and got_a == [("bkt", None)])
+    await asyncio.sleep(0.2)
+    assert got_a == [("bkt", None)] and got_b == [("bkt", "dir/k")]  # nobody hears itself
+
+
+async def test_redis_down_means_no_shared_state_not_errors(make_shared, clean_redis, caplog):
+    got_b: Received = []
+    resyncs: list[float] = []
+    a, b = make_shared("a"), make_shared("b", listen=got_b, resyncs=resyncs)
+    await asyncio.wait_for(b.subscribed.wait(), 3)
+    await a.put_meta(("bkt", "k", ""), b"x", ttl=30)
+    clean_redis.stop()
+
+    started = time.monotonic()
+    assert await a.get_meta(("bkt", "k", "")) is None
+    await a.put_meta(("bkt", "k", ""), b"x", ttl=30)
+    await a.put_listing(("bkt", "", ()), b"page", ttl=30)
+    assert await a.get_listing(("bkt", "", ())) is None
+    await a.invalidate("bkt", "written-during-the-outage")
+    assert time.monotonic() - started < 1.0  # one failed call at most, then the circuit is open
+    assert sum(a.errors.values()) >= 1 and a.skipped >= 1
+    await eventually(lambda: not b.subscribed.is_set())
+    assert b.errors["listen"] >= 1
+    await asyncio.sleep(0.5)  # more failed attempts, still one outage
+    assert a.errors["get_meta"] == 1  # one timeout, then the circuit stayed open
+    assert sum(r.getMessage().startswith("Redis unavailable") for r in caplog.records) == 2  # once per node
+
+    clean_redis.start()
+    await asyncio.wait_for(b.subscribed.wait(), 5)  # b resubscribed by itself
+    assert len(resyncs) == 2  # at the start, and after the outage
+    await asyncio.sleep(0.25)  # past retry_interval: a tries Redis again
+    await a.put_meta(("bkt", "k", ""), b"back", ttl=30)
+    assert (await a.get_meta(("bkt", "k", "")))[0] == b"back"
+    # The invalidation a could not send goes out once a listens (and so replays) again.
+    got_a: Received = []
+    listener = asyncio.create_task(a.listen(lambda bucket, key: got_a.append((bucket, key))))
+    try:
+        await eventually(lambda: ("bkt", "written-during-the-outage") in got_b)
+        assert not a._pending
+    finally:
+        listener.cancel()
+        await asyncio.gather(listener, return_exceptions=True)
+    await a.invalidate("bkt", "after")
+    await eventually(lambda: ("bkt", "after") in got_b)

@@ -8,7 +8,6 @@ from the block cache (store) or the origin. `s3api` never talks to the origin it
 from __future__ import annotations
 
 import asyncio
-import itertools
 import re
 import time
 from collections import Counter, deque

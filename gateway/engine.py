@@ -442,6 +442,26 @@ class Engine:
         self.meta_cache.invalidate(bucket, key)
         self.listing_cache.invalidate(bucket, key)
 
+    async def cache_written(
+        self, bucket: str, key: str, *, etag: str, version_id: str | None, chunks: AsyncIterator[bytes], size: int
+    ) -> None:
+        """CACHE_THROUGH: the blocks of an object the origin just acknowledged, so a read after
+        the write is a hit. Nothing happens unless cache.cache_through is on."""
+        if self.store is None or not self.cache_settings.cache_through or not etag or size == 0:
+            return
+        block_size = self.cache_settings.block_size
+        version = version_id if version_id and version_id != "null" else etag
+        pending, index = bytearray(), 0
+        async for piece in chunks:
+            pending += piece
+            while len(pending) >= block_size:
+                await self.store.put(BlockId(bucket, key, version, index), bytes(pending[:block_size]))
+                del pending[:block_size]
+                index += 1
+        if pending:
+            await self.store.put(BlockId(bucket, key, version, index), bytes(pending))
+        self.stats["cache_through_blocks"] += index + (1 if pending else 0)
+
     async def changed(self, changes: Iterable[tuple[str, str]]) -> None:
         """Objects changed behind the gateway (an S3 event): forget what we knew of them.
 

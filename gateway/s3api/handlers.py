@@ -230,6 +230,12 @@ async def put_object(ctx: Context) -> Response:
         "PUT", req.bucket, req.key, query=ctx.origin_query(), headers=headers,
         body=body.chunks, body_length=body.length,
     )
+    if response.status == 200 and "uploadId" not in req.query and not hdrs.personal_read_headers(req.headers):
+        # Acknowledged by the origin: with cache_through the same bytes fill the cache.
+        await ctx.app.engine.cache_written(
+            req.bucket or "", req.key or "", etag=response.headers.get("etag", ""),
+            version_id=response.headers.get("x-amz-version-id"), chunks=body.chunks(), size=body.length,
+        )
     return await ctx.relay(response)
 
 

@@ -176,3 +176,19 @@ def test_cached_objects_survive_an_origin_outage(start_gateway):
         s3.get_object(Bucket="bkt", Key="never-read")
     assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
     assert exc.value.response["Error"]["Code"] == "ServiceUnavailable"
+
+
+def test_cache_through_makes_a_read_after_a_write_a_hit(start_gateway, clean_origin):
+    gateway = start_gateway(cache=CacheSettings(block_size=BLOCK, memory_quota=1024 * KiB, cache_through=True))
+    s3 = client(gateway.endpoint)
+    s3.create_bucket(Bucket="bkt")
+    s3.put_object(Bucket="bkt", Key="k", Body=DATA)
+    got = s3.get_object(Bucket="bkt", Key="k")
+    assert x_cache(got) == "hit-mem" and got["Body"].read() == DATA
+    assert engine(gateway).stats.get("origin_block_fetch", 0) == 0
+
+
+def test_without_cache_through_a_write_does_not_fill_the_cache(small_blocks):
+    gateway, s3 = small_blocks
+    s3.put_object(Bucket="bkt", Key="k", Body=DATA)
+    assert x_cache(s3.get_object(Bucket="bkt", Key="k")) == "miss"

@@ -253,7 +253,7 @@ class Engine:
         broken stream.
         """
         if headers or self.store is None or meta.size == 0:
-            return ObjectRead("miss", await self._origin_read(bucket, key, meta, start, end, headers))
+            return ObjectRead("miss", chunks=await self._origin_read(bucket, key, meta, start, end, headers))
         if start is None or end is None:
             start, end = 0, meta.size - 1
         size = self.cache_settings.block_size
@@ -265,6 +265,10 @@ class Engine:
             last = BlockId(bucket, key, version, (meta.size - 1) // size)
             if last not in self.store and last.name not in self._inflight:
                 self._spawn(self._block(last, meta))
+        if len(blocks) == 1:  # small objects and small ranges: the common case of many small files
+            data = await self._block(blocks[0], meta)
+            lo, hi = slice_for(blocks[0].index, size, start, end)
+            return ObjectRead(source, body=data if (lo, hi) == (0, len(data)) else data[lo:hi])
         # Readahead: the next blocks are fetched while the first one is awaited and sent.
         pending = deque(self._spawn(self._block(b, meta)) for b in blocks[1 : 1 + self.cache_settings.readahead_blocks])
         try:
@@ -273,7 +277,7 @@ class Engine:
             for waiter in pending:
                 waiter.cancel()
             raise
-        return ObjectRead(source, self._stream(blocks, meta, start, end, first, pending))
+        return ObjectRead(source, chunks=self._stream(blocks, meta, start, end, first, pending))
 
     def _describe(self, blocks: list[BlockId]) -> str:
         """The x-cache value: where the blocks of this read are, as it starts."""
@@ -531,10 +535,14 @@ class Engine:
 
 @dataclass(frozen=True, slots=True)
 class ObjectRead:
-    """The bytes of a read, and how it is served: hit-mem | hit-disk | partial | miss."""
+    """The bytes of a read, and how it is served: hit-mem | hit-disk | partial | miss.
+
+    A read within one block is `body`, in hand (no stream to run); otherwise `chunks`.
+    """
 
     source: str
-    chunks: AsyncIterator[bytes]
+    chunks: AsyncIterator[bytes] | None = None
+    body: bytes | None = None
 
 
 class ObjectChanged(S3Error):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 from collections.abc import Iterable, Mapping
@@ -75,8 +76,12 @@ def hmac_sha256(key: bytes, msg: str) -> bytes:
     return hmac.new(key, msg.encode("utf-8", "surrogateescape"), hashlib.sha256).digest()
 
 
+@functools.lru_cache(maxsize=1024)
 def derive_signing_key(secret: str, date: str, region: str, service: str) -> bytes:
-    """kSigning = HMAC(HMAC(HMAC(HMAC("AWS4"+secret, date), region), service), "aws4_request")."""
+    """kSigning = HMAC(HMAC(HMAC(HMAC("AWS4"+secret, date), region), service), "aws4_request").
+
+    Cached: a key is valid for a whole day and costs four HMACs on every request otherwise.
+    """
     key = hmac_sha256(("AWS4" + secret).encode("utf-8"), date)
     key = hmac_sha256(key, region)
     key = hmac_sha256(key, service)

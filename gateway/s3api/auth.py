@@ -552,8 +552,9 @@ def _check_skew(request_time: datetime, raw: str, now: datetime, max_skew: timed
 def _parse_amz_date(value: str) -> datetime | None:
     if not _AMZ_DATE.fullmatch(value):
         return None
-    try:
-        return datetime.strptime(value, "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
+    try:  # fixed positions: strptime is a measurable share of a small GET
+        return datetime(int(value[0:4]), int(value[4:6]), int(value[6:8]), int(value[9:11]),
+                        int(value[11:13]), int(value[13:15]), tzinfo=timezone.utc)
     except ValueError:
         return None
 

@@ -16,7 +16,7 @@ from gateway.engine import ObjectChanged, ObjectMeta, OriginResponse
 from gateway.errors import S3Error
 from gateway.s3api import headers as hdrs
 from gateway.s3api import ranges, xml
-from gateway.s3api.responses import empty_response, stream_response, xml_response
+from gateway.s3api.responses import body_response, empty_response, stream_response, xml_response
 from gateway.s3api.routes import Action
 
 if TYPE_CHECKING:
@@ -214,6 +214,9 @@ async def _get_object(ctx: Context) -> Response:
     else:
         read = await ctx.app.engine.read_object(bucket, key, meta, headers=read_headers)
     out[X_CACHE] = read.source
+    if read.body is not None:
+        return body_response(read.body, req.request_id, status=status, headers=out)
+    assert read.chunks is not None
     return stream_response(read.chunks, req.request_id, status=status, headers=out)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -72,6 +72,8 @@ class Engine:
         self.cache_settings = cache or CacheSettings()
         self._inflight: dict[str, asyncio.Future[bytes]] = {}
         self._background: set[asyncio.Future[bytes]] = set()
+        # Where the last read of each recently read object ended, to spot sequential readers.
+        self._read_ends: OrderedDict[tuple[str, str, str], int] = OrderedDict()
         self.settings = metadata
         self.listing_settings = listing
         self.meta_cache: MetadataCache[_Known] = MetadataCache(
@@ -262,9 +264,19 @@ class Engine:
         source = self._describe(blocks)
         if key.endswith(_FOOTER_FIRST_SUFFIXES):
             # Parquet and ORC readers start at the footer: have the last block ready.
-            last = BlockId(bucket, key, version, (meta.size - 1) // size)
-            if last not in self.store and last.name not in self._inflight:
-                self._spawn(self._block(last, meta))
+            self._prefetch(BlockId(bucket, key, version, (meta.size - 1) // size), meta)
+        # A reader going through an object in consecutive ranges gets the blocks after
+        # this range fetched ahead of its next request.
+        stream_key = (bucket, key, version)
+        if self._read_ends.get(stream_key) == start - 1:
+            after = blocks[-1].index + 1
+            last_index = (meta.size - 1) // size
+            for index in range(after, min(after + self.cache_settings.readahead_blocks, last_index + 1)):
+                self._prefetch(BlockId(bucket, key, version, index), meta)
+        self._read_ends[stream_key] = end
+        self._read_ends.move_to_end(stream_key)
+        if len(self._read_ends) > _SEQUENTIAL_READERS:
+            self._read_ends.popitem(last=False)
         if len(blocks) == 1:  # small objects and small ranges: the common case of many small files
             data = await self._block(blocks[0], meta)
             lo, hi = slice_for(blocks[0].index, size, start, end)
@@ -372,6 +384,12 @@ class Engine:
         block_bytes = bytes(data)
         await self.store.put(block, block_bytes)
         return block_bytes
+
+    def _prefetch(self, block: BlockId, meta: ObjectMeta) -> None:
+        assert self.store is not None
+        if block not in self.store and block.name not in self._inflight:
+            self.stats["prefetch"] += 1
+            self._spawn(self._block(block, meta))
 
     def _spawn(self, work: Awaitable[bytes]) -> asyncio.Future[bytes]:
         """Run `work` now; a failure nobody waits for only costs a later miss, not a log line."""
@@ -592,6 +610,7 @@ class _Missing:
 
 _WRITES = frozenset({"PUT", "POST", "DELETE"})
 _FOOTER_FIRST_SUFFIXES = (".parquet", ".orc")
+_SEQUENTIAL_READERS = 4096  # objects whose last read end is remembered
 # Metadata is always asked for with its checksums, so one cached entry serves every
 # client; the handler shows checksums only to clients that asked for them.
 _META_HEADERS = {"x-amz-checksum-mode": "ENABLED"}

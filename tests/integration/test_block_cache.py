@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,42 @@ def test_without_cache_through_a_write_does_not_fill_the_cache(small_blocks):
     gateway, s3 = small_blocks
     s3.put_object(Bucket="bkt", Key="k", Body=DATA)
     assert x_cache(s3.get_object(Bucket="bkt", Key="k")) == "miss"
+
+
+def wait_for_fetches(gateway: RunningGateway, count: int) -> None:
+    """Wait (bounded) until the gateway made `count` block fetches from the origin in all."""
+    deadline = time.monotonic() + 5
+    while engine(gateway).stats.get("origin_block_fetch", 0) < count:
+        assert time.monotonic() < deadline, engine(gateway).stats
+        time.sleep(0.02)
+
+
+def test_consecutive_ranges_are_read_ahead(small_blocks):
+    gateway, s3 = small_blocks
+    s3.put_object(Bucket="bkt", Key="seq", Body=DATA)
+    assert s3.get_object(Bucket="bkt", Key="seq", Range=f"bytes=0-{BLOCK - 1}")["Body"].read() == DATA[:BLOCK]
+    second = s3.get_object(Bucket="bkt", Key="seq", Range=f"bytes={BLOCK}-{2 * BLOCK - 1}")
+    assert x_cache(second) == "miss" and second["Body"].read() == DATA[BLOCK:2 * BLOCK]
+    # The second read continued the first: the next 2 blocks (the readahead) are fetched
+    # for it without being asked for.
+    wait_for_fetches(gateway, 4)
+    third = s3.get_object(Bucket="bkt", Key="seq", Range=f"bytes={2 * BLOCK}-{4 * BLOCK - 1}")
+    assert x_cache(third) == "hit-mem" and third["Body"].read() == DATA[2 * BLOCK:4 * BLOCK]
+
+
+def test_a_jump_is_not_read_ahead(small_blocks):
+    gateway, s3 = small_blocks
+    s3.put_object(Bucket="bkt", Key="jump", Body=DATA)
+    s3.get_object(Bucket="bkt", Key="jump", Range="bytes=0-9")["Body"].read()
+    s3.get_object(Bucket="bkt", Key="jump", Range=f"bytes={3 * BLOCK}-{3 * BLOCK + 9}")["Body"].read()
+    time.sleep(0.3)
+    assert engine(gateway).stats["origin_block_fetch"] == 2
+
+
+def test_parquet_footer_block_is_fetched_with_the_first_read(small_blocks):
+    gateway, s3 = small_blocks
+    s3.put_object(Bucket="bkt", Key="t.parquet", Body=DATA)
+    s3.get_object(Bucket="bkt", Key="t.parquet", Range="bytes=0-10")["Body"].read()
+    wait_for_fetches(gateway, 2)  # the first block, and the last one unasked
+    tail = s3.get_object(Bucket="bkt", Key="t.parquet", Range="bytes=-100")
+    assert x_cache(tail) == "hit-mem" and tail["Body"].read() == DATA[-100:]

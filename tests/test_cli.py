@@ -27,6 +27,7 @@ def test_config_check_prints_settings_without_secrets():
     shown = json.loads(result.stdout)
     assert shown["origin"]["secret_key"] == "***"
     assert "secret-change-me" not in result.stdout and "origin-secret-example" not in result.stdout
+    assert "change-me-admin-token" not in result.stdout and shown["admin"]["token"] == "***"
 
 
 def test_bad_config_is_one_clear_line(tmp_path):

@@ -1,0 +1,259 @@
+"""Object bytes through the block cache: blocks from the tiers, or fetched from the origin
+once however many readers wait, with readahead; reads the cache must not share go
+straight to the origin."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter, OrderedDict, deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+from gateway.config import CacheSettings
+from gateway.errors import S3Error
+from gateway.objects import ObjectChanged, ObjectMeta
+from gateway.origin import Origin
+from gateway.store.blocks import BlockId, block_bounds, block_span, slice_for
+from gateway.store.tiers import TieredStore
+
+_FOOTER_FIRST_SUFFIXES = (".parquet", ".orc")
+_SEQUENTIAL_READERS = 4096  # objects whose last read end is remembered
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRead:
+    """The bytes of a read, and how it is served: hit-mem | hit-disk | partial | miss.
+
+    A read within one block is `body`, in hand (no stream to run); otherwise `chunks`.
+    """
+
+    source: str
+    chunks: AsyncIterator[bytes] | None = None
+    body: bytes | None = None
+
+
+class BlockReader:
+    """Reads object bytes for the engine. Event loop only.
+
+    `on_changed(bucket, key)` is called when the origin no longer holds the version a
+    read was describing (its If-Match failed), before ObjectChanged is raised.
+    """
+
+    def __init__(
+        self,
+        origin: Origin,
+        store: TieredStore | None,
+        settings: CacheSettings,
+        stats: Counter[str],
+        on_changed: Callable[[str, str], Awaitable[None]],
+    ) -> None:
+        self.origin = origin
+        self.store = store
+        self.cache_settings = settings
+        self.stats = stats
+        self._on_changed = on_changed
+        self._inflight: dict[str, asyncio.Future[bytes]] = {}
+        self._background: set[asyncio.Future[bytes]] = set()
+        # Where the last read of each recently read object ended, to spot sequential readers.
+        self._read_ends: OrderedDict[tuple[str, str, str], int] = OrderedDict()
+
+    async def read_object(
+        self,
+        bucket: str,
+        key: str,
+        meta: ObjectMeta,
+        *,
+        start: int | None = None,
+        end: int | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> ObjectRead:
+        """The bytes [start, end] (inclusive) of exactly the version `meta` describes.
+
+        From the block cache block by block (fetching missing blocks once, with
+        readahead), or straight from the origin for reads whose answer is the caller's
+        own (`headers`: encryption keys, payer) or when no cache is configured. The first
+        block is in hand before this returns, so a failure becomes an S3 error, not a
+        broken stream.
+        """
+        if headers or self.store is None or meta.size == 0:
+            return ObjectRead("miss", chunks=await self._origin_read(bucket, key, meta, start, end, headers))
+        if start is None or end is None:
+            start, end = 0, meta.size - 1
+        size = self.cache_settings.block_size
+        version = meta.version_id if meta.version_id and meta.version_id != "null" else meta.etag
+        blocks = [BlockId(bucket, key, version, i) for i in block_span(start, end, size)]
+        source = self._describe(blocks)
+        if key.endswith(_FOOTER_FIRST_SUFFIXES):
+            # Parquet and ORC readers start at the footer: have the last block ready.
+            self._prefetch(BlockId(bucket, key, version, (meta.size - 1) // size), meta)
+        # A reader going through an object in consecutive ranges gets the blocks after
+        # this range fetched ahead of its next request.
+        stream_key = (bucket, key, version)
+        if self._read_ends.get(stream_key) == start - 1:
+            after = blocks[-1].index + 1
+            last_index = (meta.size - 1) // size
+            for index in range(after, min(after + self.cache_settings.readahead_blocks, last_index + 1)):
+                self._prefetch(BlockId(bucket, key, version, index), meta)
+        self._read_ends[stream_key] = end
+        self._read_ends.move_to_end(stream_key)
+        if len(self._read_ends) > _SEQUENTIAL_READERS:
+            self._read_ends.popitem(last=False)
+        if len(blocks) == 1:  # small objects and small ranges: the common case of many small files
+            data = await self._block(blocks[0], meta)
+            lo, hi = slice_for(blocks[0].index, size, start, end)
+            return ObjectRead(source, body=data if (lo, hi) == (0, len(data)) else data[lo:hi])
+        # Readahead: the next blocks are fetched while the first one is awaited and sent.
+        pending = deque(self._spawn(self._block(b, meta)) for b in blocks[1 : 1 + self.cache_settings.readahead_blocks])
+        try:
+            first = await self._block(blocks[0], meta)
+        except BaseException:
+            for waiter in pending:
+                waiter.cancel()
+            raise
+        return ObjectRead(source, chunks=self._stream(blocks, meta, start, end, first, pending))
+
+    def _describe(self, blocks: list[BlockId]) -> str:
+        """The x-cache value: where the blocks of this read are, as it starts."""
+        assert self.store is not None
+        memory = self.store.memory
+        in_memory = sum(1 for b in blocks if memory is not None and b in memory)
+        cached = sum(1 for b in blocks if b in self.store)
+        if in_memory == len(blocks):
+            return "hit-mem"
+        if cached == len(blocks):
+            return "hit-disk"
+        return "miss" if cached == 0 else "partial"
+
+    async def _stream(
+        self, blocks: list[BlockId], meta: ObjectMeta, start: int, end: int, first: bytes,
+        pending: deque[asyncio.Future[bytes]],
+    ) -> AsyncIterator[bytes]:
+        size = self.cache_settings.block_size
+        upcoming = iter(blocks[1 + len(pending):])
+        try:
+            for position, block in enumerate(blocks):
+                if position == 0:
+                    data = first
+                elif pending:
+                    data = await pending.popleft()
+                else:
+                    data = await self._block(block, meta)
+                if position > 0 and self.cache_settings.readahead_blocks:
+                    nxt = next(upcoming, None)  # keep the window full: one out, one in
+                    if nxt is not None:
+                        pending.append(self._spawn(self._block(nxt, meta)))
+                lo, hi = slice_for(block.index, size, start, end)
+                yield data if (lo, hi) == (0, len(data)) else data[lo:hi]
+        finally:
+            for waiter in pending:  # only the waiting stops: shared fetches go on and fill the cache
+                waiter.cancel()
+
+    async def _block(self, block: BlockId, meta: ObjectMeta) -> bytes:
+        """One block: from a tier, else fetched from the origin exactly once however many wait."""
+        assert self.store is not None
+        while True:
+            hit = await self.store.get(block)
+            if hit is not None:
+                self.stats[f"block_hit_{hit[1]}"] += 1
+                return hit[0]
+            fetch = self._inflight.get(block.name)
+            if fetch is not None:
+                self.stats["block_wait"] += 1
+                break
+            if block in self.store:  # stored between our look and now
+                continue
+            self.stats["block_miss"] += 1
+            fetch = asyncio.ensure_future(self._fetch_block(block, meta))
+            self._inflight[block.name] = fetch
+            fetch.add_done_callback(lambda done, name=block.name: self._fetched(name, done))
+            break
+        # A reader that goes away does not cancel a fetch that others may be waiting on.
+        return await asyncio.shield(fetch)
+
+    def _fetched(self, name: str, fetch: asyncio.Future[bytes]) -> None:
+        self._inflight.pop(name, None)
+        if not fetch.cancelled():
+            fetch.exception()  # retrieved: a failed fetch nobody waited for is not an error to log
+
+    async def _fetch_block(self, block: BlockId, meta: ObjectMeta) -> bytes:
+        assert self.store is not None
+        first, last = block_bounds(block.index, self.cache_settings.block_size, meta.size)
+        query = [("versionId", meta.version_id)] if meta.version_id and meta.version_id != "null" else []
+        response = await self.origin.send(
+            "GET", block.bucket, block.key, query=query,
+            headers={"range": f"bytes={first}-{last}", "if-match": meta.etag},
+        )
+        if response.status == 412:
+            await response.aclose()
+            await self._on_changed(block.bucket, block.key)
+            raise ObjectChanged()
+        if response.status >= 300:
+            raise await self.origin.error_from(response, resource=f"/{block.bucket}/{block.key}")
+        expected = last - first + 1
+        if response.status != 206 and expected != meta.size:
+            await response.aclose()
+            raise S3Error("ServiceUnavailable", "The origin ignored a byte range; the block was not cached.")
+        data = bytearray()
+        async for piece in response.iter_bytes():  # never more than one block, whatever is sent
+            data += piece
+            if len(data) > expected:
+                await response.aclose()
+                break
+        if len(data) != expected:
+            raise S3Error("ServiceUnavailable", "The origin sent a block of the wrong size; retry the request.")
+        self.stats["origin_block_fetch"] += 1
+        block_bytes = bytes(data)
+        await self.store.put(block, block_bytes)
+        return block_bytes
+
+    def _prefetch(self, block: BlockId, meta: ObjectMeta) -> None:
+        assert self.store is not None
+        if block not in self.store and block.name not in self._inflight:
+            self.stats["prefetch"] += 1
+            self._spawn(self._block(block, meta))
+
+    def _spawn(self, work: Awaitable[bytes]) -> asyncio.Future[bytes]:
+        """Run `work` now; a failure nobody waits for only costs a later miss, not a log line."""
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(lambda t: (self._background.discard(t), t.cancelled() or t.exception()))
+        return task
+
+    async def _origin_read(
+        self, bucket: str, key: str, meta: ObjectMeta, start: int | None, end: int | None, headers: dict[str, str] | None
+    ) -> AsyncIterator[bytes]:
+        request_headers = dict(headers or {})
+        # If-Match pins the version we described to the client: an object replaced
+        # between HEAD and GET must not be served under the old ETag.
+        request_headers["if-match"] = meta.etag
+        if start is not None and end is not None:
+            request_headers["range"] = f"bytes={start}-{end}"
+        query = [("versionId", meta.version_id)] if meta.version_id and meta.version_id != "null" else []
+        response = await self.origin.send("GET", bucket, key, query=query, headers=request_headers)
+        if response.status == 412:
+            await response.aclose()
+            await self._on_changed(bucket, key)
+            raise ObjectChanged()
+        if response.status >= 300:
+            raise await self.origin.error_from(response, resource=f"/{bucket}/{key}")
+        return response.iter_bytes()
+
+    async def cache_written(
+        self, bucket: str, key: str, *, etag: str, version_id: str | None, chunks: AsyncIterator[bytes], size: int
+    ) -> None:
+        """CACHE_THROUGH: the blocks of an object the origin just acknowledged, so a read after
+        the write is a hit. Nothing happens unless cache.cache_through is on."""
+        if self.store is None or not self.cache_settings.cache_through or not etag or size == 0:
+            return
+        block_size = self.cache_settings.block_size
+        version = version_id if version_id and version_id != "null" else etag
+        pending, index = bytearray(), 0
+        async for piece in chunks:
+            pending += piece
+            while len(pending) >= block_size:
+                await self.store.put(BlockId(bucket, key, version, index), bytes(pending[:block_size]))
+                del pending[:block_size]
+                index += 1
+        if pending:
+            await self.store.put(BlockId(bucket, key, version, index), bytes(pending))
+        self.stats["cache_through_blocks"] += index + (1 if pending else 0)

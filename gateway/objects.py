@@ -1,0 +1,136 @@
+"""What the gateway knows of an object: its metadata as the origin described it, a
+remembered 404, and the form both take in the shared (Redis) level."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
+
+import orjson
+
+from gateway.errors import S3Error
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectMeta:
+    """What a HEAD of the object told us: size, validators and the headers S3 sends with it."""
+
+    size: int
+    etag: str
+    last_modified: datetime
+    headers: dict[str, str]  # lowercase names, origin hop headers removed
+
+    @property
+    def version_id(self) -> str | None:
+        return self.headers.get("x-amz-version-id")
+
+
+class ObjectChanged(S3Error):
+    """The object at the origin is no longer the version our metadata described."""
+
+    def __init__(self) -> None:
+        super().__init__("ServiceUnavailable", "The object changed while it was being read; retry the request.")
+
+
+
+@dataclass(frozen=True, slots=True)
+class Missing:
+    """A remembered 404, re-raised as the same S3 error while it is fresh."""
+
+    code: str
+    message: str
+    status: int
+    headers: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, error: S3Error) -> Missing:
+        return cls(error.code, error.message, error.status, tuple(error.headers.items()))
+
+    def error(self) -> S3Error:
+        return S3Error(self.code, self.message, status=self.status, headers=dict(self.headers))
+
+
+# The shared (L2) form of metadata; "v" lets nodes of different versions share a Redis
+# (an entry of an unknown version is a miss).
+_META_FORMAT = 1
+
+
+def encode_meta(value: ObjectMeta | Missing) -> bytes:
+    if isinstance(value, Missing):
+        return orjson.dumps({"v": _META_FORMAT, "missing": {
+            "code": value.code, "message": value.message, "status": value.status, "headers": value.headers}})
+    return orjson.dumps({"v": _META_FORMAT, "size": value.size, "etag": value.etag,
+                         "last_modified": value.last_modified.isoformat(), "headers": value.headers})
+
+
+def decode_meta(payload: bytes) -> ObjectMeta | Missing | None:
+    try:
+        data = orjson.loads(payload)
+        if data.get("v") != _META_FORMAT:
+            return None
+        if "missing" in data:
+            m = data["missing"]
+            return Missing(str(m["code"]), str(m["message"]), int(m["status"]),
+                            tuple((str(n), str(v)) for n, v in m["headers"]))
+        return ObjectMeta(size=int(data["size"]), etag=str(data["etag"]),
+                          last_modified=datetime.fromisoformat(data["last_modified"]),
+                          headers={str(n): str(v) for n, v in data["headers"].items()})
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def meta_from_headers(items: Iterable[tuple[str, str]]) -> ObjectMeta:
+    headers: dict[str, str] = {}
+    for name, value in items:
+        name = name.lower()
+        if name in _NOT_OBJECT_HEADERS:
+            continue
+        headers[name] = value
+    try:
+        size = int(headers.get("content-length", "0"))
+    except ValueError:
+        raise S3Error("InternalError", "The origin sent an invalid Content-Length.") from None
+    last_modified = _parse_date(headers.get("last-modified"))
+    _qualify_composite_checksums(headers)
+    return ObjectMeta(size=size, etag=headers.get("etag", ""), last_modified=last_modified, headers=headers)
+
+
+_NOT_OBJECT_HEADERS = frozenset({
+    "connection", "keep-alive", "transfer-encoding", "date", "server", "x-amz-request-id",
+    "x-amz-id-2", "content-range", "accept-ranges",
+})
+
+
+def _qualify_composite_checksums(headers: dict[str, str]) -> None:
+    """Mark a multipart object's checksum-of-checksums as such (`value-N`, COMPOSITE).
+
+    S3 writes a composite checksum as `value-N`; some origins (moto) answer HEAD with
+    the bare value and no type, and SDKs would then check it against the whole body
+    and reject a correct download.
+    """
+    parts = re.fullmatch(r'"?[0-9a-fA-F]+-(\d+)"?', headers.get("etag", ""))
+    if parts is None or headers.get("x-amz-checksum-type", "").upper() == "FULL_OBJECT":
+        return
+    qualified = False
+    for name in [n for n in headers if n.startswith("x-amz-checksum-") and n not in _CHECKSUM_SETTINGS]:
+        if "-" not in headers[name]:
+            headers[name] = f"{headers[name]}-{parts.group(1)}"
+            qualified = True
+    if qualified:
+        headers.setdefault("x-amz-checksum-type", "COMPOSITE")
+
+
+_CHECKSUM_SETTINGS = frozenset({"x-amz-checksum-type", "x-amz-checksum-mode", "x-amz-checksum-algorithm"})
+
+
+def _parse_date(value: str | None) -> datetime:
+    if value:
+        try:
+            parsed = parsedate_to_datetime(value)
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+        except (TypeError, ValueError):
+            pass
+    return datetime.fromtimestamp(0, timezone.utc)

@@ -2,7 +2,8 @@
 
 Object metadata and listings are cached in process (store.meta, the L1) and, when
 Redis is configured, shared by the nodes (cluster.shared, the L2); object bytes come
-from the block cache (store) or the origin. `s3api` never talks to the origin itself.
+from the block cache (blockreads.py over store) or the origin. `s3api` never talks to
+the origin itself.
 """
 
 from __future__ import annotations

@@ -64,6 +64,13 @@ class OriginResponse:
             await self._response.aclose()
 
     async def aclose(self) -> None:
+        # An answer without a body (HEAD, 204, 304) is read to its end first, so the
+        # connection goes back to the pool instead of being dropped.
+        if self._response.request.method == "HEAD" or self.status in (204, 304):
+            try:
+                await self._response.aread()
+            except (httpx.HTTPError, httpx.StreamError):
+                pass
         await self._response.aclose()
 
 

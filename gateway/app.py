@@ -70,8 +70,7 @@ class GatewayApp:
             return
         if scope["type"] != "http":
             return
-        if self.s3 is None:  # a server without lifespan support
-            await self.startup()
+        # The lifespan builds everything before the server accepts requests (lifespan="on").
         assert self.s3 is not None and self.admin is not None
         if self.admin.handles(scope["path"]):
             await self.admin(scope, receive, send)

@@ -278,9 +278,8 @@ async def delete_objects(ctx: Context) -> Response:
     result = xml.DeleteResult(deleted=[], errors=[])
     if allowed:
         payload = xml.render_delete_request(xml.DeleteRequest(quiet=request.quiet, objects=allowed, conditions=request.conditions))
-        headers = {"content-md5": base64.b64encode(_md5(payload)).decode(), "content-type": "application/xml"}
-        headers.update(hdrs.for_origin_write({k: v for k, v in req.headers.items() if k.startswith("x-amz-") and k not in ("x-amz-sdk-checksum-algorithm",)}))
-        response = await ctx.app.engine.forward("POST", req.bucket, None, query=[("delete", "")], headers=headers, body=payload)
+        response = await ctx.app.engine.forward("POST", req.bucket, None, query=[("delete", "")],
+                                                headers=_rewritten_xml_headers(req.headers, payload), body=payload)
         if response.status >= 300:
             raise await ctx.app.engine.error_from(response, resource=req.resource)
         result = xml.parse_delete_result(await response.read())
@@ -314,9 +313,7 @@ async def complete_multipart_upload(ctx: Context) -> Response:
         raise await ctx.app.engine.error_from(probe, resource=req.resource)
     await probe.aclose()
     payload = xml.render_complete_multipart_request(parts)
-    headers = hdrs.for_origin_write(req.headers)
-    headers["content-type"] = "application/xml"
-    headers["content-md5"] = base64.b64encode(_md5(payload)).decode()
+    headers = _rewritten_xml_headers(req.headers, payload)
     response = await ctx.app.engine.forward("POST", req.bucket, req.key, query=ctx.origin_query(), headers=headers, body=payload)
     if response.status >= 300:
         raise await ctx.app.engine.error_from(response, resource=req.resource)
@@ -371,8 +368,15 @@ def _override_headers(overrides: dict[str, str]) -> dict[str, str]:
     return {_RESPONSE_OVERRIDES[name]: value for name, value in overrides.items()}
 
 
-def _md5(data: bytes) -> bytes:
-    return hashlib.md5(data).digest()
+def _rewritten_xml_headers(client_headers: dict[str, str], payload: bytes) -> dict[str, str]:
+    """Headers for an XML body the gateway re-rendered: the client's own digests and
+    checksum algorithm describe its body, not ours, so ours carries its own Content-MD5."""
+    headers = hdrs.for_origin_write(client_headers)
+    headers.pop("x-amz-sdk-checksum-algorithm", None)
+    headers.pop("content-encoding", None)
+    headers["content-type"] = "application/xml"
+    headers["content-md5"] = base64.b64encode(hashlib.md5(payload).digest()).decode()
+    return headers
 
 
 def _quote_key(key: str) -> str:

@@ -220,15 +220,7 @@ class DiskTier:
             self._index[name] = entry
             self._used += entry.size
             self.policy.insert(name, entry.size)
-        excess = []
-        while self._used > self.quota:
-            victim = self.policy.victim(self._evictable_name)
-            if victim is None:
-                break
-            entry = self._index.pop(victim)
-            self._used -= entry.size
-            self.stats.evictions += 1
-            excess.append(self.block_path(victim))
+        excess = [self.block_path(entry.block_id.name) for entry in self._evict_for(0)]
         if excess:
             try:
                 await self._run(self._unlink_all, excess)
@@ -314,15 +306,7 @@ class DiskTier:
         if size > self.quota or not self.healthy:
             self.stats.rejected += 1
             return []
-        victims: list[BlockId] = []
-        while self._used + size > self.quota:
-            victim = self.policy.victim(self._evictable_name)
-            if victim is None:
-                break
-            entry = self._index.pop(victim)
-            self._used -= entry.size
-            self.stats.evictions += 1
-            victims.append(entry.block_id)
+        victims = [entry.block_id for entry in self._evict_for(size)]
         store = self._used + size <= self.quota
         if store:
             self._pending[name] = size
@@ -395,6 +379,20 @@ class DiskTier:
                 self.name, exc, self.backoff, errno.errorcode.get(getattr(exc, "errno", 0) or 0, "error"),
             )
         self._unhealthy_until = self._clock() + self.backoff
+
+    def _evict_for(self, size: int) -> list[_Entry]:
+        """Take the policy's victims out of the index until `size` more bytes fit the quota
+        (or nothing evictable is left); the caller deletes or demotes their files."""
+        evicted = []
+        while self._used + size > self.quota:
+            victim = self.policy.victim(self._evictable_name)
+            if victim is None:
+                break
+            entry = self._index.pop(victim)
+            self._used -= entry.size
+            self.stats.evictions += 1
+            evicted.append(entry)
+        return evicted
 
     def _evictable_name(self, name: str) -> bool:
         return self.evictable(self._index[name].block_id)

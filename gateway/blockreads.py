@@ -193,18 +193,12 @@ class BlockReader:
         if response.status != 206 and expected != meta.size:
             await response.aclose()
             raise S3Error("ServiceUnavailable", "The origin ignored a byte range; the block was not cached.")
-        data = bytearray()
-        async for piece in response.iter_bytes():  # never more than one block, whatever is sent
-            data += piece
-            if len(data) > expected:
-                await response.aclose()
-                break
+        data = await response.read_at_most(expected)  # never more than one block, whatever is sent
         if len(data) != expected:
             raise S3Error("ServiceUnavailable", "The origin sent a block of the wrong size; retry the request.")
         self.stats["origin_block_fetch"] += 1
-        block_bytes = bytes(data)
-        await self.store.put(block, block_bytes)
-        return block_bytes
+        await self.store.put(block, data)
+        return data
 
     def _prefetch(self, block: BlockId, meta: ObjectMeta) -> None:
         assert self.store is not None

@@ -188,7 +188,7 @@ class Engine:
         bucket, key, _ = cache_key
         if response.status < 300:
             await response.aclose()
-            meta = meta_from_headers(response.headers.multi_items())
+            meta = meta_from_headers(response.header_items)
             await self._remember(cache_key, meta, epoch)
             return meta
         await response.aclose()
@@ -203,7 +203,7 @@ class Engine:
             await response.aclose()
             raise await self._explain(bucket, key, query, headers, response.status)
         await response.aclose()
-        return meta_from_headers(response.headers.multi_items())
+        return meta_from_headers(response.header_items)
 
     async def _explain(self, bucket: str, key: str, query: list[tuple[str, str]], headers: dict[str, str], status: int) -> S3Error:
         """A HEAD error has no body (NoSuchKey and NoSuchBucket look alike): ask with a GET."""

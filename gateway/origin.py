@@ -1,6 +1,6 @@
 """The client for the real bucket: every request re-signed with the gateway's own credentials.
 
-Requests and responses are streamed (httpx), so a body of any size passes through
+Requests and responses are streamed (aiohttp), so a body of any size passes through
 with bounded memory. Transport failures become S3Error("ServiceUnavailable") here and
 nowhere else; error documents from the origin become S3Error with the origin's code
 and status.
@@ -14,8 +14,9 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
-import httpx
+import aiohttp
 from defusedxml import ElementTree
+from yarl import URL
 
 from gateway import log
 from gateway.config import OriginSettings
@@ -30,66 +31,99 @@ _STATUS_CODES = {
 }
 _MAX_ERROR_BODY = 64 * 1024
 _ERROR_HEADERS = ("content-range", "x-amz-delete-marker", "x-amz-version-id", "allow", "x-amz-bucket-region")
+# aiohttp adds these unless told not to; none of them may change what the origin does.
+_NO_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
+_TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
 
 BodyFactory = Callable[[], AsyncIterator[bytes]]
 """Returns a fresh iterator over the request body each call, so a request can be retried."""
 
 
 class OriginResponse:
-    """A streamed origin response; the caller must `aclose()` it (or read it fully)."""
+    """A streamed origin response; the caller must `aclose()` it (or read it fully).
 
-    __slots__ = ("status", "headers", "_response")
+    `header_items` are the headers as sent (names lower-cased, values as latin-1 text, so
+    every byte passes through); `headers` is the same as a dict for look-ups.
+    """
 
-    def __init__(self, response: httpx.Response) -> None:
+    __slots__ = ("status", "headers", "header_items", "_response")
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
         self._response = response
-        self.status = response.status_code
-        self.headers = response.headers
+        self.status = response.status
+        self.header_items = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in response.raw_headers]
+        headers: dict[str, str] = {}
+        for name, value in self.header_items:
+            headers[name] = f"{headers[name]},{value}" if name in headers else value
+        self.headers = headers
 
     async def read(self) -> bytes:
         try:
-            return await self._response.aread()
-        except httpx.HTTPError as exc:
+            return await self._response.read()
+        except _TRANSPORT_ERRORS as exc:
             raise S3Error("ServiceUnavailable", "The origin failed while sending its response.") from exc
         finally:
-            await self._response.aclose()
+            self._response.release()
+
+    async def read_at_most(self, limit: int) -> bytes:
+        """The body if it is at most `limit` bytes; otherwise its first limit + 1 bytes, and the
+        connection is dropped (nothing more is read from it)."""
+        pieces: list[bytes] = []
+        size = 0
+        try:
+            async for piece in self._response.content.iter_any():
+                pieces.append(piece)
+                size += len(piece)
+                if size > limit:
+                    break
+        except _TRANSPORT_ERRORS as exc:
+            raise S3Error("ServiceUnavailable", "The origin failed while sending its response.") from exc
+        finally:
+            self._response.release()  # back to the pool if the body was read to its end, else closed
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     async def iter_bytes(self) -> AsyncIterator[bytes]:
         """The body as it arrives. A failure mid-stream raises, so no truncated body looks complete."""
         try:
-            async for chunk in self._response.aiter_raw():
+            async for chunk in self._response.content.iter_any():
                 yield chunk
-        except (httpx.HTTPError, httpx.StreamError) as exc:
+        except _TRANSPORT_ERRORS as exc:
             raise S3Error("ServiceUnavailable", "The origin failed while sending its response.") from exc
         finally:
-            await self._response.aclose()
+            self._response.release()
 
     async def aclose(self) -> None:
-        # An answer without a body (HEAD, 204, 304) is read to its end first, so the
-        # connection goes back to the pool instead of being dropped.
-        if self._response.request.method == "HEAD" or self.status in (204, 304):
-            try:
-                await self._response.aread()
-            except (httpx.HTTPError, httpx.StreamError):
-                pass
-        await self._response.aclose()
+        # A connection goes back to the pool when its body was read to the end (always so
+        # for HEAD, 204 and 304); otherwise it is closed.
+        self._response.release()
 
 
 class Origin:
     """Signed, streaming, retrying access to the origin bucket service."""
 
-    def __init__(self, settings: OriginSettings, *, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(self, settings: OriginSettings) -> None:
         self.settings = settings
         parts = urlsplit(settings.endpoint)
         self._scheme = parts.scheme
         self._netloc = parts.netloc
-        self._client = client or httpx.AsyncClient(
-            timeout=httpx.Timeout(settings.read_timeout, connect=settings.connect_timeout),
-            limits=httpx.Limits(max_connections=settings.max_connections, max_keepalive_connections=64),
-            follow_redirects=False,
-        )
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        # Made on first use, on the loop that uses it.
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.settings.max_connections, limit_per_host=0),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.settings.connect_timeout,
+                                              sock_read=self.settings.read_timeout),
+                auto_decompress=False,  # bodies pass through as the origin stored them
+                skip_auto_headers=_NO_AUTO_HEADERS,
+            )
+        return self._session
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     async def send(
         self,
@@ -116,6 +150,7 @@ class Origin:
                 uri_encode(k, keep_slash=False) + ("=" + uri_encode(v, keep_slash=False) if v != "" else "")
                 for k, v in query
             )
+        target = URL(url, encoded=True)  # exactly the path and query that were signed
         base_headers = {k.lower(): v for k, v in (headers or {}).items()}
         base_headers["host"] = host
         if isinstance(body, bytes):
@@ -129,6 +164,7 @@ class Origin:
             if method in ("PUT", "POST"):
                 base_headers["content-length"] = "0"
 
+        client = self._client()
         attempts = self.settings.retries + 1
         for attempt in range(attempts):
             signed = dict(base_headers)
@@ -138,21 +174,20 @@ class Origin:
                 secret_key=self.settings.secret_key, region=self.settings.region,
                 now=datetime.now(timezone.utc),
             ))
-            content: bytes | AsyncIterator[bytes] | None
             content = body() if callable(body) else body
-            request = self._client.build_request(method, url, headers=signed, content=content)
             try:
-                response = await self._client.send(request, stream=True)
-            except httpx.HTTPError as exc:
+                response = await client.request(method, target, headers=signed, data=content,
+                                                allow_redirects=False)
+            except _TRANSPORT_ERRORS as exc:
                 if attempt + 1 < attempts:
                     log.origin.warning("origin %s %s failed (%s), retrying", method, path, exc.__class__.__name__)
                     await asyncio.sleep(random.uniform(0.05, 0.2) * (2**attempt))
                     continue
-                if isinstance(exc, httpx.TimeoutException):
+                if isinstance(exc, asyncio.TimeoutError):
                     raise S3Error("ServiceUnavailable", "The origin did not answer in time.") from exc
                 raise S3Error("ServiceUnavailable", "The origin is unreachable.") from exc
-            if response.status_code in (500, 503) and attempt + 1 < attempts:
-                await response.aclose()
+            if response.status in (500, 503) and attempt + 1 < attempts:
+                response.close()
                 await asyncio.sleep(random.uniform(0.05, 0.2) * (2**attempt))
                 continue
             return OriginResponse(response)
@@ -163,15 +198,9 @@ class Origin:
         fallback = "BadRequest" if 400 <= response.status < 500 else "InternalError"
         code, message, extra = _STATUS_CODES.get(response.status, fallback), None, {}
         try:
-            body = b""
-            async for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > _MAX_ERROR_BODY:
-                    break
+            body = await response.read_at_most(_MAX_ERROR_BODY)
         except S3Error:
             body = b""
-        finally:
-            await response.aclose()
         parsed = parse_error_document(body)
         if parsed:
             code, message, extra = parsed

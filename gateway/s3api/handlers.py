@@ -66,7 +66,7 @@ class Context:
         """Send the origin's answer on: its status, object headers and (streamed) body."""
         if response.status >= 300 and response.status != 304:
             raise await self.app.engine.error_from(response, resource=self.req.resource)
-        out = hdrs.from_origin(response.headers.multi_items())
+        out = hdrs.from_origin(response.header_items)
         out.update(headers or {})
         if "content-length" in response.headers and response.status not in (204, 304):
             out["content-length"] = response.headers["content-length"]
@@ -317,7 +317,7 @@ async def complete_multipart_upload(ctx: Context) -> Response:
     response = await ctx.app.engine.forward("POST", req.bucket, req.key, query=ctx.origin_query(), headers=headers, body=payload)
     if response.status >= 300:
         raise await ctx.app.engine.error_from(response, resource=req.resource)
-    out = hdrs.from_origin(response.headers.multi_items())
+    out = hdrs.from_origin(response.header_items)
     data = await response.read()
     # The origin names itself in <Location>; the client must see the gateway's URL.
     location = f"{req.headers.get('x-forwarded-proto', 'http')}://{req.headers.get('host', '')}/{req.bucket}/{_quote_key(req.key or '')}"

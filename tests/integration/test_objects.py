@@ -48,6 +48,17 @@ def test_stored_bytes_and_headers_equal_a_direct_put(s3, direct):
     assert "aws-chunked" not in head.get("ContentEncoding", "")
 
 
+def test_the_gateway_adds_no_headers_of_its_own_to_a_write(s3, direct):
+    # No Content-Type from the client: the origin picks its default, exactly as when the
+    # client writes to it directly (an HTTP library's default content type must not leak in).
+    s3.create_bucket(Bucket="bkt")
+    s3.put_object(Bucket="bkt", Key="via-gateway", Body=b"x")
+    direct.put_object(Bucket="bkt", Key="direct", Body=b"x")
+    via_gateway = direct.head_object(Bucket="bkt", Key="via-gateway")
+    assert via_gateway["ContentType"] == direct.head_object(Bucket="bkt", Key="direct")["ContentType"]
+    assert "ContentEncoding" not in via_gateway
+
+
 @pytest.mark.parametrize(
     "header, expected",
     [

@@ -9,6 +9,7 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
+from gateway.bytebudget import ByteBudget
 from gateway.config import CacheSettings
 from gateway.errors import S3Error
 from gateway.objects import ObjectChanged, ObjectMeta
@@ -18,6 +19,7 @@ from gateway.store.tiers import TieredStore
 
 _FOOTER_FIRST_SUFFIXES = (".parquet", ".orc")
 _SEQUENTIAL_READERS = 4096  # objects whose last read end is remembered
+_SMALL_BODY = 256 * 1024  # a one-block read up to this size is answered as a body in hand
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,7 @@ class BlockReader:
         self.cache_settings = settings
         self.stats = stats
         self._on_changed = on_changed
+        self.budget = ByteBudget(settings.read_buffer)
         self._inflight: dict[str, asyncio.Future[bytes]] = {}
         self._background: set[asyncio.Future[bytes]] = set()
         # Where the last read of each recently read object ended, to spot sequential readers.
@@ -98,19 +101,32 @@ class BlockReader:
         self._read_ends.move_to_end(stream_key)
         if len(self._read_ends) > _SEQUENTIAL_READERS:
             self._read_ends.popitem(last=False)
-        if len(blocks) == 1:  # small objects and small ranges: the common case of many small files
-            data = await self._block(blocks[0], meta)
+        first_length = self._length(blocks[0], meta)
+        if len(blocks) == 1 and (source == "hit-mem" or first_length <= _SMALL_BODY):
+            # Small objects and small ranges, the common case of many small files: the
+            # body in hand. (A block in the memory tier is counted by the tier's quota.)
+            held = 0 if source == "hit-mem" else await self.budget.take(first_length)
+            try:
+                data = await self._block(blocks[0], meta)
+            finally:
+                self.budget.give(held)
             lo, hi = slice_for(blocks[0].index, size, start, end)
             return ObjectRead(source, body=data if (lo, hi) == (0, len(data)) else data[lo:hi])
+        held = await self.budget.take(first_length)
         # Readahead: the next blocks are fetched while the first one is awaited and sent.
-        pending = deque(self._spawn(self._block(b, meta)) for b in blocks[1 : 1 + self.cache_settings.readahead_blocks])
+        ahead: deque[tuple[asyncio.Future[bytes], int]] = deque()
+        self._read_ahead(blocks, 1, ahead, meta)
         try:
             first = await self._block(blocks[0], meta)
         except BaseException:
-            for waiter in pending:
-                waiter.cancel()
+            self.budget.give(held)
+            self._drop(ahead)
             raise
-        return ObjectRead(source, chunks=self._stream(blocks, meta, start, end, first, pending))
+        chunks = self._stream(blocks, meta, start, end, first, held, ahead)
+        # Started here, so that its `finally` (which gives the budget back) runs even if the
+        # response never asks for a byte: a started generator is closed when dropped.
+        head = await anext(chunks)
+        return ObjectRead(source, chunks=_prepend(head, chunks))
 
     def _describe(self, blocks: list[BlockId]) -> str:
         """The x-cache value: where the blocks of this read are, as it starts."""
@@ -125,28 +141,50 @@ class BlockReader:
         return "miss" if cached == 0 else "partial"
 
     async def _stream(
-        self, blocks: list[BlockId], meta: ObjectMeta, start: int, end: int, first: bytes,
-        pending: deque[asyncio.Future[bytes]],
+        self, blocks: list[BlockId], meta: ObjectMeta, start: int, end: int, first: bytes, held: int,
+        ahead: deque[tuple[asyncio.Future[bytes], int]],
     ) -> AsyncIterator[bytes]:
+        """Each block's bytes in turn; the budget a block took is given back once it was sent."""
         size = self.cache_settings.block_size
-        upcoming = iter(blocks[1 + len(pending):])
         try:
             for position, block in enumerate(blocks):
                 if position == 0:
                     data = first
-                elif pending:
-                    data = await pending.popleft()
+                elif ahead:
+                    fetch, held = ahead.popleft()  # `ahead` holds exactly the blocks after this one
+                    data = await fetch
                 else:
+                    held = await self.budget.take(self._length(block, meta))
                     data = await self._block(block, meta)
-                if position > 0 and self.cache_settings.readahead_blocks:
-                    nxt = next(upcoming, None)  # keep the window full: one out, one in
-                    if nxt is not None:
-                        pending.append(self._spawn(self._block(nxt, meta)))
+                self._read_ahead(blocks, position + 1 + len(ahead), ahead, meta)  # keep the window full
                 lo, hi = slice_for(block.index, size, start, end)
                 yield data if (lo, hi) == (0, len(data)) else data[lo:hi]
+                self.budget.give(held)
+                held = 0
         finally:
-            for waiter in pending:  # only the waiting stops: shared fetches go on and fill the cache
-                waiter.cancel()
+            self.budget.give(held)
+            self._drop(ahead)  # only the waiting stops: shared fetches go on and fill the cache
+
+    def _read_ahead(
+        self, blocks: list[BlockId], position: int, ahead: deque[tuple[asyncio.Future[bytes], int]], meta: ObjectMeta
+    ) -> None:
+        """Start fetching blocks[position:] up to the readahead window, while the budget allows."""
+        while len(ahead) < self.cache_settings.readahead_blocks and position < len(blocks):
+            held = self.budget.try_take(self._length(blocks[position], meta))
+            if not held:
+                return
+            ahead.append((self._spawn(self._block(blocks[position], meta)), held))
+            position += 1
+
+    def _drop(self, ahead: deque[tuple[asyncio.Future[bytes], int]]) -> None:
+        while ahead:
+            fetch, held = ahead.popleft()
+            fetch.cancel()
+            self.budget.give(held)
+
+    def _length(self, block: BlockId, meta: ObjectMeta) -> int:
+        first, last = block_bounds(block.index, self.cache_settings.block_size, meta.size)
+        return last - first + 1
 
     async def _block(self, block: BlockId, meta: ObjectMeta) -> bytes:
         """One block: from a tier, else fetched from the origin exactly once however many wait."""
@@ -201,10 +239,14 @@ class BlockReader:
         return data
 
     def _prefetch(self, block: BlockId, meta: ObjectMeta) -> None:
+        """Fetch a block nobody asked for yet, if the budget allows; it is given back once
+        the block is stored."""
         assert self.store is not None
         if block not in self.store and block.name not in self._inflight:
-            self.stats["prefetch"] += 1
-            self._spawn(self._block(block, meta))
+            held = self.budget.try_take(self._length(block, meta))
+            if held:
+                self.stats["prefetch"] += 1
+                self._spawn(self._block(block, meta)).add_done_callback(lambda _: self.budget.give(held))
 
     def _spawn(self, work: Awaitable[bytes]) -> asyncio.Future[bytes]:
         """Run `work` now; a failure nobody waits for only costs a later miss, not a log line."""
@@ -251,3 +293,9 @@ class BlockReader:
         if pending:
             await self.store.put(BlockId(bucket, key, version, index), bytes(pending))
         self.stats["cache_through_blocks"] += index + (1 if pending else 0)
+
+
+async def _prepend(head: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    yield head
+    async for chunk in rest:
+        yield chunk

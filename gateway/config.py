@@ -173,6 +173,9 @@ class CacheSettings:
     memory_quota: int = 1024**3
     disk: tuple[DiskTierSettings, ...] = ()
     readahead_blocks: int = 4  # blocks of a read fetched ahead, in parallel
+    # Bytes of blocks that reads in flight hold besides the memory tier (being fetched, read
+    # from disk, sent): past it readahead is skipped and new block reads wait their turn.
+    read_buffer: int = 96 * 1024**2
     pinned: tuple[PrefixRule, ...] = ()  # never evicted
     ttl: tuple[PrefixRule, ...] = ()  # freed `seconds` after they were cached
     # Writes also fill the cache (Alluxio's CACHE_THROUGH), so a read after a write hits.
@@ -185,6 +188,8 @@ class CacheSettings:
             raise ConfigError(f"cache.policy: 'lru' or 's3fifo', got {self.policy!r}")
         if self.memory_quota < 0 or self.readahead_blocks < 0:
             raise ConfigError("cache.memory_quota and cache.readahead_blocks must not be negative")
+        if self.read_buffer < self.block_size:
+            raise ConfigError(f"cache.read_buffer: at least one block ({self.block_size}), got {self.read_buffer}")
         if any(rule.seconds <= 0 for rule in self.ttl):
             raise ConfigError("cache.ttl: every rule needs seconds > 0")
 
@@ -301,7 +306,7 @@ def _redact(value: Any) -> Any:
 
 _SIZE_FIELDS = {
     ("server", "max_object_size"), ("server", "spool_memory"), ("server", "max_xml_size"),
-    ("cache", "block_size"), ("cache", "memory_quota"),
+    ("cache", "block_size"), ("cache", "memory_quota"), ("cache", "read_buffer"),
 }
 _DURATION_FIELDS = {
     ("origin", "connect_timeout"), ("origin", "read_timeout"), ("auth", "max_clock_skew"),

@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from botocore.exceptions import ClientError
 from hypothesis import HealthCheck, given, settings
@@ -93,6 +94,39 @@ def test_concurrent_cold_reads_fetch_each_block_once(small_blocks):
         t.join(30)
     assert results == [DATA] * len(clients)
     assert engine(gateway).stats["origin_block_fetch"] - before == 6  # 5 full blocks + the tail, once each
+
+
+def test_reads_share_a_bounded_buffer_and_give_it_back(start_gateway, clean_origin):
+    # A read buffer of one block: 8 concurrent readers of a 6-block object queue for it
+    # (readahead is skipped), get exact bytes, and leave nothing held; so does a client
+    # that hangs up half-way through a body.
+    gateway = start_gateway(cache=CacheSettings(block_size=BLOCK, memory_quota=2 * BLOCK, readahead_blocks=4,
+                                                read_buffer=BLOCK))
+    budget = engine(gateway).reads.budget
+    s3 = client(gateway.endpoint)
+    s3.create_bucket(Bucket="bkt")
+    s3.put_object(Bucket="bkt", Key="k", Body=DATA)
+    results: list[bytes] = []
+    clients = [client(gateway.endpoint) for _ in range(8)]
+
+    def read(c) -> None:  # type: ignore[no-untyped-def]
+        results.append(c.get_object(Bucket="bkt", Key="k")["Body"].read())
+
+    threads = [threading.Thread(target=read, args=(c,)) for c in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results == [DATA] * len(clients)
+    assert budget.waits > 0 and budget.overdrawn == 0
+
+    url = s3.generate_presigned_url("get_object", Params={"Bucket": "bkt", "Key": "k"})
+    with httpx.stream("GET", url, timeout=10) as response:
+        next(response.iter_raw(1024))  # then hang up mid-body
+    deadline = time.monotonic() + 10
+    while budget.used and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert budget.used == 0
 
 
 def test_overwrite_through_the_gateway_never_meets_old_blocks(small_blocks):

@@ -33,6 +33,14 @@ _SIZE_UNITS = {
 _DURATION_UNITS = {"ms": 0.001, "s": 1, "": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 
 
+def setting(default: Any = dataclasses.MISSING, help: str = "", *, secret: bool = False) -> Any:
+    """A settings field with its help text; `secret` hides it from repr.
+
+    gateway.configdoc renders the help texts into docs/configuration.md.
+    """
+    return field(default=default, repr=not secret, metadata={"help": help})
+
+
 def parse_size(value: int | str, name: str = "size") -> int:
     """`2GiB`, `512 MiB`, `1000000` -> bytes."""
     if isinstance(value, int) and not isinstance(value, bool):
@@ -57,15 +65,16 @@ def parse_duration(value: int | float | str, name: str = "duration") -> float:
 class OriginSettings:
     """The real bucket's endpoint and the gateway's own credentials for it."""
 
-    endpoint: str = "https://s3.amazonaws.com"
-    region: str = "us-east-1"
-    access_key: str = ""
-    secret_key: str = field(default="", repr=False)
-    addressing: Literal["path", "virtual"] = "path"
-    connect_timeout: float = 5.0
-    read_timeout: float = 30.0
-    max_connections: int = 256
-    retries: int = 2
+    endpoint: str = setting("https://s3.amazonaws.com", "URL of the real S3 service, http(s)://host[:port].")
+    region: str = setting("us-east-1", "Region the gateway signs its origin requests for.")
+    access_key: str = setting("", "The gateway's own access key for the origin; clients never see it.")
+    secret_key: str = setting("", "The secret key that goes with `origin.access_key`.", secret=True)
+    addressing: Literal["path", "virtual"] = setting(
+        "path", "How the gateway addresses the origin: `path` (endpoint/bucket/key) or `virtual` (bucket.host/key).")
+    connect_timeout: float = setting(5.0, "Timeout for opening a connection to the origin.")
+    read_timeout: float = setting(30.0, "Timeout for each read from an origin connection.")
+    max_connections: int = setting(256, "Most connections to the origin at once.")
+    retries: int = setting(2, "Retries of a transport failure or a 500/503 answer from the origin.")
 
     def __post_init__(self) -> None:
         if not re.match(r"^https?://[^/]+/?$", self.endpoint):
@@ -80,14 +89,14 @@ class OriginSettings:
 class ServerSettings:
     """Where the S3 endpoint listens and how it reads requests."""
 
-    host: str = "127.0.0.1"
-    port: int = 8080
-    # Virtual-hosted-style addressing: `bucket.<domain>`; empty means path-style only.
-    domain: str = ""
-    max_object_size: int = 5 * 1024**3  # S3's single-PUT limit
-    spool_memory: int = 4 * 1024**2  # request bodies above this go to a temp file
-    spool_dir: str = ""  # empty: the system temp folder
-    max_xml_size: int = 2 * 1024**2
+    host: str = setting("127.0.0.1", "Address the S3 endpoint listens on (`0.0.0.0`: every interface).")
+    port: int = setting(8080, "TCP port of the S3 endpoint (and of the admin API under `admin.path`).")
+    domain: str = setting(
+        "", "Virtual-hosted-style addressing: requests to `<bucket>.<domain>`; empty means path-style only.")
+    max_object_size: int = setting(5 * 1024**3, "Largest body of one PutObject or UploadPart (S3's single-PUT limit).")
+    spool_memory: int = setting(4 * 1024**2, "Request bodies above this are spooled to a temporary file while verified.")
+    spool_dir: str = setting("", "Folder for spooled request bodies; empty: the system temporary folder.")
+    max_xml_size: int = setting(2 * 1024**2, "Largest XML request body (DeleteObjects, CompleteMultipartUpload, ...).")
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -98,9 +107,9 @@ class ServerSettings:
 class Grant:
     """Access to one bucket, optionally narrowed to keys under a prefix."""
 
-    bucket: str
-    prefix: str = ""
-    access: Access = "read"
+    bucket: str = setting(help="Bucket name; `*` means every bucket.")
+    prefix: str = setting("", "Only keys under this prefix; empty: the whole bucket.")
+    access: Access = setting("read", "`read` (GET, HEAD, LIST) or `readwrite` (also PUT, DELETE, multipart).")
 
     def __post_init__(self) -> None:
         if self.access not in ("read", "readwrite"):
@@ -111,12 +120,13 @@ class Grant:
 
 @dataclass(frozen=True, slots=True)
 class User:
-    access_key: str
-    secret_key: str = field(repr=False)
-    grants: tuple[Grant, ...] = ()
-    # Admins may use bucket configuration operations (policy, ACL, lifecycle, ...)
-    # that the gateway passes through with its own origin credentials.
-    admin: bool = False
+    """One client identity: the S3 credentials it signs with and what it may touch."""
+
+    access_key: str = setting(help="The access key the client signs with.")
+    secret_key: str = setting(help="The client's secret key.", secret=True)
+    grants: tuple[Grant, ...] = setting((), "Buckets and prefixes this user may read or write.")
+    admin: bool = setting(False, "Every bucket, and bucket configuration calls (policy, ACL, lifecycle, ...) "
+                                 "that the gateway passes through with its own origin credentials.")
 
     def __post_init__(self) -> None:
         if not self.access_key or not self.secret_key:
@@ -125,10 +135,11 @@ class User:
 
 @dataclass(frozen=True, slots=True)
 class AuthSettings:
-    users: tuple[User, ...] = ()
-    # Buckets that anyone may read without credentials.
-    anonymous_read: tuple[str, ...] = ()
-    max_clock_skew: float = 900.0
+    """Who may use the S3 endpoint: users with their grants, and buckets open to anonymous reads."""
+
+    users: tuple[User, ...] = setting((), "The users; in an env var as a JSON list of tables.")
+    anonymous_read: tuple[str, ...] = setting((), "Buckets that anyone may read without credentials.")
+    max_clock_skew: float = setting(900.0, "How far a request's signing time may be from the gateway's clock.")
 
     def __post_init__(self) -> None:
         keys = [u.access_key for u in self.users]
@@ -140,9 +151,9 @@ class AuthSettings:
 class DiskTierSettings:
     """One cache folder: Alluxio's tieredstore.levelN.dirs.path / .quota / .mediumtype."""
 
-    path: str
-    quota: int
-    medium: Literal["ssd", "hdd"] = "ssd"
+    path: str = setting(help="Folder of the tier; created if missing (Alluxio's tieredstore.levelN.dirs.path).")
+    quota: int = setting(help="Most bytes of blocks kept in the folder (tieredstore.levelN.dirs.quota).")
+    medium: Literal["ssd", "hdd"] = setting("ssd", "`ssd` or `hdd` (tieredstore.levelN.dirs.mediumtype).")
 
     def __post_init__(self) -> None:
         if not self.path:
@@ -157,29 +168,30 @@ class DiskTierSettings:
 class PrefixRule:
     """A bucket/prefix, with a TTL in seconds for `cache.ttl` rules."""
 
-    bucket: str
-    prefix: str = ""
-    seconds: float = 0.0
+    bucket: str = setting(help="Bucket the rule applies to.")
+    prefix: str = setting("", "Keys under this prefix; empty: the whole bucket.")
+    seconds: float = setting(0.0, "For `cache.ttl`: blocks are freed this long after they were cached.")
 
 
 @dataclass(frozen=True, slots=True)
 class CacheSettings:
     """The block cache: tiers, block size, eviction policy, promotion, pins and TTLs."""
 
-    block_size: int = 4 * 1024**2
-    policy: Literal["lru", "s3fifo"] = "s3fifo"
-    # CACHE_PROMOTE (true): a hit in a lower tier is copied up to memory; CACHE (false): not.
-    promote: bool = True
-    memory_quota: int = 1024**3
-    disk: tuple[DiskTierSettings, ...] = ()
-    readahead_blocks: int = 4  # blocks of a read fetched ahead, in parallel
-    # Bytes of blocks that reads in flight hold besides the memory tier (being fetched, read
-    # from disk, sent): past it readahead is skipped and new block reads wait their turn.
-    read_buffer: int = 96 * 1024**2
-    pinned: tuple[PrefixRule, ...] = ()  # never evicted
-    ttl: tuple[PrefixRule, ...] = ()  # freed `seconds` after they were cached
-    # Writes also fill the cache (Alluxio's CACHE_THROUGH), so a read after a write hits.
-    cache_through: bool = False
+    block_size: int = setting(4 * 1024**2, "Objects are cached as blocks of this size (64KiB to 64MiB).")
+    policy: Literal["lru", "s3fifo"] = setting("s3fifo", "Eviction policy of every tier: `lru` or `s3fifo`.")
+    promote: bool = setting(True, "CACHE_PROMOTE (true): a hit in a lower tier is copied up to memory; "
+                                  "CACHE (false): it is served from where it is.")
+    memory_quota: int = setting(1024**3, "Bytes of blocks kept in memory; 0 and no disk tiers: no block cache.")
+    disk: tuple[DiskTierSettings, ...] = setting(
+        (), "Disk tiers below memory, in order; evictions demote downwards. In an env var as a JSON list.")
+    readahead_blocks: int = setting(4, "Blocks after the one being read that are fetched ahead, in parallel.")
+    read_buffer: int = setting(
+        96 * 1024**2, "Bytes of blocks that reads in flight hold besides the memory tier (being fetched, read "
+                      "from disk, sent): past it readahead is skipped and new block reads wait their turn.")
+    pinned: tuple[PrefixRule, ...] = setting((), "Bucket/prefix rules whose blocks are never evicted.")
+    ttl: tuple[PrefixRule, ...] = setting((), "Bucket/prefix rules whose blocks are freed `seconds` after caching.")
+    cache_through: bool = setting(False, "Writes also fill the cache (Alluxio's CACHE_THROUGH), so a read after "
+                                         "a write hits; false: THROUGH.")
 
     def __post_init__(self) -> None:
         if not 64 * 1024 <= self.block_size <= 64 * 1024**2:
@@ -198,11 +210,12 @@ class CacheSettings:
 class MetadataSettings:
     """The object-metadata cache (Alluxio's alluxio.user.metadata.cache.*)."""
 
-    max_entries: int = 100_000  # metadata.cache.max.size
-    ttl: float = 60.0  # metadata.cache.expiration.time: after it, revalidate with the origin
-    negative_ttl: float = 5.0  # how long a 404 is remembered
-    strict: bool = False  # revalidate on every request (a conditional HEAD; no data refetch)
-    stale_if_error: float = 3600.0  # serve cached metadata this long past its TTL when the origin is down
+    max_entries: int = setting(100_000, "Most objects whose metadata is cached in process (metadata.cache.max.size).")
+    ttl: float = setting(60.0, "Past it, cached metadata is revalidated with a conditional HEAD "
+                               "(metadata.cache.expiration.time).")
+    negative_ttl: float = setting(5.0, "How long a 404 from the origin is remembered.")
+    strict: bool = setting(False, "Revalidate on every request (a conditional HEAD; no data refetch).")
+    stale_if_error: float = setting(3600.0, "Serve cached metadata this long past its TTL while the origin is down.")
 
     def __post_init__(self) -> None:
         if self.max_entries < 0 or self.ttl < 0 or self.negative_ttl < 0 or self.stale_if_error < 0:
@@ -213,8 +226,9 @@ class MetadataSettings:
 class AdminSettings:
     """The admin API, served under `path` on the S3 port (no bucket name can start with '_')."""
 
-    token: str = field(default="", repr=False)  # empty: the admin API answers nothing
-    path: str = "/_gateway"
+    token: str = setting("", "Bearer token of the admin API; empty: the admin API (health checks included) "
+                             "answers nothing.", secret=True)
+    path: str = setting("/_gateway", "URL path of the admin API on the S3 port; starts with `/_`.")
 
     def __post_init__(self) -> None:
         if not self.path.startswith("/_") or self.path.endswith("/"):
@@ -225,11 +239,12 @@ class AdminSettings:
 class EventsSettings:
     """S3 event notifications that invalidate at once what changed behind the gateway."""
 
-    sqs_queue_url: str = ""  # empty: no SQS consumer (the admin webhook still works)
-    sqs_region: str = "us-east-1"
-    sqs_access_key: str = ""
-    sqs_secret_key: str = field(default="", repr=False)
-    wait_seconds: int = 10  # long-poll duration of each ReceiveMessage
+    sqs_queue_url: str = setting("", "SQS queue receiving the origin bucket's event notifications; "
+                                     "empty: no SQS consumer (the admin webhook still works).")
+    sqs_region: str = setting("us-east-1", "Region of the SQS queue.")
+    sqs_access_key: str = setting("", "Access key for the SQS queue.")
+    sqs_secret_key: str = setting("", "Secret key for the SQS queue.", secret=True)
+    wait_seconds: int = setting(10, "Long-poll duration of each ReceiveMessage (0 to 20).")
 
     def __post_init__(self) -> None:
         if self.sqs_queue_url and not re.match(r"^https?://[^/]+/.+", self.sqs_queue_url):
@@ -242,8 +257,8 @@ class EventsSettings:
 class ListingSettings:
     """The listing cache: ListObjects pages keyed by their full parameter set."""
 
-    max_entries: int = 10_000
-    ttl: float = 30.0
+    max_entries: int = setting(10_000, "Most listing pages cached in process.")
+    ttl: float = setting(30.0, "How long a cached listing page is served.")
 
     def __post_init__(self) -> None:
         if self.max_entries < 0 or self.ttl < 0:
@@ -258,12 +273,12 @@ class RedisSettings:
     embedded default). With Redis down the node keeps serving from those caches.
     """
 
-    # redis://[user:password@]host:port/db, rediss:// (TLS) or unix:///path/redis.sock.
-    # Sentinel and Cluster will be further schemes here. Hidden from repr: it may hold a password.
-    url: str = field(default="", repr=False)
-    key_prefix: str = "gw:"  # every key and the pub/sub channel start with it
-    socket_timeout: float = 0.5  # a Redis call taking longer counts as Redis being down
-    retry_interval: float = 1.0  # after a failure, how long the node runs without Redis before trying again
+    # Sentinel and Cluster will be further schemes of `url`. Hidden from repr: it may hold a password.
+    url: str = setting("", "`redis://[user:password@]host:port/db`, `rediss://` (TLS) or "
+                           "`unix:///path/redis.sock`; empty: no Redis.", secret=True)
+    key_prefix: str = setting("gw:", "Every key and the pub/sub channel start with it.")
+    socket_timeout: float = setting(0.5, "A Redis call taking longer counts as Redis being down.")
+    retry_interval: float = setting(1.0, "After a failure, how long the node runs without Redis before trying again.")
 
     def __post_init__(self) -> None:
         if self.url and not re.match(r"^(redis|rediss|unix)://", self.url):

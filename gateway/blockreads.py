@@ -5,14 +5,16 @@ straight to the origin."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import Counter, OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.bytebudget import ByteBudget
 from gateway.config import CacheSettings
 from gateway.errors import S3Error
-from gateway.objects import ObjectChanged, ObjectMeta
+from gateway.objects import ObjectChanged, ObjectMeta, meta_from_ranged_get
 from gateway.origin import Origin
 from gateway.store.blocks import BlockId, block_bounds, block_span, slice_for
 from gateway.store.tiers import TieredStore
@@ -32,6 +34,14 @@ class ObjectRead:
     source: str
     chunks: AsyncIterator[bytes] | None = None
     body: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FirstBlock:
+    """A block fetched together with the object's metadata (a cold GET), in hand."""
+
+    block: BlockId
+    data: bytes
 
 
 class BlockReader:
@@ -56,6 +66,7 @@ class BlockReader:
         self._on_changed = on_changed
         self.budget = ByteBudget(settings.read_buffer)
         self._inflight: dict[str, asyncio.Future[bytes]] = {}
+        self._opening: dict[str, asyncio.Future[tuple[ObjectMeta, FirstBlock] | None]] = {}
         self._background: set[asyncio.Future[bytes]] = set()
         # Where the last read of each recently read object ended, to spot sequential readers.
         self._read_ends: OrderedDict[tuple[str, str, str], int] = OrderedDict()
@@ -69,6 +80,7 @@ class BlockReader:
         start: int | None = None,
         end: int | None = None,
         headers: dict[str, str] | None = None,
+        first: FirstBlock | None = None,
     ) -> ObjectRead:
         """The bytes [start, end] (inclusive) of exactly the version `meta` describes.
 
@@ -76,16 +88,17 @@ class BlockReader:
         readahead), or straight from the origin for reads whose answer is the caller's
         own (`headers`: encryption keys, payer) or when no cache is configured. The first
         block is in hand before this returns, so a failure becomes an S3 error, not a
-        broken stream.
+        broken stream. `first`: a block already fetched for this read (see `open`).
         """
         if headers or self.store is None or meta.size == 0:
             return ObjectRead("miss", chunks=await self._origin_read(bucket, key, meta, start, end, headers))
         if start is None or end is None:
             start, end = 0, meta.size - 1
         size = self.cache_settings.block_size
-        version = meta.version_id if meta.version_id and meta.version_id != "null" else meta.etag
+        version = _version(meta)
         blocks = [BlockId(bucket, key, version, i) for i in block_span(start, end, size)]
-        source = self._describe(blocks)
+        in_hand = first.data if first is not None and first.block == blocks[0] else None
+        source = self._describe(blocks, fetched=in_hand is not None)
         if key.endswith(_FOOTER_FIRST_SUFFIXES):
             # Parquet and ORC readers start at the footer: have the last block ready.
             self._prefetch(BlockId(bucket, key, version, (meta.size - 1) // size), meta)
@@ -105,11 +118,14 @@ class BlockReader:
         if len(blocks) == 1 and (source == "hit-mem" or first_length <= _SMALL_BODY):
             # Small objects and small ranges, the common case of many small files: the
             # body in hand. (A block in the memory tier is counted by the tier's quota.)
-            held = 0 if source == "hit-mem" else await self.budget.take(first_length)
-            try:
-                data = await self._block(blocks[0], meta)
-            finally:
-                self.budget.give(held)
+            if in_hand is not None:
+                data = in_hand
+            else:
+                held = 0 if source == "hit-mem" else await self.budget.take(first_length)
+                try:
+                    data = await self._block(blocks[0], meta)
+                finally:
+                    self.budget.give(held)
             lo, hi = slice_for(blocks[0].index, size, start, end)
             return ObjectRead(source, body=data if (lo, hi) == (0, len(data)) else data[lo:hi])
         held = await self.budget.take(first_length)
@@ -117,23 +133,27 @@ class BlockReader:
         ahead: deque[tuple[asyncio.Future[bytes], int]] = deque()
         self._read_ahead(blocks, 1, ahead, meta)
         try:
-            first = await self._block(blocks[0], meta)
+            head_data = in_hand if in_hand is not None else await self._block(blocks[0], meta)
         except BaseException:
             self.budget.give(held)
             self._drop(ahead)
             raise
-        chunks = self._stream(blocks, meta, start, end, first, held, ahead)
+        chunks = self._stream(blocks, meta, start, end, head_data, held, ahead)
         # Started here, so that its `finally` (which gives the budget back) runs even if the
         # response never asks for a byte: a started generator is closed when dropped.
         head = await anext(chunks)
         return ObjectRead(source, chunks=_prepend(head, chunks))
 
-    def _describe(self, blocks: list[BlockId]) -> str:
-        """The x-cache value: where the blocks of this read are, as it starts."""
+    def _describe(self, blocks: list[BlockId], *, fetched: bool = False) -> str:
+        """The x-cache value: where the blocks of this read are, as it starts (`fetched`:
+        the first block just came from the origin)."""
         assert self.store is not None
         memory = self.store.memory
-        in_memory = sum(1 for b in blocks if memory is not None and b in memory)
-        cached = sum(1 for b in blocks if b in self.store)
+        rest = blocks[1:] if fetched else blocks
+        in_memory = sum(1 for b in rest if memory is not None and b in memory)
+        cached = sum(1 for b in rest if b in self.store)
+        if fetched:
+            return "miss" if cached == 0 else "partial"
         if in_memory == len(blocks):
             return "hit-mem"
         if cached == len(blocks):
@@ -186,6 +206,66 @@ class BlockReader:
         first, last = block_bounds(block.index, self.cache_settings.block_size, meta.size)
         return last - first + 1
 
+    async def open(
+        self, bucket: str, key: str, query: list[tuple[str, str]], first_byte: int
+    ) -> tuple[ObjectMeta, FirstBlock] | None:
+        """The metadata of an object nobody asked about lately, and the block holding
+        `first_byte`, from one ranged GET instead of a HEAD and then a GET (one origin
+        round trip saved on every cold read). Concurrent opens of the same block share
+        one request. None when that answer can't serve as both (an empty object or a
+        start past the end, which the origin refuses with 416; an origin that ignored
+        the range of a large object): ask with a HEAD then. Raises the origin's error
+        (NoSuchKey, NoSuchBucket, AccessDenied, ...) as S3Error.
+        """
+        assert self.store is not None
+        index = first_byte // self.cache_settings.block_size
+        name = "\0".join((bucket, key, *(v for _, v in query), str(index)))
+        opening = self._opening.get(name)
+        if opening is None:
+            opening = asyncio.ensure_future(self._open(bucket, key, query, index))
+            self._opening[name] = opening
+            opening.add_done_callback(lambda done: self._fetched(name, done, self._opening))
+        return await asyncio.shield(opening)
+
+    async def _open(
+        self, bucket: str, key: str, query: list[tuple[str, str]], index: int
+    ) -> tuple[ObjectMeta, FirstBlock] | None:
+        assert self.store is not None
+        size = self.cache_settings.block_size
+        first = index * size
+        held = await self.budget.take(size)
+        try:
+            response = await self.origin.send("GET", bucket, key, query=query,
+                                              headers={"range": f"bytes={first}-{first + size - 1}"})
+            if response.status == 416:
+                await response.aclose()
+                return None
+            if response.status >= 300:
+                raise await self.origin.error_from(response, resource=f"/{bucket}/{key}")
+            if response.status == 200:  # the range was ignored: fine if that is all of a small object
+                length = int(response.headers.get("content-length", "-1"))
+                if index != 0 or not 0 <= length <= size:
+                    await response.aclose()
+                    return None
+                total = length
+            else:
+                got = _content_range(response.headers.get("content-range", ""))
+                if got is None or got[0] != first or got[1] != min(first + size, got[2]) - 1:
+                    await response.aclose()
+                    raise S3Error("ServiceUnavailable", "The origin answered a different byte range.")
+                total = got[2]
+            expected = min(first + size, total) - first
+            data = await response.read_at_most(expected)
+            if len(data) != expected:
+                raise S3Error("ServiceUnavailable", "The origin sent a block of the wrong size; retry the request.")
+        finally:
+            self.budget.give(held)
+        meta = meta_from_ranged_get(response.header_items, total)
+        block = BlockId(bucket, key, _version(meta), index)
+        self.stats["origin_block_fetch"] += 1
+        await self.store.put(block, data)
+        return meta, FirstBlock(block, data)
+
     async def _block(self, block: BlockId, meta: ObjectMeta) -> bytes:
         """One block: from a tier, else fetched from the origin exactly once however many wait."""
         assert self.store is not None
@@ -203,13 +283,14 @@ class BlockReader:
             self.stats["block_miss"] += 1
             fetch = asyncio.ensure_future(self._fetch_block(block, meta))
             self._inflight[block.name] = fetch
-            fetch.add_done_callback(lambda done, name=block.name: self._fetched(name, done))
+            fetch.add_done_callback(lambda done, name=block.name: self._fetched(name, done, self._inflight))
             break
         # A reader that goes away does not cancel a fetch that others may be waiting on.
         return await asyncio.shield(fetch)
 
-    def _fetched(self, name: str, fetch: asyncio.Future[bytes]) -> None:
-        self._inflight.pop(name, None)
+    @staticmethod
+    def _fetched(name: str, fetch: asyncio.Future[Any], inflight: dict[str, Any]) -> None:
+        inflight.pop(name, None)
         if not fetch.cancelled():
             fetch.exception()  # retrieved: a failed fetch nobody waited for is not an error to log
 
@@ -299,3 +380,14 @@ async def _prepend(head: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[byt
     yield head
     async for chunk in rest:
         yield chunk
+
+
+def _version(meta: ObjectMeta) -> str:
+    """What names the blocks of this object version: its version id, else its ETag."""
+    return meta.version_id if meta.version_id and meta.version_id != "null" else meta.etag
+
+
+def _content_range(value: str) -> tuple[int, int, int] | None:
+    """(first, last, size) of `bytes first-last/size`."""
+    match = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", value.strip())
+    return (int(match[1]), int(match[2]), int(match[3])) if match else None

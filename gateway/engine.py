@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gateway.blockreads import BlockReader, ObjectRead
+from gateway.blockreads import BlockReader, FirstBlock, ObjectRead
 from gateway.cluster.shared import SharedMetadata
 from gateway.config import CacheSettings, ListingSettings, MetadataSettings
 from gateway.errors import S3Error
@@ -22,7 +22,7 @@ from gateway.origin import BodyFactory, Origin, OriginResponse
 from gateway.store.meta import ListingCache, ListingKey, MetadataCache, MetaKey
 from gateway.store.tiers import TieredStore
 
-__all__ = ["Engine", "ObjectChanged", "ObjectMeta", "ObjectRead", "OriginResponse", "meta_from_headers"]
+__all__ = ["Engine", "ObjectChanged", "ObjectHead", "ObjectMeta", "ObjectRead", "OriginResponse", "meta_from_headers"]
 
 
 class Engine:
@@ -77,22 +77,26 @@ class Engine:
         *,
         version_id: str | None = None,
         headers: dict[str, str] | None = None,
-    ) -> tuple[ObjectMeta, bool]:
-        """Metadata of one object (version), and whether it came from memory without asking
-        the origin; raises S3Error (NoSuchKey, NoSuchBucket, ...).
+        checksums: bool = False,
+        read_from: int | None = None,
+    ) -> ObjectHead:
+        """Metadata of one object (version); raises S3Error (NoSuchKey, NoSuchBucket, ...).
 
         `headers` are the client's object-read headers (encryption keys, payer, ...);
         a request carrying any of them bypasses the cache, since its answer is its own.
+        `checksums`: the answer must include the object's checksums. `read_from`: the
+        caller will read the object from this byte on; when the metadata has to come
+        from the origin, one ranged GET then brings it and the first block together.
         """
         query = [("versionId", version_id)] if version_id else []
         if headers:
-            return await self._fetch_meta(bucket, key, query, headers), False
+            return ObjectHead(await self._fetch_meta(bucket, key, query, headers))
         cache_key = (bucket, key, version_id or "")
         epoch = self._epoch(bucket)
         found = self._meta_from_l1(cache_key)
-        if found is not None and self._usable(found):
+        if found is not None and self._usable(found, checksums):
             self.stats["meta_hit"] += 1
-            return self._answer(found[0]), True
+            return ObjectHead(self._answer(found[0]), from_memory=True)
         # L1 missed or is past its TTL: another node may have a fresh answer. (Strict
         # mode asks the origin about every positive entry anyway.)
         if self.shared is not None and (found is None or found[0].missing or not self.settings.strict):
@@ -101,16 +105,37 @@ class Engine:
                 known = shared[0]
                 if self._epoch(bucket) == epoch:
                     self.meta_cache.put(cache_key, known, missing=known.missing)
-                if self._usable(shared):
+                if self._usable(shared, checksums):
                     self.stats["meta_l2_hit"] += 1
-                    return self._answer(known), True
+                    return ObjectHead(self._answer(known), from_memory=True)
                 found = shared
-        if found is None or found[0].missing:
+        if found is None or found[0].missing or (checksums and not found[0].complete):
             self.stats["meta_miss"] += 1
-            return await self._fetch_and_cache(cache_key, query, epoch), False
+            if read_from is not None and not checksums and self.store is not None:
+                opened = await self._open(cache_key, query, read_from, epoch)
+                if opened is not None:
+                    return opened
+            return ObjectHead(await self._fetch_and_cache(cache_key, query, epoch))
         meta = found[0].value
         assert isinstance(meta, ObjectMeta)
-        return await self._revalidate(cache_key, query, meta, found[1], epoch), False
+        return ObjectHead(await self._revalidate(cache_key, query, meta, found[1], epoch))
+
+    async def _open(self, cache_key: MetaKey, query: list[tuple[str, str]], read_from: int,
+                    epoch: tuple[int, int]) -> ObjectHead | None:
+        """The metadata and the first block of a cold read from one ranged GET (see
+        BlockReader.open); None when a HEAD must be asked instead."""
+        try:
+            opened = await self.reads.open(cache_key[0], cache_key[1], query, read_from)
+        except S3Error as error:
+            if error.status == 404:
+                await self._remember(cache_key, Missing.of(error), epoch)
+            raise
+        if opened is None:
+            return None
+        meta, first = opened
+        self.stats["meta_opened_with_get"] += 1
+        await self._remember(cache_key, meta, epoch)
+        return ObjectHead(meta, first=first)
 
     def _meta_from_l1(self, cache_key: MetaKey) -> tuple[_Known, float] | None:
         found = self.meta_cache.get(cache_key)
@@ -130,12 +155,12 @@ class Engine:
             return None
         return _Known(value, head_start=age), age
 
-    def _usable(self, found: tuple[_Known, float]) -> bool:
+    def _usable(self, found: tuple[_Known, float], checksums: bool = False) -> bool:
         """Whether an entry of this age may be answered without asking the origin."""
         known, age = found
         if known.missing:
             return age <= self.settings.negative_ttl
-        return age <= self.settings.ttl and not self.settings.strict
+        return age <= self.settings.ttl and not self.settings.strict and (known.complete or not checksums)
 
     @staticmethod
     def _answer(known: _Known) -> ObjectMeta:
@@ -342,6 +367,20 @@ class _Known:
     def missing(self) -> bool:
         return isinstance(self.value, Missing)
 
+    @property
+    def complete(self) -> bool:
+        return isinstance(self.value, Missing) or self.value.complete
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectHead:
+    """What `head_object` found: the metadata, whether it came from memory without asking
+    the origin, and the first block of the read when one GET brought both."""
+
+    meta: ObjectMeta
+    from_memory: bool = False
+    first: FirstBlock | None = None
+
 
 @dataclass(frozen=True, slots=True)
 class _Page:
@@ -352,8 +391,6 @@ class _Page:
 
 
 _WRITES = frozenset({"PUT", "POST", "DELETE"})
-_FOOTER_FIRST_SUFFIXES = (".parquet", ".orc")
-_SEQUENTIAL_READERS = 4096  # objects whose last read end is remembered
 # Metadata is always asked for with its checksums, so one cached entry serves every
 # client; the handler shows checksums only to clients that asked for them.
 _META_HEADERS = {"x-amz-checksum-mode": "ENABLED"}

@@ -22,6 +22,8 @@ class ObjectMeta:
     etag: str
     last_modified: datetime
     headers: dict[str, str]  # lowercase names, origin hop headers removed
+    # False when taken from a ranged GET, which leaves out the object's checksums.
+    complete: bool = True
 
     @property
     def version_id(self) -> str | None:
@@ -55,7 +57,7 @@ class Missing:
 
 # The shared (L2) form of metadata; "v" lets nodes of different versions share a Redis
 # (an entry of an unknown version is a miss).
-_META_FORMAT = 1
+_META_FORMAT = 2
 
 
 def encode_meta(value: ObjectMeta | Missing) -> bytes:
@@ -63,7 +65,8 @@ def encode_meta(value: ObjectMeta | Missing) -> bytes:
         return orjson.dumps({"v": _META_FORMAT, "missing": {
             "code": value.code, "message": value.message, "status": value.status, "headers": value.headers}})
     return orjson.dumps({"v": _META_FORMAT, "size": value.size, "etag": value.etag,
-                         "last_modified": value.last_modified.isoformat(), "headers": value.headers})
+                         "last_modified": value.last_modified.isoformat(), "headers": value.headers,
+                         "complete": value.complete})
 
 
 def decode_meta(payload: bytes) -> ObjectMeta | Missing | None:
@@ -77,12 +80,14 @@ def decode_meta(payload: bytes) -> ObjectMeta | Missing | None:
                             tuple((str(n), str(v)) for n, v in m["headers"]))
         return ObjectMeta(size=int(data["size"]), etag=str(data["etag"]),
                           last_modified=datetime.fromisoformat(data["last_modified"]),
-                          headers={str(n): str(v) for n, v in data["headers"].items()})
+                          headers={str(n): str(v) for n, v in data["headers"].items()},
+                          complete=bool(data["complete"]))
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
 def meta_from_headers(items: Iterable[tuple[str, str]]) -> ObjectMeta:
+    """The metadata in the headers of a HEAD, or of a GET of the whole object."""
     headers: dict[str, str] = {}
     for name, value in items:
         name = name.lower()
@@ -96,6 +101,15 @@ def meta_from_headers(items: Iterable[tuple[str, str]]) -> ObjectMeta:
     last_modified = _parse_date(headers.get("last-modified"))
     _qualify_composite_checksums(headers)
     return ObjectMeta(size=size, etag=headers.get("etag", ""), last_modified=last_modified, headers=headers)
+
+
+def meta_from_ranged_get(items: Iterable[tuple[str, str]], size: int) -> ObjectMeta:
+    """The metadata in the headers of a GET of part of the object (`size` from its
+    Content-Range). Such an answer carries no checksums of the whole object, so none
+    are kept and the metadata is marked incomplete."""
+    kept = [(n, v) for n, v in items if n.lower() != "content-length" and not n.lower().startswith("x-amz-checksum-")]
+    meta = meta_from_headers([*kept, ("content-length", str(size))])
+    return ObjectMeta(meta.size, meta.etag, meta.last_modified, meta.headers, complete=False)
 
 
 _NOT_OBJECT_HEADERS = frozenset({

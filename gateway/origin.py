@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable
 from datetime import datetime, timezone
 from urllib.parse import urlsplit
@@ -107,6 +108,8 @@ class Origin:
         self._scheme = parts.scheme
         self._netloc = parts.netloc
         self._session: aiohttp.ClientSession | None = None
+        self.requests: Counter[str] = Counter()  # requests sent, by method (every attempt)
+        self.failures = 0  # attempts that got no answer (refused, reset, timed out)
 
     def _client(self) -> aiohttp.ClientSession:
         # Made on first use, on the loop that uses it.
@@ -175,10 +178,12 @@ class Origin:
                 now=datetime.now(timezone.utc),
             ))
             content = body() if callable(body) else body
+            self.requests[method] += 1
             try:
                 response = await client.request(method, target, headers=signed, data=content,
                                                 allow_redirects=False)
             except _TRANSPORT_ERRORS as exc:
+                self.failures += 1
                 if attempt + 1 < attempts:
                     log.origin.warning("origin %s %s failed (%s), retrying", method, path, exc.__class__.__name__)
                     await asyncio.sleep(random.uniform(0.05, 0.2) * (2**attempt))

@@ -180,8 +180,12 @@ async def _get_object(ctx: Context) -> Response:
         response = await ctx.app.engine.forward(req.method, bucket, key, query=ctx.origin_query(), headers=headers)
         return await ctx.relay(response, headers=_override_headers(overrides))
     read_headers = hdrs.personal_read_headers(req.headers)
-    meta, from_memory = await ctx.app.engine.head_object(bucket, key, version_id=req.query.get("versionId"),
-                                                         headers=read_headers)
+    # Checksums describe the whole object, so only a read of all of it shows them.
+    checksums = hdrs.wants_checksums(req.headers) and ("range" not in req.headers or "if-range" in req.headers)
+    head = await ctx.app.engine.head_object(
+        bucket, key, version_id=req.query.get("versionId"), headers=read_headers, checksums=checksums,
+        read_from=ranges.first_byte(req.headers.get("range")) if req.method == "GET" else None)
+    meta = head.meta
     try:
         ranges.evaluate_preconditions(req.headers, etag=meta.etag, last_modified=meta.last_modified)
     except S3Error as err:
@@ -206,13 +210,13 @@ async def _get_object(ctx: Context) -> Response:
     else:
         out["content-length"] = str(meta.size)
     if req.method == "HEAD":
-        out[X_CACHE] = "hit-mem" if from_memory else "miss"
+        out[X_CACHE] = "hit-mem" if head.from_memory else "miss"
         return empty_response(req.request_id, status=status, headers=out)
     if byte_range is not None:
         read = await ctx.app.engine.read_object(bucket, key, meta, start=byte_range.start, end=byte_range.end,
-                                                headers=read_headers)
+                                                headers=read_headers, first=head.first)
     else:
-        read = await ctx.app.engine.read_object(bucket, key, meta, headers=read_headers)
+        read = await ctx.app.engine.read_object(bucket, key, meta, headers=read_headers, first=head.first)
     out[X_CACHE] = read.source
     if read.body is not None:
         return body_response(read.body, req.request_id, status=status, headers=out)

@@ -76,6 +76,20 @@ def parse_range(header: str | None, size: int) -> ByteRange | None:
     return ByteRange(max(size - suffix, 0), size - 1)
 
 
+def first_byte(header: str | None) -> int | None:
+    """The first byte a GET with this Range header reads, where that is known before the
+    object's size: 0 without a header or with one S3 ignores, the start of `bytes=S-[E]`;
+    None for a suffix range (`bytes=-N`), which counts from an end not yet known."""
+    if header is None:
+        return 0
+    match = _RANGE.fullmatch(header.strip())
+    if match is None:
+        return 0
+    if match.group(1):
+        return int(match.group(1))
+    return None if match.group(2) else 0
+
+
 def _invalid_range(header: str, size: int) -> S3Error:
     # S3 writes RangeRequested before ActualObjectSize in the error document.
     return S3Error(

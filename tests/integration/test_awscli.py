@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -45,8 +46,12 @@ def test_cp_ls_sync_rm(gateway, s3, tmp_path):
 
     tree = tmp_path / "tree"
     (tree / "a").mkdir(parents=True)
+    an_hour_ago = time.time() - 3600
     for i in range(5):
         (tree / "a" / f"f{i}.txt").write_text(f"file {i}")
+        # S3 keeps whole seconds: a file written in the second of its upload would look
+        # newer than its copy, and the CLI would upload it again.
+        os.utime(tree / "a" / f"f{i}.txt", (an_hour_ago, an_hour_ago))
     aws(gateway, "s3", "sync", str(tree), "s3://cli/tree")
     again = aws(gateway, "s3", "sync", str(tree), "s3://cli/tree").stdout
     assert again.strip() == ""  # nothing changed: sync compared sizes and times via the listing

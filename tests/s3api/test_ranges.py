@@ -12,6 +12,7 @@ from gateway.errors import S3Error
 from gateway.s3api.ranges import (
     ByteRange,
     evaluate_preconditions,
+    first_byte,
     format_http_date,
     if_range_allows,
     parse_http_date,
@@ -145,6 +146,30 @@ def test_parse_range_never_raises_anything_but_invalid_range(header: str, size: 
         assert err.code == "InvalidRange" and err.status == 416
     else:
         assert r is None or 0 <= r.start <= r.end < size
+
+
+@given(st.one_of(st.none(), range_like), sizes)
+def test_first_byte_is_where_the_resolved_range_starts(header: str | None, size: int) -> None:
+    # A cold GET fetches the block of first_byte() before the size is known: wherever the
+    # range then resolves to a part of the object, it must start there.
+    known = first_byte(header)
+    try:
+        r = parse_range(header, size)
+    except S3Error:
+        return
+    if r is None:
+        return
+    if known is None:
+        assert header is not None and header.strip().lower().startswith("bytes=-")
+    else:
+        assert r.start == known
+
+
+@pytest.mark.parametrize("header, expected", [
+    (None, 0), ("bytes=0-9", 0), ("bytes=100-", 100), ("bytes=-5", None), ("garbage", 0), ("bytes=-", 0),
+])
+def test_first_byte(header: str | None, expected: int | None) -> None:
+    assert first_byte(header) == expected
 
 
 # --- conditional requests ---------------------------------------------------------------------------

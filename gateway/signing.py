@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from urllib.parse import quote
@@ -22,9 +23,15 @@ def uri_encode(value: str, *, keep_slash: bool) -> str:
     percent-decoded with `errors="surrogateescape"` (bytes that are not UTF-8)
     encodes back to its original bytes instead of raising.
     """
+    if (_UNRESERVED_OR_SLASH if keep_slash else _UNRESERVED).fullmatch(value):
+        return value  # the common case, without quote()'s work
     data = value.encode("utf-8", "surrogateescape")
     # quote() always keeps letters, digits and "_.-~"; '/' only when asked.
     return quote(data, safe="/" if keep_slash else "")
+
+
+_UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*")
+_UNRESERVED_OR_SLASH = re.compile(r"[A-Za-z0-9_.~/-]*")
 
 
 def canonical_query_string(pairs: Iterable[tuple[str, str]]) -> str:

@@ -590,6 +590,8 @@ def _wire_text(text: str) -> str:
 
 def _percent_decode(text: str) -> str:
     """%XX-decode (no "+" as space), keeping undecodable bytes as surrogates so they re-encode exactly."""
+    if "%" not in text and text.isascii():
+        return text
     return unquote_to_bytes(_wire_bytes(text)).decode("utf-8", "surrogateescape")
 
 

@@ -148,9 +148,9 @@ def parse_request(scope: Scope, receive: Receive, request_id: str, domain: str) 
     if _BAD_ESCAPE.search(raw_path):
         raise S3Error("InvalidURI", "Couldn't parse the specified URI.")
     try:
-        path = unquote_to_bytes(raw_path).decode("utf-8")
+        path = _unquote(raw_path)
         query_pairs = [
-            (unquote_to_bytes(name).decode("utf-8"), unquote_to_bytes(value).decode("utf-8"))
+            (_unquote(name), _unquote(value))
             for name, _, value in (part.partition("=") for part in query_string.split("&") if part)
         ]
     except UnicodeDecodeError:
@@ -175,6 +175,13 @@ def parse_request(scope: Scope, receive: Receive, request_id: str, domain: str) 
         method=scope["method"], bucket=bucket, key=key, query=query, query_pairs=query_pairs,
         headers=headers, view=view, host_bucket=bucket_from_host, request_id=request_id, receive=receive,
     )
+
+
+def _unquote(text: str) -> str:
+    """%XX-decode as UTF-8 (raises UnicodeDecodeError for bytes that are not)."""
+    if "%" not in text and text.isascii():
+        return text
+    return unquote_to_bytes(text).decode("utf-8")
 
 
 def _bucket_from_host(host: str, domain: str) -> str | None:

@@ -1,14 +1,14 @@
 """The disk tier: one file per block in a fan-out of folders, all file work in a thread pool.
 
-File format (FORMAT_VERSION 1), all integers big-endian:
+File format (FORMAT_VERSION 2), all integers big-endian:
 
     offset  size  field
     0       4     magic b"GWBK"
-    4       1     format version (1)
+    4       1     format version (2; 1 had a CRC-32 and is dropped like any unknown version)
     5       3     reserved, zero
     8       4     header length H (the fixed part and the JSON below, in bytes)
     12      8     data length N
-    20      4     CRC-32 of the data (blocks.checksum)
+    20      4     CRC-32C of the data (blocks.checksum)
     24      H-24  JSON, ASCII: {"bucket", "key", "version", "index"}
     H       N     the block's bytes
 
@@ -42,8 +42,8 @@ log = logging.getLogger("gateway.store")
 T = TypeVar("T")
 
 MAGIC = b"GWBK"
-FORMAT_VERSION = 1
-FIXED_HEADER = struct.Struct(">4sB3xIQI")  # magic, version, reserved, header length, data length, crc32
+FORMAT_VERSION = 2
+FIXED_HEADER = struct.Struct(">4sB3xIQI")  # magic, version, reserved, header length, data length, crc32c
 MAX_HEADER = 64 * 1024  # S3 keys are at most 1 KiB; anything larger is a damaged header
 TMP_PREFIX = ".tmp-"
 _PROBE = 4096  # one read that holds the whole header for any real key

@@ -138,6 +138,6 @@ def test_block_id_is_a_value() -> None:
         a.index = 2  # type: ignore[misc]
 
 
-def test_checksum_is_crc32() -> None:
-    assert checksum(b"123456789") == 0xCBF43926
+def test_checksum_is_crc32c() -> None:
+    assert checksum(b"123456789") == 0xE3069283  # the CRC-32C check value
     assert checksum(b"") == 0

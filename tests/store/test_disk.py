@@ -52,9 +52,26 @@ async def test_file_layout_and_header(disks: Factory, tmp_path: Path) -> None:
     assert files_under(str(tmp_path / "cache")) == [str(path)]
     raw = path.read_bytes()
     magic, version, header_length, data_length, crc = struct.unpack_from(">4sB3xIQI", raw)
-    assert (magic, version, data_length, crc) == (b"GWBK", 1, 1000, checksum(data))
+    assert (magic, version, data_length, crc) == (b"GWBK", 2, 1000, checksum(data))
     assert json.loads(raw[24:header_length]) == {"bucket": "bkt", "key": "dir/ключ.parquet", "version": '"etag"', "index": 3}
     assert raw[header_length:] == data
+
+
+async def test_a_block_of_the_previous_format_is_dropped_not_misread(disks: Factory, tmp_path: Path) -> None:
+    # Format 1 stored a zlib CRC-32: after an upgrade its files are dropped at open, and
+    # the blocks are fetched again, instead of failing their checks one by one.
+    disk = disks()
+    await disk.open()
+    block = bid("old", 0)
+    await disk.put(block, payload(block, 500))
+    path = tmp_path / "cache" / block.name[:2] / block.name[2:4] / block.name
+    await disk.aclose()
+    raw = bytearray(path.read_bytes())
+    raw[4] = 1
+    path.write_bytes(bytes(raw))
+    again = disks()
+    await again.open()
+    assert await again.get(block) is None and not path.exists()
 
 
 # --- restart -------------------------------------------------------------------------------------

@@ -233,33 +233,33 @@ class BlockReader:
         assert self.store is not None
         size = self.cache_settings.block_size
         first = index * size
-        held = await self.budget.take(size)
-        try:
-            response = await self.origin.send("GET", bucket, key, query=query,
-                                              headers={"range": f"bytes={first}-{first + size - 1}"})
-            if response.status == 416:
+        response = await self.origin.send("GET", bucket, key, query=query,
+                                          headers={"range": f"bytes={first}-{first + size - 1}"})
+        if response.status == 416:
+            await response.aclose()
+            return None
+        if response.status >= 300:
+            raise await self.origin.error_from(response, resource=f"/{bucket}/{key}")
+        if response.status == 200:  # the range was ignored: fine if that is all of a small object
+            length = response.headers.get("content-length", "")
+            if index != 0 or not length.isdigit() or int(length) > size:
                 await response.aclose()
                 return None
-            if response.status >= 300:
-                raise await self.origin.error_from(response, resource=f"/{bucket}/{key}")
-            if response.status == 200:  # the range was ignored: fine if that is all of a small object
-                length = int(response.headers.get("content-length", "-1"))
-                if index != 0 or not 0 <= length <= size:
-                    await response.aclose()
-                    return None
-                total = length
-            else:
-                got = _content_range(response.headers.get("content-range", ""))
-                if got is None or got[0] != first or got[1] != min(first + size, got[2]) - 1:
-                    await response.aclose()
-                    raise S3Error("ServiceUnavailable", "The origin answered a different byte range.")
-                total = got[2]
-            expected = min(first + size, total) - first
+            total = int(length)
+        else:
+            got = _content_range(response.headers.get("content-range", ""))
+            if got is None or got[0] != first or got[1] != min(first + size, got[2]) - 1:
+                await response.aclose()
+                raise S3Error("ServiceUnavailable", "The origin answered a different byte range.")
+            total = got[2]
+        expected = min(first + size, total) - first
+        held = await self.budget.take(expected)  # now that the size is known
+        try:
             data = await response.read_at_most(expected)
-            if len(data) != expected:
-                raise S3Error("ServiceUnavailable", "The origin sent a block of the wrong size; retry the request.")
         finally:
             self.budget.give(held)
+        if len(data) != expected:
+            raise S3Error("ServiceUnavailable", "The origin sent a block of the wrong size; retry the request.")
         meta = meta_from_ranged_get(response.header_items, total)
         block = BlockId(bucket, key, _version(meta), index)
         self.stats["origin_block_fetch"] += 1

@@ -8,6 +8,7 @@ bucket. What it does depends on the key asked for:
   stalls-after-<n>      HEAD: 200, 8 MiB; GET: the headers and <n> body bytes, then silence
   hangs                 reads any request and never answers
   hangs-get             HEAD: 200, 8 MiB; GET: reads it and never answers
+  small-after-<n>       HEAD and GET: 200 with all <n> bytes, whatever Range asked for
 
 It records every request and when the gateway closed each connection. Time bounds in
 these tests are liveness bounds (something happens at all), not performance claims.
@@ -133,7 +134,7 @@ class FakeOrigin:
         if behaviour == "hangs" or (behaviour == "hangs-get" and method == "GET"):
             await _until_peer_closes(reader)
             return False
-        size = ENDLESS_SIZE if behaviour == "endless" else DECLARED_SIZE
+        size = ENDLESS_SIZE if behaviour == "endless" else int(after) if behaviour == "small" else DECLARED_SIZE
         if method == "HEAD":
             writer.write(_head(200, size))
             await writer.drain()
@@ -156,6 +157,8 @@ class FakeOrigin:
         writer.write(body)
         await writer.drain()
         self.sent[key] = len(body)
+        if behaviour == "small":
+            return True
         if behaviour == "dies":
             return False  # the caller closes the socket: EOF long before Content-Length
         if behaviour == "stalls":
@@ -327,3 +330,15 @@ def test_multipart_object_get_passes_sdk_checksum_validation(gateway: RunningGat
     s3.upload_fileobj(io.BytesIO(data), "bkt", "parts.bin", Config=config)  # CRC32 per part, by default
     assert direct.get_object(Bucket="bkt", Key="parts.bin")["Body"].read() == data
     assert s3.get_object(Bucket="bkt", Key="parts.bin")["Body"].read() == data
+
+
+def test_an_origin_that_ignores_ranges_still_serves_a_small_object_from_one_request(fake_origin):
+    # The cold read asks for the first block with a Range; an answer of 200 with the whole
+    # (small) object serves as both the metadata and the block.
+    settings = dataclasses.replace(base_settings(fake_origin.endpoint), cache=CacheSettings())
+    with RunningGateway(settings) as gw:
+        expected = STREAM_PIECE[:1000]
+        for _ in range(2):
+            response = httpx.get(presigned_get(gw, "small-after-1000"), timeout=30)
+            assert response.status_code == 200 and response.content == expected
+        assert fake_origin.requests == [("GET", "small-after-1000")]

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 
 from starlette.types import Receive, Scope, Send
 
 from gateway.admin.api import AdminApp
+from gateway.admin.node import Node
+from gateway.cluster.pins import RuntimePins
 from gateway.cluster.shared import SharedMetadata
 from gateway.config import CacheSettings, Settings
 from gateway.engine import Engine
@@ -47,8 +50,15 @@ class GatewayApp:
             self._tasks.append(asyncio.create_task(self._events.run(), name="gateway-sqs-events"))
         if store is not None and self.settings.cache.ttl:
             self._tasks.append(asyncio.create_task(_expire_periodically(store), name="gateway-cache-ttl"))
-        self.admin = AdminApp(self.settings.admin, purge=engine.purge_prefix, changed=engine.changed)
+        # Pins set at runtime (admin API): with Redis, the fleet's, read now and refreshed.
+        pins = RuntimePins(((r.bucket, r.prefix) for r in self.settings.cache.pinned),
+                           store.set_pinned if store is not None else None, shared)
+        if shared is not None:
+            await pins.refresh()
+            self._tasks.append(asyncio.create_task(pins.run(), name="gateway-pins"))
         self.s3 = S3App(self.settings, engine)
+        node = Node(f"{socket.gethostname()}:{self.settings.server.port}", engine, self.s3.stats, pins)
+        self.admin = AdminApp(self.settings.admin, node)
 
     async def shutdown(self) -> None:
         for task in [self._invalidations, *self._tasks]:

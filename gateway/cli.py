@@ -1,15 +1,21 @@
-"""The `gateway` command: serve, demo, config check."""
+"""The `gateway` command: serve, demo, config check; stats, evict, pin, unpin (admin API)."""
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import click
 import uvicorn
 
 from gateway import log
+from gateway.admin.client import AdminClient, AdminError
+from gateway.admin.summary import summary
 from gateway.config import ConfigError, Settings, load
+
+DEFAULT_URL = "http://127.0.0.1:8080"
 
 
 def run_server(settings: Settings) -> None:
@@ -76,6 +82,85 @@ def config_check(config_path: str | None) -> None:
     settings = _load(config_path)
     json.dump(settings.redacted(), sys.stdout, indent=2)
     sys.stdout.write("\n")
+
+
+# --- commands that talk to a running gateway's admin API --------------------------------------
+
+def admin_options(command: Callable[..., None]) -> Callable[..., None]:
+    """--url, --token, --config: where the admin API is and its token."""
+    command = click.option("--config", "config_path", type=click.Path(dir_okay=False),
+                           help="Take the URL, admin.path and admin.token from this gateway config.")(command)
+    command = click.option("--token", envvar="GATEWAY_ADMIN_TOKEN", show_envvar=True,
+                           help="The admin token (admin.token).")(command)
+    return click.option("--url", help=f"The gateway's URL.  [default: {DEFAULT_URL}]")(command)
+
+
+def _admin(url: str | None, token: str | None, config_path: str | None) -> AdminClient:
+    path = "/_gateway"
+    if config_path is not None:
+        settings = _load(config_path)
+        host = settings.server.host if settings.server.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        url = url or f"http://{host}:{settings.server.port}"
+        token = token or settings.admin.token
+        path = settings.admin.path
+    if not token:
+        raise click.ClickException("no admin token: pass --token, set GATEWAY_ADMIN_TOKEN, or use --config")
+    return AdminClient(url or DEFAULT_URL, token, path)
+
+
+def _target(value: str, *, what: str) -> tuple[str, str]:
+    """BUCKET[/PREFIX] (an s3:// in front is allowed) as (bucket, prefix)."""
+    bucket, _, prefix = value.removeprefix("s3://").partition("/")
+    if not bucket:
+        raise click.ClickException(f"{what} takes BUCKET[/PREFIX], got {value!r}")
+    return bucket, prefix
+
+
+def _run(call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    try:
+        return call()
+    except AdminError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@main.command()
+@admin_options
+@click.option("--json", "as_json", is_flag=True, help="Print the stats document as JSON.")
+def stats(url: str | None, token: str | None, config_path: str | None, as_json: bool) -> None:
+    """Show a running gateway's hit ratio, tiers against their quotas, hot objects and members."""
+    document = _run(_admin(url, token, config_path).stats)
+    click.echo(json.dumps(document, indent=2) if as_json else summary(document))
+
+
+@main.command()
+@click.argument("target", metavar="BUCKET[/PREFIX]")
+@admin_options
+def evict(target: str, url: str | None, token: str | None, config_path: str | None) -> None:
+    """Drop the cached blocks, metadata and listings of a bucket or of every key under a prefix."""
+    bucket, prefix = _target(target, what="evict")
+    answer = _run(lambda: _admin(url, token, config_path).evict(bucket, prefix))
+    click.echo(f"evicted {bucket}/{prefix}: {answer['blocks_removed']} blocks removed")
+
+
+@main.command()
+@click.argument("target", metavar="BUCKET/PREFIX")
+@admin_options
+def pin(target: str, url: str | None, token: str | None, config_path: str | None) -> None:
+    """Keep the cached blocks of keys under BUCKET/PREFIX from being evicted (kept in Redis
+    when the gateway has one, so every node and a restarted node apply it)."""
+    bucket, prefix = _target(target, what="pin")
+    answer = _run(lambda: _admin(url, token, config_path).pin(bucket, prefix))
+    click.echo(f"pinned {bucket}/{prefix}" + ("" if answer["shared"] else " (on this node; Redis did not take it yet)"))
+
+
+@main.command()
+@click.argument("target", metavar="BUCKET/PREFIX")
+@admin_options
+def unpin(target: str, url: str | None, token: str | None, config_path: str | None) -> None:
+    """Undo a pin made with `gateway pin` (pins from the configuration stay)."""
+    bucket, prefix = _target(target, what="unpin")
+    answer = _run(lambda: _admin(url, token, config_path).unpin(bucket, prefix))
+    click.echo(f"unpinned {bucket}/{prefix}" + ("" if answer["shared"] else " (on this node; Redis did not take it yet)"))
 
 
 if __name__ == "__main__":

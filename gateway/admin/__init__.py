@@ -1,1 +1,1 @@
-"""Health, the admin API (purge, event webhook); metrics and the dashboard join it later."""
+"""Operating a node: health, readiness, Prometheus metrics, stats, pins and purges (admin API), and the CLI's client of it."""

@@ -9,28 +9,45 @@ from urllib.parse import parse_qsl
 import orjson
 from starlette.types import Receive, Scope, Send
 
+from gateway.admin.metrics import CONTENT_TYPE_LATEST, registry_for, render
+from gateway.admin.node import Node
+from gateway.admin.ready import readiness
+from gateway.admin.stats import stats_document
 from gateway.config import AdminSettings
-from gateway.events import MAX_EVENT_BYTES, Change, EventError, parse_s3_event
+from gateway.events import MAX_EVENT_BYTES, EventError, parse_s3_event
+
+Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
+_OPEN = frozenset({"/healthz", "/readyz"})  # answered without the token (load balancers, probes)
 
 
 class AdminApp:
-    """`GET healthz`; with the token: `POST purge?bucket=B[&prefix=P|&key=K]` and `POST events`.
+    """A small router of plain ASGI handlers. Without a token: `GET healthz` (the process
+    runs) and `GET readyz` (the origin and Redis answer). With the token:
 
-    `purge` forgets cached metadata, listings and blocks of a key, a prefix or a bucket;
-    `events` takes an S3 event notification (plain, via SNS, or EventBridge) and forgets
-    what it names. Both callbacks are the engine's.
+    - `GET metrics`: Prometheus text; `GET stats`: the node's figures as JSON;
+    - `POST|DELETE pin?bucket=B&prefix=P`: pin or unpin a prefix at runtime;
+    - `POST purge?bucket=B[&prefix=P|&key=K]`: forget cached metadata, listings and
+      blocks of a key, a prefix or a bucket (evict);
+    - `POST events`: an S3 event notification (plain, via SNS, or EventBridge); what it
+      names is forgotten.
     """
 
-    def __init__(
-        self,
-        settings: AdminSettings,
-        purge: Callable[[str, str, bool], Awaitable[int]],
-        changed: Callable[[list[Change]], Awaitable[None]],
-    ) -> None:
+    def __init__(self, settings: AdminSettings, node: Node) -> None:
         self.settings = settings
-        self._purge = purge
-        self._changed = changed
+        self.node = node
+        self.registry = registry_for(node)
         self._token = settings.token.encode()
+        self._routes: dict[tuple[str, str], Handler] = {
+            ("GET", "/healthz"): self._healthz,
+            ("HEAD", "/healthz"): self._healthz,
+            ("GET", "/readyz"): self._readyz,
+            ("GET", "/metrics"): self._metrics,
+            ("GET", "/stats"): self._stats,
+            ("POST", "/pin"): self._pin,
+            ("DELETE", "/pin"): self._pin,
+            ("POST", "/purge"): self._purge,
+            ("POST", "/events"): self._events,
+        }
 
     def handles(self, path: str) -> bool:
         return bool(self._token) and (path == self.settings.path or path.startswith(self.settings.path + "/"))
@@ -38,29 +55,65 @@ class AdminApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         route = scope["path"][len(self.settings.path):]
         method = scope["method"]
-        if route == "/healthz" and method in ("GET", "HEAD"):
-            return await _json(send, 200, {"status": "ok"})
-        if not self._authorized(scope):
+        if route not in _OPEN and not self._authorized(scope):
             return await _json(send, 401, {"error": "a valid admin token is required (Authorization: Bearer ...)"})
-        if route == "/purge" and method == "POST":
-            query = _query(scope)
-            bucket = query.get("bucket", "")
-            if not bucket or ("key" in query and "prefix" in query):
-                return await _json(send, 400, {"error": "purge takes bucket and at most one of key, prefix"})
-            exact = "key" in query
-            removed = await self._purge(bucket, query.get("key", query.get("prefix", "")), exact)
-            return await _json(send, 200, {"bucket": bucket, "blocks_removed": removed})
-        if route == "/events" and method == "POST":
-            body = await _read_body(receive, MAX_EVENT_BYTES)
-            if body is None:
-                return await _json(send, 413, {"error": f"an event is at most {MAX_EVENT_BYTES} bytes"})
-            try:
-                changes = parse_s3_event(body)
-            except EventError as exc:
-                return await _json(send, 400, {"error": f"not an S3 event notification: {exc}"})
-            await self._changed(changes)
-            return await _json(send, 200, {"invalidated": len(changes)})
-        return await _json(send, 404, {"error": f"no admin route {method} {route or '/'}"})
+        handler = self._routes.get((method, route))
+        if handler is None:
+            return await _json(send, 404, {"error": f"no admin route {method} {route or '/'}"})
+        await handler(scope, receive, send)
+
+    async def _healthz(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await _json(send, 200, {"status": "ok"})
+
+    async def _readyz(self, scope: Scope, receive: Receive, send: Send) -> None:
+        checks = await readiness(self.node.engine)
+        failed = {name: why for name, why in checks.items() if why != "ok"}
+        if failed:
+            await _json(send, 503, {"status": "unavailable", "failed": failed, "checks": checks})
+        else:
+            await _json(send, 200, {"status": "ok", "checks": checks})
+
+    async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await _send(send, 200, render(self.registry), CONTENT_TYPE_LATEST.encode())
+
+    async def _stats(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await _json(send, 200, stats_document(self.node))
+
+    async def _pin(self, scope: Scope, receive: Receive, send: Send) -> None:
+        query = _query(scope)
+        bucket, prefix = query.get("bucket", ""), query.get("prefix", "")
+        if not bucket or set(query) - {"bucket", "prefix"}:
+            return await _json(send, 400, {"error": "pin takes bucket and an optional prefix"})
+        pin, pins = (bucket, prefix), self.node.pins
+        if scope["method"] == "DELETE":
+            if pin in pins.configured:
+                return await _json(send, 409, {"error": f"{bucket}/{prefix} is pinned by the configuration "
+                                                        "(cache.pinned); change it there"})
+            if not pins.is_runtime(pin):
+                return await _json(send, 404, {"error": f"{bucket}/{prefix} is not pinned"})
+        pinned = scope["method"] == "POST"
+        shared = await pins.set(pin, pinned)
+        await _json(send, 200, {"bucket": bucket, "prefix": prefix, "pinned": pinned, "shared": shared})
+
+    async def _purge(self, scope: Scope, receive: Receive, send: Send) -> None:
+        query = _query(scope)
+        bucket = query.get("bucket", "")
+        if not bucket or ("key" in query and "prefix" in query):
+            return await _json(send, 400, {"error": "purge takes bucket and at most one of key, prefix"})
+        exact = "key" in query
+        removed = await self.node.engine.purge_prefix(bucket, query.get("key", query.get("prefix", "")), exact)
+        await _json(send, 200, {"bucket": bucket, "blocks_removed": removed})
+
+    async def _events(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = await _read_body(receive, MAX_EVENT_BYTES)
+        if body is None:
+            return await _json(send, 413, {"error": f"an event is at most {MAX_EVENT_BYTES} bytes"})
+        try:
+            changes = parse_s3_event(body)
+        except EventError as exc:
+            return await _json(send, 400, {"error": f"not an S3 event notification: {exc}"})
+        await self.node.engine.changed(changes)
+        await _json(send, 200, {"invalidated": len(changes)})
 
     def _authorized(self, scope: Scope) -> bool:
         for name, value in scope["headers"]:
@@ -87,7 +140,10 @@ async def _read_body(receive: Receive, limit: int) -> bytes | None:
 
 
 async def _json(send: Send, status: int, document: object) -> None:
-    body = orjson.dumps(document)
+    await _send(send, status, orjson.dumps(document), b"application/json")
+
+
+async def _send(send: Send, status: int, body: bytes, content_type: bytes) -> None:
     await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        (b"content-type", content_type), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})

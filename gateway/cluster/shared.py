@@ -147,6 +147,29 @@ class SharedMetadata:
     async def aclose(self) -> None:
         await self._client.aclose()
 
+    # --- for the cluster's other shared state (runtime pins) and the readiness probe ---
+
+    @property
+    def client(self) -> Redis:
+        return self._client
+
+    def key(self, name: str) -> str:
+        """A Redis key of this gateway's namespace (redis.key_prefix)."""
+        return self._prefix + name
+
+    async def call(self, op: str, work: Callable[[], Awaitable[T]]) -> T | None:
+        """`work()` behind the same timeout and circuit as every call here: None when Redis
+        is down or the call failed (counted in `errors[op]`)."""
+        return await self._call(op, work)
+
+    async def ping(self) -> bool:
+        """Whether Redis answers a PING now, within the timeout, whatever the circuit says."""
+        try:
+            async with asyncio.timeout(self.settings.socket_timeout):
+                return bool(await self._client.ping())
+        except Exception:  # any failure means "not now"; the probe is not counted as an error
+            return False
+
     # --- metadata ---------------------------------------------------------------------
 
     async def get_meta(self, key: MetaKey) -> tuple[bytes, float] | None:

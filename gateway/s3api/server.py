@@ -24,6 +24,7 @@ from gateway.s3api.auth import Identity, RequestView, authenticate
 from gateway.s3api.body import VerifiedBody, receive_verified_body
 from gateway.s3api.responses import error_response, new_request_id
 from gateway.s3api.routes import Operation, resolve
+from gateway.s3api.stats import RequestStats
 
 _MAX_KEY_BYTES = 1024
 _MAX_HEADER_BYTES = 8192  # S3's limit on the request header section
@@ -64,16 +65,20 @@ class S3App:
         self.engine = engine
         self.policy = AccessPolicy(settings.auth)
         self._skew = timedelta(seconds=settings.auth.max_clock_skew)
+        self.stats = RequestStats()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         assert scope["type"] == "http"
         started = time.perf_counter()
         request_id = new_request_id()
-        outcome: dict[str, Any] = {"status": 500, "bytes": 0}
+        outcome: dict[str, Any] = {"status": 500, "bytes": 0, "cache": None}
 
         async def counting_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 outcome["status"] = message["status"]
+                for name, value in message.get("headers", ()):
+                    if name == b"x-cache":
+                        outcome["cache"] = value.decode("latin-1")
             elif message["type"] == "http.response.body":
                 outcome["bytes"] += len(message.get("body", b""))
             await send(message)
@@ -97,7 +102,12 @@ class S3App:
         finally:
             if req is not None and req._body is not None:
                 await req._body.aclose()
-            _access_log(req, scope, request_id, outcome, time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            self.stats.record(
+                req.operation.name if req is not None and req.operation is not None else "unknown",
+                outcome["status"], seconds, cache=outcome["cache"], sent=outcome["bytes"],
+                bucket=req.bucket if req is not None else None, key=req.key if req is not None else None)
+            _access_log(req, scope, request_id, outcome, seconds)
 
     async def _handle(self, req: S3Request) -> Response:
         req.identity = authenticate(
@@ -229,18 +239,21 @@ def _with_resource(err: S3Error, req: S3Request | None) -> S3Error:
 
 
 def _access_log(req: S3Request | None, scope: Scope, request_id: str, outcome: dict[str, Any], seconds: float) -> None:
+    """One JSON line per request. `user` is the access key (never a secret, a signature or
+    the query string of a presigned URL); `cache` is the answer's x-cache value."""
     if not log.access.isEnabledFor(20):
         return
     entry = {
         "request_id": request_id,
         "user": req.user.access_key if req and req.user else None,
-        "op": req.operation.name if req and req.operation else None,
+        "operation": req.operation.name if req and req.operation else None,
         "method": scope["method"],
         "bucket": req.bucket if req else None,
         "key": req.key if req else None,
         "range": req.headers.get("range") if req else None,
         "status": outcome["status"],
         "bytes": outcome["bytes"],
-        "ms": round(seconds * 1000, 2),
+        "cache": outcome["cache"],
+        "latency_ms": round(seconds * 1000, 2),
     }
     log.access.info(orjson.dumps(entry).decode())

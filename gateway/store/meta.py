@@ -79,6 +79,9 @@ class MetadataCache(Generic[V]):
         self.negative_ttl = negative_ttl
         self._entries: ExpiringLRU[MetaKey, tuple[bool, V]] = ExpiringLRU(max_entries, clock)
 
+    def __len__(self) -> int:
+        return len(self._entries)
+
     def get(self, key: MetaKey) -> tuple[Cached[V], bool] | None:
         """(value with its age, whether it is a 404) or None; expiry is the caller's decision."""
         found = self._entries.get(key)

@@ -27,7 +27,7 @@ class TieredStore:
       a block may live in two levels at once, and removal removes every copy.
     - Pinned (bucket, key prefix) blocks are never chosen as victims, in any level: the
       store installs its predicate as each tier's `evictable`. Admin purges and TTLs still
-      remove them.
+      remove them. The configured pins are fixed; `set_pinned` replaces the runtime ones.
     - A (bucket, key prefix, seconds) TTL frees blocks that long after they were first
       stored (the most specific prefix wins). Expired blocks are misses on get(), and
       expire() sweeps them. Disk blocks found at start carry their file's age.
@@ -53,9 +53,9 @@ class TieredStore:
             raise ValueError(f"tier names must be distinct: {names}")
         self.promote = promote
         self._clock = clock
+        self.config_pins = tuple(dict.fromkeys(pinned))
         self._pinned: dict[str, tuple[str, ...]] = {}
-        for bucket, prefix in pinned:
-            self._pinned[bucket] = (*self._pinned.get(bucket, ()), prefix)
+        self.set_pinned(())
         self._ttl: dict[str, list[tuple[str, float]]] = {}
         for bucket, prefix, seconds in ttl:
             if seconds <= 0:
@@ -74,6 +74,19 @@ class TieredStore:
         self._seed_ages()
 
     # --- rules ------------------------------------------------------------------------------
+
+    @property
+    def pinned(self) -> list[tuple[str, str]]:
+        """Every pinned (bucket, prefix): the configured ones and those set at runtime."""
+        return sorted({(bucket, prefix) for bucket, prefixes in self._pinned.items() for prefix in prefixes})
+
+    def set_pinned(self, runtime: Iterable[tuple[str, str]]) -> None:
+        """Replace the pins set at runtime (admin API); the configured pins always stay.
+        Blocks under a pin removed here become evictable again at once."""
+        pinned: dict[str, tuple[str, ...]] = {}
+        for bucket, prefix in dict.fromkeys((*self.config_pins, *runtime)):
+            pinned[bucket] = (*pinned.get(bucket, ()), prefix)
+        self._pinned = pinned
 
     def is_pinned(self, block_id: BlockId) -> bool:
         prefixes = self._pinned.get(block_id.bucket)

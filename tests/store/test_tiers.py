@@ -190,6 +190,22 @@ async def test_pinned_blocks_survive_pressure(stores: MakeStore) -> None:
     assert store.is_pinned(hot[0]) and not store.is_pinned(bid("hot")) and not store.is_pinned(bid("hot/a", bucket="other"))
 
 
+async def test_runtime_pins_come_and_go_and_configured_pins_stay(stores: MakeStore) -> None:
+    store = await stores((2 * BLOCK,), pinned=(("bkt", "conf/"),), promote=False)
+    store.set_pinned([("bkt", "hot/"), ("bkt", "conf/")])
+    assert store.pinned == [("bkt", "conf/"), ("bkt", "hot/")]
+    hot = bid("hot/a")
+    await store.put(hot, payload(hot, BLOCK))
+    for i in range(5):
+        await store.put(bid(f"cold/{i}"), payload(bid(f"cold/{i}"), BLOCK))
+    assert hot in store  # pinned at runtime: never the victim
+    store.set_pinned([])
+    assert store.pinned == [("bkt", "conf/")] and store.is_pinned(bid("conf/x"))
+    for i in range(5, 10):
+        await store.put(bid(f"cold/{i}"), payload(bid(f"cold/{i}"), BLOCK))
+    assert hot not in store  # unpinned: evictable again
+
+
 async def test_pinned_blocks_are_pinned_in_every_tier(stores: MakeStore) -> None:
     store = await stores((BLOCK, 2 * BLOCK, 2 * BLOCK), pinned=(("bkt", "hot/"),), promote=False)
     hot = bid("hot/a")

@@ -1,0 +1,128 @@
+"""Prometheus metrics: the node's plain counters turned into metric families at scrape time.
+
+Nothing on the request path touches prometheus_client: the components keep ints
+(RequestStats, TierStats, the store's, the engine's, the origin's, SharedMetadata's)
+and `NodeCollector.collect` reads them when /metrics is asked for. Each app has its
+own CollectorRegistry, so several gateways in one process never share a number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gateway.admin.node import Node
+from gateway.s3api.stats import LATENCY_BUCKETS, SOURCE_NAMES
+
+__all__ = ["CONTENT_TYPE_LATEST", "NodeCollector", "registry_for", "render"]
+
+# Reserved until the fleet's replication controller exists; always 0 today.
+REPLICATION_ACTIONS = ("replicate", "drop")
+
+
+class NodeCollector(Collector):
+    """Maps one node's counters to the gateway_* metrics."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._requests()
+        yield from self._cache()
+        yield from self._origin()
+        yield from self._shared()
+
+    def _requests(self) -> Iterator[Metric]:
+        stats = self.node.requests
+        requests = CounterMetricFamily("gateway_requests_total", "S3 requests answered, by operation and HTTP status.",
+                                       labels=["operation", "status"])
+        for (operation, status), count in sorted(stats.requests.items()):
+            requests.add_metric([operation, str(status)], count)
+        yield requests
+        duration = HistogramMetricFamily(
+            "gateway_request_duration_seconds",
+            "Time from a request's arrival to the last byte of its answer, by operation.", labels=["operation"])
+        for operation, latency in sorted(stats.latency.items()):
+            cumulative, buckets = 0, []
+            for bound, count in zip((*map(str, LATENCY_BUCKETS), "+Inf"), latency.counts):
+                cumulative += count
+                buckets.append((bound, cumulative))
+            duration.add_metric([operation], buckets, latency.total)
+        yield duration
+        served = CounterMetricFamily(
+            "gateway_served_bytes_total",
+            "Object body bytes sent, by where they came from: the x-cache value of each GetObject answer "
+            "(hit-mem: memory, hit-disk: disk, hit-peer: peer, miss and partial: origin) and the bytes it sent.",
+            labels=["source"])
+        for source in SOURCE_NAMES:
+            served.add_metric([source], stats.served[source])
+        yield served
+
+    def _cache(self) -> Iterator[Metric]:
+        tiers = self.node.tiers()
+        families = {
+            "hits": CounterMetricFamily("gateway_cache_hits_total", "Block reads answered by a cache tier.",
+                                        labels=["tier"]),
+            "evictions": CounterMetricFamily("gateway_cache_evictions_total",
+                                             "Blocks evicted from a tier to make room (demoted or freed).",
+                                             labels=["tier"]),
+            "bad_blocks": CounterMetricFamily("gateway_cache_bad_blocks_total",
+                                              "Blocks that failed their checksum or header check, dropped.",
+                                              labels=["tier"]),
+        }
+        used = GaugeMetricFamily("gateway_cache_tier_used_bytes", "Bytes held by a tier.", labels=["tier"])
+        quota = GaugeMetricFamily("gateway_cache_tier_quota_bytes", "A tier's quota in bytes.", labels=["tier"])
+        for label, tier in tiers:
+            for field, family in families.items():
+                family.add_metric([label], getattr(tier.stats, field))
+            used.add_metric([label], tier.used)
+            quota.add_metric([label], tier.quota)
+        yield from families.values()
+        yield used
+        yield quota
+        yield CounterMetricFamily("gateway_cache_misses_total",
+                                  "Block reads no tier could answer (the block was fetched).", value=self.node.misses)
+        yield CounterMetricFamily(
+            "gateway_singleflight_waits_total",
+            "Block reads that waited for a fetch of the same block already under way instead of fetching it.",
+            value=self.node.engine.stats.get("block_wait", 0))
+        yield GaugeMetricFamily("gateway_metadata_cache_entries",
+                                "Object metadata entries (404s included) in this node's metadata cache.",
+                                value=len(self.node.engine.meta_cache))
+
+    def _origin(self) -> Iterator[Metric]:
+        origin = self.node.engine.origin
+        requests = CounterMetricFamily("gateway_origin_requests_total",
+                                       "Requests sent to the origin (each attempt), by HTTP method.", labels=["method"])
+        for method, count in sorted(origin.requests.items()):
+            requests.add_metric([method], count)
+        yield requests
+        yield CounterMetricFamily("gateway_origin_errors_total",
+                                  "Origin requests that got no answer (refused, reset, timed out).",
+                                  value=origin.failures)
+
+    def _shared(self) -> Iterator[Metric]:
+        shared = self.node.engine.shared
+        yield CounterMetricFamily("gateway_redis_errors_total", "Redis calls that failed or timed out (0 without Redis).",
+                                  value=0 if shared is None else sum(shared.errors.values()))
+        replication = CounterMetricFamily(
+            "gateway_replication_actions_total",
+            "Hot-object replication actions by kind; always 0 until the fleet (sharding, replication) exists.",
+            labels=["action"])
+        for action in REPLICATION_ACTIONS:
+            replication.add_metric([action], 0)
+        yield replication
+
+
+def registry_for(node: Node) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NodeCollector(node))
+    return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    """The Prometheus text exposition of everything in `registry`."""
+    return generate_latest(registry)

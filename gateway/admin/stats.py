@@ -1,0 +1,35 @@
+"""The node's figures as one JSON document (`GET stats`), for the CLI and the dashboard page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.admin.node import Node
+from gateway.s3api.stats import SOURCE_NAMES
+
+HOT_OBJECTS = 20
+
+
+def stats_document(node: Node) -> dict[str, Any]:
+    """{"node", "uptime_seconds", "requests", "hits", "misses", "hit_ratio", "served_bytes",
+    "tiers", "hot_objects", "members", "pinned"}; hits and misses count block reads."""
+    hits, misses = node.hits, node.misses
+    served = node.requests.served
+    return {
+        "node": node.name,
+        "uptime_seconds": round(node.uptime, 3),
+        "requests": node.requests.total,
+        "hits": hits,
+        "misses": misses,
+        "hit_ratio": hits / (hits + misses) if hits + misses else 0.0,
+        "served_bytes": {source: served[source] for source in SOURCE_NAMES},
+        "tiers": [
+            {"name": label, "medium": tier.medium, "used_bytes": tier.used, "quota_bytes": tier.quota,
+             "blocks": len(tier)}
+            for label, tier in node.tiers()
+        ],
+        "hot_objects": [{"bucket": bucket, "key": key, "hits": count}
+                        for bucket, key, count in node.requests.heat.top(HOT_OBJECTS)],
+        "members": node.members,
+        "pinned": [{"bucket": bucket, "prefix": prefix} for bucket, prefix in node.pins.pins],
+    }

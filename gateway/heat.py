@@ -1,0 +1,55 @@
+"""Access heat: a bounded, decaying count of reads per object, for the hottest-objects view."""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable
+
+ObjectKey = tuple[str, str]  # bucket, key
+
+
+class HeatCounter:
+    """Counts hits per (bucket, key) in at most `capacity` entries. Event loop only.
+
+    Every `half_life` seconds all counts are halved (checked lazily on `hit`), so heat
+    follows recent traffic. When the table is full, the coldest quarter is dropped: a
+    new object then starts at 1 and must earn its place, like the others did. A hit is
+    a dict update; the O(n) work happens once per half-life or per capacity/4 new
+    objects.
+    """
+
+    def __init__(self, capacity: int = 10_000, half_life: float = 300.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if capacity < 4:
+            raise ValueError(f"capacity must be >= 4, not {capacity}")
+        self.capacity = capacity
+        self.half_life = half_life
+        self._clock = clock
+        self._counts: dict[ObjectKey, int] = {}
+        self._next_halving = clock() + half_life
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def hit(self, bucket: str, key: str) -> None:
+        if self._clock() >= self._next_halving:
+            self._halve()
+        name = (bucket, key)
+        count = self._counts.get(name)
+        if count is None and len(self._counts) >= self.capacity:
+            self._shrink()
+        self._counts[name] = (count or 0) + 1
+
+    def top(self, n: int = 20) -> list[tuple[str, str, int]]:
+        """The `n` hottest objects as (bucket, key, hits), hottest first."""
+        hottest = heapq.nlargest(n, self._counts.items(), key=lambda item: item[1])
+        return [(bucket, key, count) for (bucket, key), count in hottest]
+
+    def _halve(self) -> None:
+        self._counts = {name: count // 2 for name, count in self._counts.items() if count > 1}
+        self._next_halving = self._clock() + self.half_life
+
+    def _shrink(self) -> None:
+        keep = self.capacity - self.capacity // 4
+        self._counts = dict(heapq.nlargest(keep, self._counts.items(), key=lambda item: item[1]))

@@ -1,0 +1,91 @@
+"""RuntimePins against a real redis-server: shared by the nodes, kept across restarts and outages."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from gateway.cluster.pins import Pin, RuntimePins
+from gateway.cluster.shared import SharedMetadata
+from gateway.config import RedisSettings
+
+
+async def eventually(check: Callable[[], object], within: float = 3.0) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+class Applied:
+    """What a node's block store was last told to pin at runtime."""
+
+    def __init__(self) -> None:
+        self.pins: set[Pin] = set()
+
+    def __call__(self, pins: object) -> None:
+        self.pins = set(pins)  # type: ignore[call-overload]
+
+
+@pytest.fixture
+async def make_pins(clean_redis) -> AsyncIterator[Callable[..., tuple[RuntimePins, Applied]]]:
+    made: list[SharedMetadata] = []
+    tasks: list[asyncio.Task[None]] = []
+
+    def make(*, configured: tuple[Pin, ...] = (), refresh: float = 0.05, run: bool = False) -> tuple[RuntimePins, Applied]:
+        shared = SharedMetadata(RedisSettings(url=clean_redis.url, socket_timeout=0.3, retry_interval=0.2))
+        made.append(shared)
+        applied = Applied()
+        pins = RuntimePins(configured, applied, shared, refresh=refresh)
+        if run:
+            tasks.append(asyncio.create_task(pins.run()))
+        return pins, applied
+
+    yield make
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for shared in made:
+        await shared.aclose()
+    if clean_redis.proc is None:
+        clean_redis.start()
+
+
+async def test_a_pin_reaches_the_other_nodes_and_a_restarted_one(make_pins):
+    a, applied_a = make_pins(configured=(("bkt", "conf/"),))
+    b, applied_b = make_pins(run=True)
+    assert await a.set(("bkt", "hot/"), True)
+    assert applied_a.pins == {("bkt", "hot/")} and a.pins == [("bkt", "conf/"), ("bkt", "hot/")]
+    await eventually(lambda: applied_b.pins == {("bkt", "hot/")})
+    restarted, applied_restarted = make_pins()
+    await restarted.refresh()
+    assert applied_restarted.pins == {("bkt", "hot/")}
+    assert await b.set(("bkt", "hot/"), False)
+    await a.refresh()
+    assert applied_a.pins == set() and a.pins == [("bkt", "conf/")]
+
+
+async def test_a_pin_made_while_redis_is_down_is_written_when_it_is_back(make_pins, clean_redis):
+    a, applied_a = make_pins()
+    b, applied_b = make_pins()
+    clean_redis.stop()
+    assert not await a.set(("bkt", "late/"), True)
+    assert applied_a.pins == {("bkt", "late/")}  # in force here at once
+    await a.refresh()  # Redis still down: nothing changes, nothing is lost
+    assert applied_a.pins == {("bkt", "late/")}
+    clean_redis.start()
+    await asyncio.sleep(0.25)  # past the circuit's retry interval
+    await a.refresh()
+    await b.refresh()
+    assert applied_a.pins == applied_b.pins == {("bkt", "late/")}
+
+
+async def test_without_redis_pins_are_this_nodes_own():
+    applied = Applied()
+    pins = RuntimePins((), applied)
+    assert await pins.set(("bkt", "p/"), True)
+    await pins.refresh()
+    assert applied.pins == {("bkt", "p/")} and pins.is_runtime(("bkt", "p/"))

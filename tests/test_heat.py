@@ -1,0 +1,40 @@
+"""HeatCounter: bounded, decaying, and it keeps the objects that are read most."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.heat import HeatCounter
+from tests.store.helpers import Clock
+
+
+def test_top_is_hottest_first():
+    heat = HeatCounter()
+    for key, times in (("a", 3), ("b", 5), ("c", 1)):
+        for _ in range(times):
+            heat.hit("bkt", key)
+    assert heat.top(2) == [("bkt", "b", 5), ("bkt", "a", 3)]
+
+
+def test_counts_halve_every_half_life_and_cold_objects_leave():
+    clock = Clock()
+    heat = HeatCounter(half_life=60, clock=clock)
+    for _ in range(8):
+        heat.hit("bkt", "hot")
+    heat.hit("bkt", "once")
+    clock.now += 61
+    heat.hit("bkt", "new")
+    assert heat.top() == [("bkt", "hot", 4), ("bkt", "new", 1)]
+
+
+@given(st.lists(st.integers(min_value=0, max_value=200), max_size=2000))
+def test_size_stays_bounded_and_a_dominant_object_stays(keys):
+    heat = HeatCounter(capacity=40)
+    for key in keys:
+        heat.hit("bkt", str(key))
+        heat.hit("bkt", "dominant")
+        heat.hit("bkt", "dominant")
+        assert len(heat) <= 40
+    if keys:
+        assert heat.top(1)[0][1] == "dominant"

@@ -1,0 +1,15 @@
+#!/bin/sh
+# Installs the gateway from a source tree with the `python3` on PATH: the one install step of the
+# container image (deploy/Dockerfile RUNs this script) and of a plain host (deploy/systemd/), and
+# what tests/test_deploy.py runs into a fresh virtualenv.
+#
+#   deploy/install.sh [SOURCE_DIR]    # default: the checkout this script lives in
+#
+# It installs the package alone: the runtime dependencies of pyproject.toml, no extras (the demo
+# origin and the test tools stay out of production images).
+set -eu
+# An absolute path, so that pip never takes the argument for the name of a package on an index.
+src="$(cd "${1:-$(dirname "$0")/..}" && pwd)"
+python3 -m pip install --no-cache-dir --disable-pip-version-check "$src"
+# The command the image and the unit run must exist and start.
+gateway --help >/dev/null

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 import boto3
+import pytest
 import uvicorn
 from botocore.config import Config
 
@@ -67,6 +74,61 @@ class RunningGateway:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+
+
+CLIENT_TIMEOUT = 60  # seconds for one client command; each takes a few seconds when the gateway answers right
+
+
+def need_module(name: str, install: str) -> None:
+    """Skip the test, saying how to install it, when a client library is missing."""
+    if importlib.util.find_spec(name) is None:
+        pytest.skip(f"{name} is not installed: {install}")
+
+
+def need_binary(name: str, install: str) -> str:
+    """The path of a client program; skip the test, saying how to install it, when it is missing."""
+    path = shutil.which(name)
+    if path is None:
+        pytest.skip(f"{name} is not installed: {install}")
+    return path
+
+
+def run_client(args: list[str], *, env: dict[str, str], cwd: str | None = None) -> subprocess.CompletedProcess[bytes]:
+    """Run a client command with a timeout; fail with its output when it fails or hangs."""
+    try:
+        result = subprocess.run(args, check=False, env=env, cwd=cwd, capture_output=True, timeout=CLIENT_TIMEOUT)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"{args[:3]} did not finish in {CLIENT_TIMEOUT}s: {exc.stderr!r}") from None
+    if result.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} exited {result.returncode}:\n"
+                             f"{result.stdout.decode(errors='replace')[-3000:]}\n"
+                             f"{result.stderr.decode(errors='replace')[-6000:]}")
+    return result
+
+
+def need_duckdb_httpfs() -> Path:
+    """The httpfs extension binary shipped by the duckdb-extension-httpfs wheel for the installed DuckDB
+    (DuckDB's own extension site is not reachable); skip the test, saying how to install it, without it."""
+    need_module("duckdb", "pip install duckdb")
+    need_module("duckdb_extension_httpfs",
+                "pip install duckdb-extension-httpfs==<duckdb's version> (ships the httpfs extension binary; "
+                "DuckDB's own extension site is not reachable)")
+    version = importlib.metadata.version("duckdb")
+    spec = importlib.util.find_spec("duckdb_extension_httpfs")
+    ext = Path(next(iter(spec.submodule_search_locations or []))) / "extensions" / f"v{version}"  # type: ignore[union-attr]
+    if not (ext / "httpfs.duckdb_extension").exists():
+        pytest.skip(f"duckdb-extension-httpfs has no httpfs extension for duckdb {version}: "
+                    f"pip install duckdb=={version} duckdb-extension-httpfs=={version}")
+    return ext / "httpfs.duckdb_extension"
+
+
+def client_env(**extra: str) -> dict[str, str]:
+    """This environment without the machine's AWS_* settings (an AWS_CA_BUNDLE makes rclone refuse an
+    http endpoint, a profile or region would change what the clients send), plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_EC2_METADATA_DISABLED="true", AWS_CONFIG_FILE="/dev/null", AWS_SHARED_CREDENTIALS_FILE="/dev/null")
+    env.update(extra)
+    return env
 
 
 def client(endpoint: str, key: tuple[str, str] = ADMIN, **config: object):  # type: ignore[no-untyped-def]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 from gateway import config, configdoc
@@ -68,3 +70,34 @@ def test_size_and_duration_defaults_are_rendered_back_exactly():
                 assert config.parse_size(configdoc._size(f.default)) == f.default
             if (section, f.name) in config._DURATION_FIELDS:
                 assert config.parse_duration(configdoc._duration(f.default)) == f.default
+
+
+def _setting_names() -> set[str]:
+    names = set(configdoc.env_vars().values())
+    for section, cls in configdoc.sections():
+        for f in dataclasses.fields(cls):
+            table = configdoc._tables(typing.get_type_hints(cls)[f.name])
+            if table is not None:
+                names |= {f"{section}.{f.name}[].{t.name}" for t in dataclasses.fields(table)}
+    return names
+
+
+def test_alluxio_table_names_only_settings_that_exist():
+    """docs/alluxio.md: every setting in its "Here" column exists, and the properties people ask about are there."""
+    rows = [line.split(" | ") for line in (ROOT / "docs" / "alluxio.md").read_text().splitlines()
+            if line.startswith("| `")]
+    known = _setting_names()
+    for row in rows:
+        here = row[1]
+        for name in re.findall(r"`([a-z_]+\.[a-z_.\[\]]+)", here):
+            assert name in known, f"docs/alluxio.md names {name}, which is not a setting of gateway/config.py"
+        for section in re.findall(r"`([a-z_]+)\.\*`", here):
+            assert section in dict(configdoc.sections()), f"docs/alluxio.md names a section {section} that does not exist"
+        assert re.search(r"`[a-z_]+\.[a-z_*]", here) or here.startswith(("not yet", "the memory tier", "admin API")), row
+    properties = " ".join(row[0] for row in rows)
+    for wanted in ("alluxio.user.metadata.cache.max.size", "alluxio.user.metadata.cache.expiration.time",
+                   "level0.dirs.quota", "tieredstore.levels", "dirs.path", "dirs.mediumtype", "CACHE_PROMOTE",
+                   "readtype.default=CACHE`", "NO_CACHE", "CACHE_THROUGH", "writetype.default=THROUGH",
+                   "alluxio.user.file.replication.max", "alluxio.user.file.passive.cache.enabled",
+                   "alluxio.worker.evictor.class", "distributedLoad"):
+        assert wanted in properties, wanted

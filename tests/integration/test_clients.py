@@ -10,11 +10,8 @@ skips only when its client is not installed; the skip says how to install it.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
-import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -23,41 +20,11 @@ from pathlib import Path
 import pytest
 
 from tests.support import ADMIN, REGION
-
-TIMEOUT = 60  # seconds for one client command; each takes a few seconds when the gateway answers right
-
-
-def _need_module(name: str, install: str) -> None:
-    if importlib.util.find_spec(name) is None:
-        pytest.skip(f"{name} is not installed: {install}")
-
-
-def _need_binary(name: str, install: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.skip(f"{name} is not installed: {install}")
-    return path
-
-
-def _run(args: list[str], *, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
-    try:
-        result = subprocess.run(args, check=False, env=env, capture_output=True, timeout=TIMEOUT)
-    except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"{args[:3]} did not finish in {TIMEOUT}s: {exc.stderr!r}") from None
-    if result.returncode != 0:
-        raise AssertionError(f"{' '.join(args)} exited {result.returncode}:\n"
-                             f"{result.stdout.decode(errors='replace')[-3000:]}\n"
-                             f"{result.stderr.decode(errors='replace')[-6000:]}")
-    return result
-
-
-def _client_env(**extra: str) -> dict[str, str]:
-    """This environment without the machine's AWS_* settings (an AWS_CA_BUNDLE makes rclone refuse an
-    http endpoint, a profile or region would change what the clients send), plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(AWS_EC2_METADATA_DISABLED="true", AWS_CONFIG_FILE="/dev/null", AWS_SHARED_CREDENTIALS_FILE="/dev/null")
-    env.update(extra)
-    return env
+from tests.support import client_env as _client_env
+from tests.support import need_duckdb_httpfs
+from tests.support import need_binary as _need_binary
+from tests.support import need_module as _need_module
+from tests.support import run_client as _run
 
 
 def _python(script: str, *args: str) -> dict:  # type: ignore[type-arg]
@@ -283,16 +250,7 @@ _DUCKDB = """
 
 
 def test_duckdb_httpfs(gateway, s3, direct):
-    _need_module("duckdb", "pip install duckdb")
-    _need_module("duckdb_extension_httpfs",
-                 "pip install duckdb-extension-httpfs==<duckdb's version> (ships the httpfs extension binary; "
-                 "DuckDB's own extension site is not reachable)")
-    version = importlib.metadata.version("duckdb")
-    spec = importlib.util.find_spec("duckdb_extension_httpfs")
-    ext = Path(next(iter(spec.submodule_search_locations or []))) / "extensions" / f"v{version}"  # type: ignore[union-attr]
-    if not (ext / "httpfs.duckdb_extension").exists():
-        pytest.skip(f"duckdb-extension-httpfs has no httpfs extension for duckdb {version}: "
-                    f"pip install duckdb=={version} duckdb-extension-httpfs=={version}")
+    need_duckdb_httpfs()
     s3.create_bucket(Bucket="duck")
     blob = os.urandom(3 * 1024 * 1024 + 11)
     direct.put_object(Bucket="duck", Key="given/blob.bin", Body=blob)

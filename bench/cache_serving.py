@@ -826,6 +826,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connections", default="", help="override, e.g. 4KiB=16,64MiB=2 (default 32, 32, 4)")
     parser.add_argument("--memory-quota", default="1GiB", help="gw-mem and gw-cold memory tier (cache.memory_quota)")
     parser.add_argument("--disk-quota", default="4GiB", help="gw-disk's one disk tier")
+    parser.add_argument("--block-size", default="", help="cache.block_size of every gateway (default: the gateway's)")
+    parser.add_argument("--readahead", default="", help="cache.readahead_blocks of every gateway (default: the gateway's)")
     parser.add_argument("--nginx-workers", default="auto", help="nginx worker_processes (auto = one per core)")
     parser.add_argument("--clients", default="wrk,py", help="load generators: wrk, py or both")
     parser.add_argument("--busy", type=float, default=0.25,
@@ -862,7 +864,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"NOTE: load generator, gateway, moto and nginx all share these {os.cpu_count()} cores over loopback;"
           " every figure is bounded by that (a faster server leaves less CPU to the client and vice versa).")
     print(f"cells: {seconds:g}s each; connections " + ", ".join(f"{p.label}={p.connections}" for p in sizes)
-          + f"; gateway memory tier {args.memory_quota}; nginx worker_processes {args.nginx_workers}")
+          + f"; gateway memory tier {args.memory_quota}; nginx worker_processes {args.nginx_workers}"
+          + f"; gateway block size {args.block_size or 'default'}, readahead {args.readahead or 'default'}")
     print("wrk rows: presigned SigV4 URLs (signature in the query, verified by the gateway on every request);"
           " py rows: aiohttp client, SigV4 Authorization header computed per request.\n", flush=True)
 
@@ -883,16 +886,23 @@ def main(argv: list[str] | None = None) -> int:
             shaped = stack.enter_context(shaped_origin_process(shaped_root, tmp, args.shaped_latency, args.shaped_rate))
 
         disk_dir = tmp / "disk-tier"
-        gw_mem = Gateway("gw-mem", origin, {"GATEWAY_CACHE_MEMORY_QUOTA": str(quota)}, tmp, code)
+        common = {}
+        if args.block_size:
+            common["GATEWAY_CACHE_BLOCK_SIZE"] = str(parse_size(args.block_size, "--block-size"))
+        if args.readahead:
+            common["GATEWAY_CACHE_READAHEAD_BLOCKS"] = args.readahead
+        gw_mem = Gateway("gw-mem", origin, {**common, "GATEWAY_CACHE_MEMORY_QUOTA": str(quota)}, tmp, code)
         gw_disk = Gateway("gw-disk", origin, {
+            **common,
             "GATEWAY_CACHE_MEMORY_QUOTA": "0",
             "GATEWAY_CACHE_DISK": json.dumps([{"path": str(disk_dir), "quota": args.disk_quota}]),
         }, tmp, code)
-        gw_cold = Gateway("gw-cold", origin, {"GATEWAY_CACHE_MEMORY_QUOTA": str(quota)}, tmp, code)
+        gw_cold = Gateway("gw-cold", origin, {**common, "GATEWAY_CACHE_MEMORY_QUOTA": str(quota)}, tmp, code)
         gateways = [gw_mem, gw_disk, gw_cold]
         gw_cold_shaped = None
         if shaped is not None:
-            gw_cold_shaped = Gateway("gw-cold/shaped", shaped, {"GATEWAY_CACHE_MEMORY_QUOTA": str(quota)}, tmp, code)
+            gw_cold_shaped = Gateway("gw-cold/shaped", shaped, {**common, "GATEWAY_CACHE_MEMORY_QUOTA": str(quota)},
+                                     tmp, code)
             gateways.append(gw_cold_shaped)
         for gw in gateways:
             gw.start()

@@ -177,14 +177,15 @@ class PrefixRule:
 class CacheSettings:
     """The block cache: tiers, block size, eviction policy, promotion, pins and TTLs."""
 
-    block_size: int = setting(4 * 1024**2, "Objects are cached as blocks of this size (64KiB to 64MiB).")
+    block_size: int = setting(1024**2, "Objects are cached as blocks of this size (64KiB to 64MiB); see "
+                              "docs/benchmarks.md for why 1MiB.")
     policy: Literal["lru", "s3fifo"] = setting("s3fifo", "Eviction policy of every tier: `lru` or `s3fifo`.")
     promote: bool = setting(True, "CACHE_PROMOTE (true): a hit in a lower tier is copied up to memory; "
                                   "CACHE (false): it is served from where it is.")
     memory_quota: int = setting(1024**3, "Bytes of blocks kept in memory; 0 and no disk tiers: no block cache.")
     disk: tuple[DiskTierSettings, ...] = setting(
         (), "Disk tiers below memory, in order; evictions demote downwards. In an env var as a JSON list.")
-    readahead_blocks: int = setting(4, "Blocks after the one being read that are fetched ahead, in parallel.")
+    readahead_blocks: int = setting(16, "Blocks after the one being read that are fetched ahead, in parallel.")
     read_buffer: int = setting(
         96 * 1024**2, "Bytes of blocks that reads in flight hold besides the memory tier (being fetched, read "
                       "from disk, sent): past it readahead is skipped and new block reads wait their turn.")

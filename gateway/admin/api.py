@@ -9,6 +9,7 @@ from urllib.parse import parse_qsl
 import orjson
 from starlette.types import Receive, Scope, Send
 
+from gateway.admin import dashboard
 from gateway.admin.metrics import CONTENT_TYPE_LATEST, registry_for, render
 from gateway.admin.node import Node
 from gateway.admin.ready import readiness
@@ -17,12 +18,14 @@ from gateway.config import AdminSettings
 from gateway.events import MAX_EVENT_BYTES, EventError, parse_s3_event
 
 Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
-_OPEN = frozenset({"/healthz", "/readyz"})  # answered without the token (load balancers, probes)
+# Answered without the token: load balancers and probes; the dashboard page, which holds no figures.
+_OPEN = frozenset({"/healthz", "/readyz", "/dashboard"})
 
 
 class AdminApp:
     """A small router of plain ASGI handlers. Without a token: `GET healthz` (the process
-    runs) and `GET readyz` (the origin and Redis answer). With the token:
+    runs), `GET readyz` (the origin and Redis answer) and `GET dashboard` (an HTML page
+    whose script asks for the token and polls `stats`). With the token:
 
     - `GET metrics`: Prometheus text; `GET stats`: the node's figures as JSON;
     - `POST|DELETE pin?bucket=B&prefix=P`: pin or unpin a prefix at runtime;
@@ -41,6 +44,7 @@ class AdminApp:
             ("GET", "/healthz"): self._healthz,
             ("HEAD", "/healthz"): self._healthz,
             ("GET", "/readyz"): self._readyz,
+            ("GET", "/dashboard"): self._dashboard,
             ("GET", "/metrics"): self._metrics,
             ("GET", "/stats"): self._stats,
             ("POST", "/pin"): self._pin,
@@ -72,6 +76,10 @@ class AdminApp:
             await _json(send, 503, {"status": "unavailable", "failed": failed, "checks": checks})
         else:
             await _json(send, 200, {"status": "ok", "checks": checks})
+
+    async def _dashboard(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": dashboard.HEADERS})
+        await send({"type": "http.response.body", "body": dashboard.PAGE})
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
         await _send(send, 200, render(self.registry), CONTENT_TYPE_LATEST.encode())

@@ -138,3 +138,20 @@ def client(endpoint: str, key: tuple[str, str] = ADMIN, **config: object):  # ty
     )
 
 
+def concurrent_gets(endpoint: str, readers: int, **params: str) -> list[bytes]:
+    """The bodies of `readers` GetObject calls with `params`, each from its own client and
+    thread, released at the same moment."""
+    clients = [client(endpoint) for _ in range(readers)]
+    barrier = threading.Barrier(readers)
+    results: list[bytes] = []
+
+    def read(c) -> None:  # type: ignore[no-untyped-def]
+        barrier.wait()
+        results.append(c.get_object(**params)["Body"].read())
+
+    threads = [threading.Thread(target=read, args=(c,)) for c in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return results

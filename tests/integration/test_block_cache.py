@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from hypothesis import strategies as st
 
 from gateway.config import CacheSettings, DiskTierSettings
 from gateway.demo import moto_server
-from tests.support import RunningGateway, base_settings, client
+from tests.support import RunningGateway, base_settings, client, concurrent_gets
 
 KiB = 1024
 BLOCK = 64 * KiB
@@ -79,20 +78,7 @@ def test_concurrent_cold_reads_fetch_each_block_once(small_blocks):
     gateway, s3 = small_blocks
     s3.put_object(Bucket="bkt", Key="k", Body=DATA)
     before = engine(gateway).stats.get("origin_block_fetch", 0)
-    results: list[bytes] = []
-    clients = [client(gateway.endpoint) for _ in range(8)]
-    barrier = threading.Barrier(len(clients))
-
-    def read(c) -> None:  # type: ignore[no-untyped-def]
-        barrier.wait()
-        results.append(c.get_object(Bucket="bkt", Key="k")["Body"].read())
-
-    threads = [threading.Thread(target=read, args=(c,)) for c in clients]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert results == [DATA] * len(clients)
+    assert concurrent_gets(gateway.endpoint, 8, Bucket="bkt", Key="k") == [DATA] * 8
     assert engine(gateway).stats["origin_block_fetch"] - before == 6  # 5 full blocks + the tail, once each
 
 
@@ -106,18 +92,7 @@ def test_reads_share_a_bounded_buffer_and_give_it_back(start_gateway, clean_orig
     s3 = client(gateway.endpoint)
     s3.create_bucket(Bucket="bkt")
     s3.put_object(Bucket="bkt", Key="k", Body=DATA)
-    results: list[bytes] = []
-    clients = [client(gateway.endpoint) for _ in range(8)]
-
-    def read(c) -> None:  # type: ignore[no-untyped-def]
-        results.append(c.get_object(Bucket="bkt", Key="k")["Body"].read())
-
-    threads = [threading.Thread(target=read, args=(c,)) for c in clients]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert results == [DATA] * len(clients)
+    assert concurrent_gets(gateway.endpoint, 8, Bucket="bkt", Key="k") == [DATA] * 8
     assert budget.waits > 0 and budget.overdrawn == 0
 
     url = s3.generate_presigned_url("get_object", Params={"Bucket": "bkt", "Key": "k"})

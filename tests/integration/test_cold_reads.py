@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 from collections import Counter
 
 import httpx
@@ -13,7 +12,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from gateway.config import CacheSettings
-from tests.support import RunningGateway, client
+from tests.support import RunningGateway, client, concurrent_gets
 
 KiB = 1024
 BLOCK = 64 * KiB
@@ -77,20 +76,7 @@ def test_a_cold_read_mid_object_fetches_only_its_blocks(cold):
 def test_concurrent_cold_reads_share_one_request(cold):
     gateway, _ = cold
     before = origin_requests(gateway)
-    clients = [client(gateway.endpoint) for _ in range(8)]
-    barrier = threading.Barrier(len(clients))
-    results: list[bytes] = []
-
-    def read(c) -> None:  # type: ignore[no-untyped-def]
-        barrier.wait()
-        results.append(c.get_object(Bucket="bkt", Key="k", Range="bytes=0-999")["Body"].read())
-
-    threads = [threading.Thread(target=read, args=(c,)) for c in clients]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert results == [DATA[:1000]] * len(clients)
+    assert concurrent_gets(gateway.endpoint, 8, Bucket="bkt", Key="k", Range="bytes=0-999") == [DATA[:1000]] * 8
     assert sent_since(gateway, before) == {"GET": 1}
 
 

@@ -10,6 +10,10 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.admin.api import AdminApp
 from gateway.admin.node import Node
+from gateway.cluster.fleet import Fleet
+from gateway.cluster.membership import Membership, identity
+from gateway.cluster.peer_api import PeerApp
+from gateway.cluster.peers import PeerClient
 from gateway.cluster.pins import RuntimePins
 from gateway.cluster.shared import SharedMetadata
 from gateway.config import CacheSettings, Settings
@@ -30,6 +34,8 @@ class GatewayApp:
         self.settings = settings
         self.s3: S3App | None = None
         self.admin: AdminApp | None = None
+        self.peer: PeerApp | None = None  # the peer API, when the fleet is on
+        self.fleet: Fleet | None = None
         self._invalidations: asyncio.Task[None] | None = None
         self._events: SqsConsumer | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -40,8 +46,18 @@ class GatewayApp:
             await store.open()
         # With Redis: metadata and listings shared by the nodes, and their invalidations.
         shared = SharedMetadata(self.settings.redis) if self.settings.redis.url else None
+        # With Redis and a cluster secret: a fleet, whose members share the block cache.
+        cluster = self.settings.cluster
+        if shared is not None and self.settings.fleet:
+            membership = Membership(shared, identity(self.settings), interval=cluster.heartbeat_interval,
+                                    ttl=cluster.member_ttl)
+            self.fleet = Fleet(cluster, membership, PeerClient(cluster))
         engine = Engine(Origin(self.settings.origin), self.settings.metadata, self.settings.listing,
-                        store=store, cache=self.settings.cache, shared=shared)
+                        store=store, cache=self.settings.cache, shared=shared, fleet=self.fleet)
+        if self.fleet is not None:
+            self.peer = PeerApp(cluster.secret, engine.reads.serve_block, engine.reads.serve_open)
+            await self.fleet.membership.heartbeat()  # join now (Redis down: alone until it is back)
+            self._tasks.append(asyncio.create_task(self.fleet.membership.run(), name="gateway-membership"))
         if shared is not None:
             self._invalidations = asyncio.create_task(
                 shared.listen(engine.invalidate_local, on_resync=engine.purge), name="gateway-invalidations")
@@ -57,7 +73,9 @@ class GatewayApp:
             await pins.refresh()
             self._tasks.append(asyncio.create_task(pins.run(), name="gateway-pins"))
         self.s3 = S3App(self.settings, engine)
-        node = Node(f"{socket.gethostname()}:{self.settings.server.port}", engine, self.s3.stats, pins)
+        name = self.fleet.me.id if self.fleet is not None else f"{socket.gethostname()}:{self.settings.server.port}"
+        node = Node(name, engine, self.s3.stats, pins,
+                    membership=self.fleet.membership if self.fleet is not None else None)
         self.admin = AdminApp(self.settings.admin, node)
 
     async def shutdown(self) -> None:
@@ -67,6 +85,10 @@ class GatewayApp:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._invalidations, self._tasks = None, []
+        if self.fleet is not None:  # leave while Redis is still open to us
+            await self.fleet.membership.leave()
+            await self.fleet.aclose()
+            self.fleet, self.peer = None, None
         if self._events is not None:
             await self._events.aclose()
             self._events = None
@@ -82,7 +104,9 @@ class GatewayApp:
             return
         # The lifespan builds everything before the server accepts requests (lifespan="on").
         assert self.s3 is not None and self.admin is not None
-        if self.admin.handles(scope["path"]):
+        if self.peer is not None and self.peer.handles(scope["path"]):
+            await self.peer(scope, receive, send)
+        elif self.admin.handles(scope["path"]):
             await self.admin(scope, receive, send)
         else:
             await self.s3(scope, receive, send)

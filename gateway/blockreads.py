@@ -1,20 +1,27 @@
 """Object bytes through the block cache: blocks from the tiers, or fetched from the origin
 once however many readers wait, with readahead; reads the cache must not share go
-straight to the origin."""
+straight to the origin. In a fleet, a block this node does not own comes from its
+owners over the peer API, and only owners fetch blocks from the origin."""
 
 from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
+from gateway import log
 from gateway.bytebudget import ByteBudget
+from gateway.cluster.fleet import Fleet, Route
+from gateway.cluster.membership import Member
+from gateway.cluster.peers import PeerError, PeerRefused
 from gateway.config import CacheSettings
 from gateway.errors import S3Error
-from gateway.objects import ObjectChanged, ObjectMeta, meta_from_ranged_get
+from gateway.objects import ObjectChanged, ObjectMeta, decode_meta, encode_meta, meta_from_ranged_get
 from gateway.origin import Origin
 from gateway.store.blocks import BlockId, block_bounds, block_span, slice_for
 from gateway.store.tiers import TieredStore
@@ -22,11 +29,13 @@ from gateway.store.tiers import TieredStore
 _FOOTER_FIRST_SUFFIXES = (".parquet", ".orc")
 _SEQUENTIAL_READERS = 4096  # objects whose last read end is remembered
 _SMALL_BODY = 256 * 1024  # a one-block read up to this size is answered as a body in hand
+_PEER_LOG_EVERY = 10.0  # seconds between two log lines about the same failing peer
+_EPOCH = datetime.fromtimestamp(0, timezone.utc)
 
 
 @dataclass(frozen=True, slots=True)
 class ObjectRead:
-    """The bytes of a read, and how it is served: hit-mem | hit-disk | partial | miss.
+    """The bytes of a read, and how it is served: hit-mem | hit-disk | hit-peer | partial | miss.
 
     A read within one block is `body`, in hand (no stream to run); otherwise `chunks`.
     """
@@ -49,6 +58,13 @@ class BlockReader:
 
     `on_changed(bucket, key)` is called when the origin no longer holds the version a
     read was describing (its If-Match failed), before ObjectChanged is raised.
+
+    With a `fleet`, a block missing here is asked of its owners in rendezvous order
+    (`_peer_inflight`, single-flight like `_inflight`); a peer that fails is skipped, and
+    when none answers the block comes from the origin after all. Blocks asked for by
+    peers (`serve_block`, `serve_open`) come from the tiers or the origin, never from
+    another peer, so two nodes whose views differ for a moment cannot ask each other
+    in a circle.
     """
 
     def __init__(
@@ -58,8 +74,11 @@ class BlockReader:
         settings: CacheSettings,
         stats: Counter[str],
         on_changed: Callable[[str, str], Awaitable[None]],
+        *,
+        fleet: Fleet | None = None,
     ) -> None:
         self.origin = origin
+        self.fleet = fleet
         self.store = store
         self.cache_settings = settings
         self.stats = stats
@@ -68,6 +87,10 @@ class BlockReader:
         self._inflight: dict[str, asyncio.Future[bytes]] = {}
         self._opening: dict[str, asyncio.Future[tuple[ObjectMeta, FirstBlock] | None]] = {}
         self._background: set[asyncio.Future[bytes]] = set()
+        # Fetches from peers, by block name (and opens, by the same name as _opening).
+        self._peer_inflight: dict[str, asyncio.Future[bytes]] = {}
+        self._peer_opening: dict[str, asyncio.Future[tuple[ObjectMeta, FirstBlock] | None]] = {}
+        self._peer_logged: dict[str, float] = {}
         # Where the last read of each recently read object ended, to spot sequential readers.
         self._read_ends: OrderedDict[tuple[str, str, str], int] = OrderedDict()
 
@@ -158,6 +181,12 @@ class BlockReader:
             return "hit-mem"
         if cached == len(blocks):
             return "hit-disk"
+        if self.fleet is not None:
+            # Blocks not held here that a peer owns count as peer hits (whether that peer
+            # holds them already is not known at this point).
+            remote = sum(1 for b in blocks if b not in self.store and self._route(b.bucket, b.key, b.index) is not None)
+            if remote and cached + remote == len(blocks):
+                return "hit-peer"
         return "miss" if cached == 0 else "partial"
 
     async def _stream(
@@ -220,6 +249,20 @@ class BlockReader:
         assert self.store is not None
         index = first_byte // self.cache_settings.block_size
         name = "\0".join((bucket, key, *(v for _, v in query), str(index)))
+        route = self._route(bucket, key, index)
+        if route is not None:  # a peer owns the block: it opens the object for us
+            opening = self._peer_opening.get(name)
+            if opening is None:
+                opening = asyncio.ensure_future(self._open_via_peers(bucket, key, query, index, name, route))
+                self._peer_opening[name] = opening
+                opening.add_done_callback(lambda done: self._fetched(name, done, self._peer_opening))
+            return await asyncio.shield(opening)
+        return await self._open_here(bucket, key, query, index, name)
+
+    async def _open_here(
+        self, bucket: str, key: str, query: list[tuple[str, str]], index: int, name: str
+    ) -> tuple[ObjectMeta, FirstBlock] | None:
+        """`open` by this node itself: one ranged GET of the origin, shared by concurrent opens."""
         opening = self._opening.get(name)
         if opening is None:
             opening = asyncio.ensure_future(self._open(bucket, key, query, index))
@@ -266,8 +309,12 @@ class BlockReader:
         await self.store.put(block, data)
         return meta, FirstBlock(block, data)
 
-    async def _block(self, block: BlockId, meta: ObjectMeta) -> bytes:
-        """One block: from a tier, else fetched from the origin exactly once however many wait."""
+    async def _block(self, block: BlockId, meta: ObjectMeta, *, from_peers: bool = True) -> bytes:
+        """One block: from a tier, else fetched from the origin exactly once however many wait.
+
+        In a fleet (and `from_peers`), a block whose owner is another node is asked of its
+        owners instead, once however many wait, and from the origin only if none answers.
+        """
         assert self.store is not None
         while True:
             hit = await self.store.get(block)
@@ -280,6 +327,17 @@ class BlockReader:
                 break
             if block in self.store:  # stored between our look and now
                 continue
+            route = self._route(block.bucket, block.key, block.index) if from_peers else None
+            if route is not None:
+                fetch = self._peer_inflight.get(block.name)
+                if fetch is not None:
+                    self.stats["block_wait"] += 1
+                    break
+                self.stats["block_miss"] += 1
+                fetch = asyncio.ensure_future(self._fetch_from_peers(block, meta, route))
+                self._peer_inflight[block.name] = fetch
+                fetch.add_done_callback(lambda done, name=block.name: self._fetched(name, done, self._peer_inflight))
+                break
             self.stats["block_miss"] += 1
             fetch = asyncio.ensure_future(self._fetch_block(block, meta))
             self._inflight[block.name] = fetch
@@ -319,11 +377,129 @@ class BlockReader:
         await self.store.put(block, data)
         return data
 
+    # --- the fleet ---------------------------------------------------------------------
+
+    def _route(self, bucket: str, key: str, index: int) -> Route | None:
+        """The owners to ask for a block, or None: no fleet, or this node is its first owner."""
+        if self.fleet is None:
+            return None
+        route = self.fleet.route(bucket, key, index)
+        return route if route.ask else None
+
+    async def _fetch_from_peers(self, block: BlockId, meta: ObjectMeta, route: Route) -> bytes:
+        assert self.store is not None and self.fleet is not None
+        length = self._length(block, meta)
+        for peer in route.ask:
+            try:
+                data = await self.fleet.peers.block(peer, block.bucket, block.key, meta.etag, meta.version_id,
+                                                    meta.size, block.index, length)
+            except PeerRefused as refused:
+                await self._peer_refused(block.bucket, block.key, refused)
+                self._peer_failed(peer, refused)
+                continue
+            except PeerError as exc:
+                self._peer_failed(peer, exc)
+                continue
+            self.stats["peer_block_fetch"] += 1
+            if route.keep:
+                await self.store.put(block, data)
+            return data
+        # No owner answered: the block comes from the origin (and is kept: its owners are
+        # failing, and the next read should not wait for them again).
+        self.stats["peer_fallback"] += 1
+        return await self._block(block, meta, from_peers=False)
+
+    async def _open_via_peers(
+        self, bucket: str, key: str, query: list[tuple[str, str]], index: int, name: str, route: Route
+    ) -> tuple[ObjectMeta, FirstBlock] | None:
+        """`open`, asked of the owners of block `index`; by this node itself if none answers."""
+        assert self.store is not None and self.fleet is not None
+        size = self.cache_settings.block_size
+        version_id = dict(query).get("versionId")
+        for peer in route.ask:
+            try:
+                opened = await self.fleet.peers.open(peer, bucket, key, version_id, index, size, budget=self.budget)
+            except PeerRefused as refused:
+                await self._peer_refused(bucket, key, refused)
+                self._peer_failed(peer, refused)
+                continue
+            except PeerError as exc:
+                self._peer_failed(peer, exc)
+                continue
+            if opened is None:
+                return None
+            meta = decode_meta(opened[0])
+            first = index * size
+            if not isinstance(meta, ObjectMeta) or len(opened[1]) != min(first + size, meta.size) - first:
+                self._peer_failed(peer, PeerError("an open answer that does not add up"))
+                continue
+            block = BlockId(bucket, key, _version(meta), index)
+            self.stats["peer_open"] += 1
+            if route.keep:
+                await self.store.put(block, opened[1])
+            return meta, FirstBlock(block, opened[1])
+        self.stats["peer_fallback"] += 1
+        return await self._open_here(bucket, key, query, index, name)
+
+    async def _peer_refused(self, bucket: str, key: str, refused: PeerRefused) -> None:
+        """An owner's origin said no: that answer is ours too, unless it is the origin failing
+        (5xx), which another owner or the origin may get past (the caller goes on)."""
+        if refused.changed:
+            await self._on_changed(bucket, key)
+            raise ObjectChanged()
+        if refused.error.status < 500:
+            refused.error.resource = f"/{bucket}/{key}"
+            raise refused.error
+
+    def _peer_failed(self, peer: Member, exc: Exception) -> None:
+        self.stats["peer_failure"] += 1
+        now = time.monotonic()
+        if now - self._peer_logged.get(peer.id, -_PEER_LOG_EVERY) >= _PEER_LOG_EVERY:
+            self._peer_logged[peer.id] = now
+            log.cluster.warning("peer %s failed (%s); asking the next owner or the origin", peer.id, exc)
+
+    async def serve_block(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int) -> bytes:
+        """A block a peer asked for: from the tiers, else from the origin once (and kept).
+
+        Raises PeerRefused for the origin's S3 errors, LookupError without a block cache,
+        ValueError for a block outside the object.
+        """
+        if self.store is None:
+            raise LookupError("no block cache")
+        meta = ObjectMeta(size=size, etag=etag, last_modified=_EPOCH,
+                          headers={"x-amz-version-id": version_id} if version_id else {})
+        block = BlockId(bucket, key, _version(meta), index)
+        length = self._length(block, meta)
+        memory = self.store.memory
+        held = 0 if memory is not None and block in memory else await self.budget.take(length)
+        try:
+            return await self._block(block, meta, from_peers=False)
+        except ObjectChanged as exc:
+            raise PeerRefused(exc, changed=True) from exc
+        except S3Error as exc:
+            raise PeerRefused(exc, changed=False) from exc
+        finally:
+            self.budget.give(held)
+
+    async def serve_open(self, bucket: str, key: str, version_id: str, index: int) -> tuple[bytes, bytes] | None:
+        """An open a peer asked for (see `open`): (metadata in the shared form, block) or None."""
+        if self.store is None:
+            raise LookupError("no block cache")
+        query = [("versionId", version_id)] if version_id else []
+        name = "\0".join((bucket, key, *(v for _, v in query), str(index)))
+        try:
+            opened = await self._open_here(bucket, key, query, index, name)
+        except S3Error as exc:
+            raise PeerRefused(exc, changed=False) from exc
+        if opened is None:
+            return None
+        return encode_meta(opened[0]), opened[1].data
+
     def _prefetch(self, block: BlockId, meta: ObjectMeta) -> None:
         """Fetch a block nobody asked for yet, if the budget allows; it is given back once
         the block is stored."""
         assert self.store is not None
-        if block not in self.store and block.name not in self._inflight:
+        if block not in self.store and block.name not in self._inflight and block.name not in self._peer_inflight:
             held = self.budget.try_take(self._length(block, meta))
             if held:
                 self.stats["prefetch"] += 1

@@ -290,6 +290,46 @@ class RedisSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterSettings:
+    """The fleet: nodes on one Redis that act as one cache holding N times as much.
+
+    On only when `redis.url` and `cluster.secret` are both set. Each block has `replicas`
+    owners among the live members (rendezvous hashing); a node asks a block's owners for
+    it over the peer API (`/_peer/v1/...` on the S3 port, authenticated with the secret),
+    and only owners fetch blocks from the origin. A peer that fails costs speed: the next
+    owner, then the origin, is asked instead.
+    """
+
+    node_id: str = setting("", "This node's name in the fleet, unique per node; empty: the `host:port` of "
+                               "`cluster.advertise_url`.")
+    advertise_url: str = setting("", "URL the other nodes reach this node's S3 port at, `http://host:port`; "
+                                     "empty: `http://<server.host>:<server.port>` (the host name when "
+                                     "`server.host` is `0.0.0.0`).")
+    secret: str = setting("", "Shared by every node of the fleet; authenticates peer requests (HMAC-SHA256, "
+                              "never S3 credentials). Empty: no fleet, the node runs alone.", secret=True)
+    heartbeat_interval: float = setting(2.0, "How often a node renews its membership in Redis and reads the "
+                                             "live members again.")
+    member_ttl: float = setting(6.0, "A node not heard of for this long is no longer a member (a crashed node "
+                                     "stops owning blocks after it).")
+    peer_connect_timeout: float = setting(2.0, "Timeout for connecting to a peer; past it the next owner, then "
+                                               "the origin, is asked.")
+    peer_read_timeout: float = setting(10.0, "Timeout for each read from a peer connection.")
+    replicas: int = setting(1, "Owners per block: the nodes that keep it and may fetch it from the origin.")
+    passive_cache: bool = setting(False, "A node that is not a block's owner keeps a copy of the blocks it "
+                                         "read from peers (more hits here, less room in the fleet).")
+
+    def __post_init__(self) -> None:
+        if self.advertise_url and not re.match(r"^https?://[^/]+/?$", self.advertise_url):
+            raise ConfigError(f"cluster.advertise_url: expected http(s)://host:port, got {self.advertise_url!r}")
+        if self.heartbeat_interval <= 0 or self.peer_connect_timeout <= 0 or self.peer_read_timeout <= 0:
+            raise ConfigError("cluster.heartbeat_interval and the peer timeouts must be positive")
+        if self.member_ttl <= self.heartbeat_interval:
+            raise ConfigError("cluster.member_ttl: longer than cluster.heartbeat_interval (3 beats is usual)")
+        if self.replicas < 1:
+            raise ConfigError(f"cluster.replicas: at least 1, got {self.replicas}")
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     origin: OriginSettings = OriginSettings()
     server: ServerSettings = ServerSettings()
@@ -298,8 +338,14 @@ class Settings:
     metadata: MetadataSettings = MetadataSettings()
     listing: ListingSettings = ListingSettings()
     redis: RedisSettings = RedisSettings()
+    cluster: ClusterSettings = ClusterSettings()
     admin: AdminSettings = AdminSettings()
     events: EventsSettings = EventsSettings()
+
+    @property
+    def fleet(self) -> bool:
+        """Whether this node is part of a fleet: Redis and a cluster secret are both set."""
+        return bool(self.redis.url and self.cluster.secret)
 
     def redacted(self) -> dict[str, Any]:
         """The effective settings as plain data, secrets replaced by '***'."""
@@ -328,6 +374,8 @@ _DURATION_FIELDS = {
     ("origin", "connect_timeout"), ("origin", "read_timeout"), ("auth", "max_clock_skew"),
     ("metadata", "ttl"), ("metadata", "negative_ttl"), ("metadata", "stale_if_error"), ("listing", "ttl"),
     ("redis", "socket_timeout"), ("redis", "retry_interval"),
+    ("cluster", "heartbeat_interval"), ("cluster", "member_ttl"), ("cluster", "peer_connect_timeout"),
+    ("cluster", "peer_read_timeout"),
 }
 
 
@@ -430,7 +478,7 @@ def _coerce(value: Any, annotation: Any, name: str) -> Any:
 _SECTIONS = {
     "origin": OriginSettings, "server": ServerSettings, "auth": AuthSettings,
     "cache": CacheSettings, "metadata": MetadataSettings, "listing": ListingSettings,
-    "redis": RedisSettings,
+    "redis": RedisSettings, "cluster": ClusterSettings,
     "admin": AdminSettings, "events": EventsSettings,
 }
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gateway.blockreads import BlockReader, FirstBlock, ObjectRead
+from gateway.cluster.fleet import Fleet
 from gateway.cluster.shared import SharedMetadata
 from gateway.config import CacheSettings, ListingSettings, MetadataSettings
 from gateway.errors import S3Error
@@ -47,6 +48,7 @@ class Engine:
         store: TieredStore | None = None,
         cache: CacheSettings | None = None,
         shared: SharedMetadata | None = None,
+        fleet: Fleet | None = None,
     ) -> None:
         self.origin = origin
         self.store = store
@@ -57,7 +59,7 @@ class Engine:
             metadata.max_entries, ttl=metadata.ttl, negative_ttl=metadata.negative_ttl)
         self.listing_cache: ListingCache[_Page] = ListingCache(listing.max_entries, ttl=listing.ttl)
         self.stats: Counter[str] = Counter()
-        self.reads = BlockReader(origin, store, cache or CacheSettings(), self.stats, self.invalidate)
+        self.reads = BlockReader(origin, store, cache or CacheSettings(), self.stats, self.invalidate, fleet=fleet)
         self.read_object = self.reads.read_object
         self.cache_written = self.reads.cache_written
         self._epochs: Counter[str] = Counter()  # per bucket: invalidations so far

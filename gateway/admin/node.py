@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from gateway.cluster.membership import Membership
 from gateway.cluster.pins import RuntimePins
 from gateway.engine import Engine
 from gateway.s3api.stats import RequestStats
@@ -21,6 +22,7 @@ class Node:
     requests: RequestStats
     pins: RuntimePins
     started: float = field(default_factory=time.monotonic)
+    membership: Membership | None = None  # in a fleet
 
     @property
     def uptime(self) -> float:
@@ -28,8 +30,8 @@ class Node:
 
     @property
     def members(self) -> list[str]:
-        """The fleet this node knows: itself, until membership exists."""
-        return [self.name]
+        """The live members of the fleet as this node last saw them (ids); alone: itself."""
+        return [self.name] if self.membership is None else list(self.membership.ids)
 
     def tiers(self) -> list[tuple[str, Tier]]:
         """(label, tier) from the top: "memory", then the disk tiers' names (disk0, ...)."""

@@ -1,0 +1,57 @@
+"""This node's part in the fleet: who is live, who owns a block, and how to ask them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.cluster.membership import Member, Membership
+from gateway.cluster.peers import PeerClient
+from gateway.cluster.placement import owners, placement_name
+from gateway.config import ClusterSettings
+
+__all__ = ["Fleet", "Route"]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a block of a read comes from when it is not held here.
+
+    `ask`: the owners to ask first, in rendezvous order (empty: this node is the first
+    owner and fetches from the origin itself). `keep`: whether this node keeps the block
+    once it has it (it is an owner, or `cluster.passive_cache` is on).
+    """
+
+    ask: tuple[Member, ...]
+    keep: bool
+
+
+class Fleet:
+    """Membership, placement and the peer client together, for the block reader. Event loop only."""
+
+    def __init__(self, settings: ClusterSettings, membership: Membership, peers: PeerClient) -> None:
+        self.settings = settings
+        self.membership = membership
+        self.peers = peers
+
+    @property
+    def me(self) -> Member:
+        return self.membership.me
+
+    def route(self, bucket: str, key: str, index: int) -> Route:
+        """The owners of block `index` of the object to ask, and whether to keep it here.
+
+        A node that is not an owner asks every owner in order; an owner asks those ranked
+        above it (so with `replicas` > 1 the block still comes from the origin once, to
+        the first owner) and keeps what it gets.
+        """
+        members = self.membership
+        ranked = owners(placement_name(bucket, key, index), members.ids, self.settings.replicas)
+        me = members.me.id
+        if me in ranked:
+            above = ranked[:ranked.index(me)]
+            return Route(tuple(m for m in (members.member(i) for i in above) if m is not None), True)
+        return Route(tuple(m for m in (members.member(i) for i in ranked) if m is not None),
+                     self.settings.passive_cache)
+
+    async def aclose(self) -> None:
+        await self.peers.aclose()

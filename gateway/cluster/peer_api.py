@@ -1,0 +1,90 @@
+"""The peer API's server side: the routes under /_peer/ that other nodes ask for blocks
+(the wire format is described in cluster/peers.py). Served on the S3 port, only when
+the fleet is on, and only to requests signed with the cluster secret."""
+
+from __future__ import annotations
+
+import base64
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from urllib.parse import parse_qsl
+
+import orjson
+from starlette.types import Receive, Scope, Send
+
+from gateway import log
+from gateway.cluster.peers import AUTH_HEADER, BLOCK_PATH, META_HEADER, OPEN_PATH, PEER_PREFIX, PeerRefused, refusal, verify
+
+__all__ = ["PeerApp"]
+
+# (bucket, key, etag, version id or "", object size, index) -> the block's bytes.
+ServeBlock = Callable[[str, str, str, str, int, int], Awaitable[bytes]]
+# (bucket, key, version id or "", index) -> (metadata in the shared form, block) or None.
+ServeOpen = Callable[[str, str, str, int], Awaitable["tuple[bytes, bytes] | None"]]
+
+
+class PeerApp:
+    """Plain ASGI handler of /_peer/v1/block and /_peer/v1/open.
+
+    The callables do the work (the engine's block reader: from the cache, else from the
+    origin once); they raise PeerRefused for an S3 error the origin gave, LookupError
+    when this node cannot serve blocks, ValueError for a block outside the object.
+    `served[outcome]` counts answers (block, open, refused, unauthorized, ...).
+    """
+
+    def __init__(self, secret: str, serve_block: ServeBlock, serve_open: ServeOpen) -> None:
+        self._secret = secret.encode()
+        self._serve_block = serve_block
+        self._serve_open = serve_open
+        self.served: Counter[str] = Counter()
+
+    @staticmethod
+    def handles(path: str) -> bool:
+        return path.startswith(PEER_PREFIX)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path, method = scope["path"], scope["method"]
+        query = scope.get("query_string", b"").decode("latin-1")
+        header = next((v.decode("latin-1") for n, v in scope["headers"] if n == AUTH_HEADER.encode()), None)
+        status = verify(self._secret, header, method, scope.get("raw_path", path.encode()).decode("latin-1"), query)
+        if status != 200:
+            self.served["unauthorized"] += 1
+            return await _answer(send, status, orjson.dumps({"error": "peer requests are signed with the "
+                                                                      "cluster secret (x-gateway-peer)"}))
+        if method != "GET" or path not in (BLOCK_PATH, OPEN_PATH):
+            return await _answer(send, 404, orjson.dumps({"error": f"no peer route {method} {path}"}))
+        params = dict(parse_qsl(query, keep_blank_values=True))
+        try:
+            if path == BLOCK_PATH:
+                data = await self._serve_block(params["bucket"], params["key"], params["etag"], params["vid"],
+                                               int(params["size"]), int(params["index"]))
+                self.served["block"] += 1
+                return await _answer(send, 200, data, b"application/octet-stream")
+            opened = await self._serve_open(params["bucket"], params["key"], params["vid"], int(params["index"]))
+        except PeerRefused as refused:
+            self.served["refused"] += 1
+            return await _answer(send, 424, refusal(refused.error, refused.changed))
+        except (KeyError, ValueError) as exc:
+            self.served["bad_request"] += 1
+            return await _answer(send, 400, orjson.dumps({"error": f"bad peer request: {exc}"}))
+        except LookupError:
+            self.served["unavailable"] += 1
+            return await _answer(send, 503, orjson.dumps({"error": "this node keeps no blocks"}))
+        except Exception:
+            # An error of this node (not the origin's): the asking node goes to the next owner.
+            log.cluster.exception("serving a peer %s failed", path)
+            self.served["failed"] += 1
+            return await _answer(send, 503, orjson.dumps({"error": "the block could not be served"}))
+        if opened is None:
+            self.served["open_none"] += 1
+            return await _answer(send, 204, b"")
+        self.served["open"] += 1
+        meta, data = opened
+        await _answer(send, 200, data, b"application/octet-stream", [(META_HEADER.encode(), base64.b64encode(meta))])
+
+
+async def _answer(send: Send, status: int, body: bytes, content_type: bytes = b"application/json",
+                  extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode()), *(extra or [])]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,212 @@
+"""The peer API's wire format: request signing with the cluster secret, and the client
+a node asks its peers for blocks with (aiohttp, keep-alive).
+
+Routes (GET, on the S3 port, only when the fleet is on):
+
+- `/_peer/v1/block?bucket&key&etag&vid&size&index`: one block of the object version
+  named by its ETag and version id (`vid`, may be empty) and size; the owner answers
+  from its cache or fetches it from the origin once (single-flight) and keeps it.
+- `/_peer/v1/open?bucket&key&vid&index`: a cold read. The owner of block `index` of an
+  object whose metadata the asking node does not know fetches it with the metadata in
+  one ranged GET (as a node alone does); the answer carries the block as its body and
+  the metadata in `x-gateway-meta` (base64 of the shared-metadata form). 204: the
+  owner could not (an empty object, a start past the end): ask the origin with a HEAD.
+
+Every request carries `x-gateway-peer: v1 <unix time> <hex HMAC-SHA256>` of the method,
+path, query string and time under the cluster secret: the secret never travels, and S3
+credentials mean nothing here. Answers: 200 the block; 401 no or malformed signature;
+403 a wrong or stale one; 400 bad parameters; 424 the origin's S3 error, as JSON
+`{"code", "message", "status", "headers", "changed"}` (`changed`: the object is no
+longer that version); 503 this node cannot serve blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import time
+from typing import Protocol
+from urllib.parse import quote, urlencode
+
+import aiohttp
+import orjson
+from yarl import URL
+
+from gateway.cluster.membership import Member
+from gateway.config import ClusterSettings
+from gateway.errors import S3Error
+
+__all__ = ["PEER_PREFIX", "PeerClient", "PeerError", "PeerRefused", "sign", "verify"]
+
+PEER_PREFIX = "/_peer/"
+BLOCK_PATH = "/_peer/v1/block"
+OPEN_PATH = "/_peer/v1/open"
+AUTH_HEADER = "x-gateway-peer"
+META_HEADER = "x-gateway-meta"
+MAX_SKEW = 300  # seconds a signature stays valid, for clocks that differ between nodes
+_TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+_MAX_ERROR = 64 * 1024
+
+
+def sign(secret: bytes, method: str, path: str, query: str, when: int | None = None) -> str:
+    """The `x-gateway-peer` value for one request."""
+    when = int(time.time()) if when is None else when
+    return f"v1 {when} {_mac(secret, method, path, query, when)}"
+
+
+def verify(secret: bytes, header: str | None, method: str, path: str, query: str, now: float | None = None) -> int:
+    """200 when `header` signs this request; 401 when it is missing or malformed, 403 when
+    the signature is wrong or stale. Compared in constant time."""
+    if not header:
+        return 401
+    parts = header.split(" ")
+    if len(parts) != 3 or parts[0] != "v1" or not parts[1].isdigit():
+        return 401
+    when = int(parts[1])
+    now = time.time() if now is None else now
+    expected = _mac(secret, method, path, query, when)
+    good = hmac.compare_digest(parts[2].encode("ascii", "replace"), expected.encode())
+    return 200 if good and abs(now - when) <= MAX_SKEW else 403
+
+
+def _mac(secret: bytes, method: str, path: str, query: str, when: int) -> str:
+    message = f"{method}\n{path}\n{query}\n{when}".encode("utf-8", "surrogatepass")
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()
+
+
+def encode_query(params: list[tuple[str, str]]) -> str:
+    """The query string exactly as sent and signed (RFC 3986 escapes)."""
+    return urlencode(params, quote_via=quote, safe="")
+
+
+class Budget(Protocol):
+    """The read budget (gateway.bytebudget.ByteBudget)."""
+
+    async def take(self, size: int) -> int: ...
+
+    def give(self, size: int) -> None: ...
+
+
+class PeerError(Exception):
+    """A peer gave no usable answer (unreachable, timed out, refused us, bad answer): ask
+    the next owner or the origin instead."""
+
+
+class PeerRefused(Exception):
+    """The owner asked the origin and the origin said no: `error` is the S3 error it got
+    (`changed`: the object is no longer the version asked for)."""
+
+    def __init__(self, error: S3Error, changed: bool) -> None:
+        super().__init__(error.code)
+        self.error = error
+        self.changed = changed
+
+
+class PeerClient:
+    """Asks peers for blocks. One keep-alive pool for every peer; timeouts from cluster.*."""
+
+    def __init__(self, settings: ClusterSettings, *, max_connections: int = 256) -> None:
+        self.settings = settings
+        self._secret = settings.secret.encode()
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+        self.requests = 0
+        self.failures = 0
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:  # made on first use, on the loop that uses it
+            self._session = aiohttp.ClientSession(
+                # Idle connections are closed before the peer's server would (uvicorn: 5 s),
+                # so a request rarely meets a connection that is being closed under it.
+                connector=aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0, keepalive_timeout=3.0),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.settings.peer_connect_timeout,
+                                              sock_read=self.settings.peer_read_timeout),
+                auto_decompress=False,
+                skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
+            )
+        return self._session
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def block(self, peer: Member, bucket: str, key: str, etag: str, version_id: str | None,
+                    size: int, index: int, length: int) -> bytes:
+        """Block `index` (of `length` bytes) of the object version, from `peer`."""
+        params = [("bucket", bucket), ("key", key), ("etag", etag), ("vid", version_id or ""),
+                  ("size", str(size)), ("index", str(index))]
+        status, headers, body = await self._get(peer, BLOCK_PATH, params, length)
+        if status != 200 or len(body) != length:
+            raise PeerError(f"{peer.id} answered {status} with {len(body)} of {length} bytes")
+        return body
+
+    async def open(self, peer: Member, bucket: str, key: str, version_id: str | None,
+                   index: int, block_size: int, *, budget: Budget | None = None) -> tuple[bytes, bytes] | None:
+        """(metadata in the shared form, block bytes) of a cold read, or None: ask with a HEAD.
+
+        The block's size is known only from the answer: `budget` is taken for it before
+        its body is read and given back after (as a node's own open does).
+        """
+        params = [("bucket", bucket), ("key", key), ("vid", version_id or ""), ("index", str(index))]
+        status, headers, body = await self._get(peer, OPEN_PATH, params, block_size, budget)
+        if status == 204:
+            return None
+        meta = headers.get(META_HEADER)
+        if status != 200 or meta is None:
+            raise PeerError(f"{peer.id} answered {status} to an open")
+        try:
+            return base64.b64decode(meta, validate=True), body
+        except ValueError:
+            raise PeerError(f"{peer.id} sent unreadable metadata") from None
+
+    async def _get(self, peer: Member, path: str, params: list[tuple[str, str]],
+                   limit: int, budget: Budget | None = None) -> tuple[int, dict[str, str], bytes]:
+        query = encode_query(params)
+        target = URL(f"{peer.url}{path}?{query}", encoded=True)
+        for attempt in range(2):
+            headers = {AUTH_HEADER: sign(self._secret, "GET", path, query)}
+            self.requests += 1
+            try:
+                async with self._client().get(target, headers=headers, allow_redirects=False) as response:
+                    length = response.content_length
+                    if length is None or length > limit + _MAX_ERROR:  # never more than a block
+                        raise PeerError(f"{peer.id} answered {response.status} with a body of {length} bytes")
+                    held = await budget.take(length) if budget is not None and response.status == 200 else 0
+                    try:
+                        body = await response.read()
+                    finally:
+                        if budget is not None:
+                            budget.give(held)
+                    if response.status == 424:
+                        raise _refused(body)
+                    return response.status, {k.lower(): v for k, v in response.headers.items()}, body
+            except aiohttp.ServerDisconnectedError as exc:
+                # A kept-alive connection the peer closed as we sent on it: once more, on a new one.
+                self.failures += 1
+                if attempt == 0:
+                    continue
+                raise PeerError(f"{peer.id}: {exc.__class__.__name__}") from exc
+            except _TRANSPORT_ERRORS as exc:
+                self.failures += 1
+                raise PeerError(f"{peer.id}: {exc.__class__.__name__}") from exc
+        raise AssertionError("unreachable")
+
+
+def _refused(body: bytes) -> Exception:
+    try:
+        doc = orjson.loads(body)
+        error = S3Error(str(doc["code"]), str(doc["message"]) or None, status=int(doc["status"]),
+                        headers={str(k): str(v) for k, v in doc["headers"].items()},
+                        extra={str(k): str(v) for k, v in doc.get("extra", {}).items()})
+        return PeerRefused(error, bool(doc.get("changed")))
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+        return PeerError("a peer sent an unreadable error")
+
+
+def refusal(error: S3Error, changed: bool) -> bytes:
+    """The 424 body for an S3 error the origin gave the owner."""
+    return orjson.dumps({"code": error.code, "message": error.message, "status": error.status,
+                         "headers": error.headers, "extra": error.extra, "changed": changed})

@@ -12,7 +12,7 @@ import uvicorn
 
 from gateway import log
 from gateway.admin.client import AdminClient, AdminError
-from gateway.admin.summary import summary
+from gateway.admin.summary import ProgressBar, size, summary
 from gateway.config import ConfigError, Settings, load
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -140,6 +140,34 @@ def evict(target: str, url: str | None, token: str | None, config_path: str | No
     bucket, prefix = _target(target, what="evict")
     answer = _run(lambda: _admin(url, token, config_path).evict(bucket, prefix))
     click.echo(f"evicted {bucket}/{prefix}: {answer['blocks_removed']} blocks removed")
+
+
+@main.command("load")
+@click.argument("target", metavar="s3://BUCKET[/PREFIX]")
+@admin_options
+def load_prefix(target: str, url: str | None, token: str | None, config_path: str | None) -> None:
+    """Read every object under a prefix through a running gateway's cache (Alluxio's
+    distributedLoad), with a progress bar; exits 1 if any object could not be loaded."""
+    bucket, prefix = _target(target, what="load")
+    client = _admin(url, token, config_path)
+    last: dict[str, Any] = {}
+    bar = ProgressBar(sys.stderr)
+    try:
+        for last in client.load(bucket, prefix):
+            bar.show(last)
+    except AdminError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        bar.close()
+    if "error" in last:
+        raise click.ClickException(f"load of {bucket}/{prefix} stopped: {last['error']}")
+    failed = last.get("failed", [])
+    click.echo(f"loaded {last.get('loaded', 0)} of {last.get('objects', 0)} objects under {bucket}/{prefix}, "
+               f"{size(last.get('bytes', 0))}" + (f"; {len(failed)} failed:" if failed else ""))
+    for line in failed:
+        click.echo(f"  {line}")
+    if failed:
+        sys.exit(1)
 
 
 @main.command()

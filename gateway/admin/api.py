@@ -10,11 +10,13 @@ import orjson
 from starlette.types import Receive, Scope, Send
 
 from gateway.admin import dashboard
+from gateway.admin.load import load_prefix
 from gateway.admin.metrics import CONTENT_TYPE_LATEST, registry_for, render
 from gateway.admin.node import Node
 from gateway.admin.ready import readiness
 from gateway.admin.stats import stats_document
 from gateway.config import AdminSettings
+from gateway.errors import S3Error
 from gateway.events import MAX_EVENT_BYTES, EventError, parse_s3_event
 
 Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
@@ -31,6 +33,9 @@ class AdminApp:
     - `POST|DELETE pin?bucket=B&prefix=P`: pin or unpin a prefix at runtime;
     - `POST purge?bucket=B[&prefix=P|&key=K]`: forget cached metadata, listings and
       blocks of a key, a prefix or a bucket (evict);
+    - `POST load?bucket=B[&prefix=P]`: read every object under the prefix through the cache
+      (Alluxio's distributedLoad); the answer streams one JSON line of progress about twice
+      a second and a last one with `"done": true`. The load goes on if the client leaves;
     - `POST events`: an S3 event notification (plain, via SNS, or EventBridge); what it
       names is forgotten.
     """
@@ -50,6 +55,7 @@ class AdminApp:
             ("POST", "/pin"): self._pin,
             ("DELETE", "/pin"): self._pin,
             ("POST", "/purge"): self._purge,
+            ("POST", "/load"): self._load,
             ("POST", "/events"): self._events,
         }
 
@@ -111,6 +117,23 @@ class AdminApp:
         exact = "key" in query
         removed = await self.node.engine.purge_prefix(bucket, query.get("key", query.get("prefix", "")), exact)
         await _json(send, 200, {"bucket": bucket, "blocks_removed": removed})
+
+    async def _load(self, scope: Scope, receive: Receive, send: Send) -> None:
+        query = _query(scope)
+        bucket, prefix = query.get("bucket", ""), query.get("prefix", "")
+        if not bucket or set(query) - {"bucket", "prefix"}:
+            return await _json(send, 400, {"error": "load takes bucket and an optional prefix"})
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/x-ndjson")]})
+        last: dict[str, object] = {}
+        try:
+            async for progress in load_prefix(self.node.engine, bucket, prefix):
+                last = progress.as_dict()
+                await send({"type": "http.response.body", "body": orjson.dumps(last) + b"\n", "more_body": True})
+            last["done"] = True
+        except S3Error as err:  # the listing failed: nothing (more) can be loaded
+            last = {**last, "done": True, "error": f"{err.code}: {err.message}"}
+        await send({"type": "http.response.body", "body": orjson.dumps(last) + b"\n"})
 
     async def _events(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = await _read_body(receive, MAX_EVENT_BYTES)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -12,7 +14,7 @@ class AdminError(Exception):
 
 
 class AdminClient:
-    """`stats`, `evict`, `pin`, `unpin` against `url` + `path` (admin.path) with `token`."""
+    """`stats`, `evict`, `pin`, `unpin`, `load` against `url` + `path` (admin.path) with `token`."""
 
     def __init__(self, url: str, token: str, path: str = "/_gateway", timeout: float = 10.0) -> None:
         self.base = url.rstrip("/") + path
@@ -31,6 +33,22 @@ class AdminClient:
     def unpin(self, bucket: str, prefix: str) -> dict[str, Any]:
         return self._call("DELETE", "/pin", bucket=bucket, prefix=prefix)
 
+    def load(self, bucket: str, prefix: str) -> Iterator[dict[str, Any]]:
+        """The progress documents of a load as the gateway sends them; the last has "done"."""
+        try:
+            with httpx.stream("POST", self.base + "/load", params={"bucket": bucket, "prefix": prefix},
+                              headers=self._headers, timeout=httpx.Timeout(self._timeout, read=None)) as response:
+                if response.status_code != 200:
+                    response.read()
+                    self._check(response)
+                for line in response.iter_lines():
+                    if line.strip():
+                        yield json.loads(line)
+        except httpx.TimeoutException:
+            raise AdminError(f"the gateway at {self.base} did not answer within {self._timeout:g} s") from None
+        except httpx.HTTPError as exc:
+            raise AdminError(f"cannot reach the gateway at {self.base}: {exc or exc.__class__.__name__}") from None
+
     def _call(self, method: str, route: str, **params: str) -> dict[str, Any]:
         url = self.base + route
         try:
@@ -39,6 +57,10 @@ class AdminClient:
             raise AdminError(f"the gateway at {self.base} did not answer within {self._timeout:g} s") from None
         except httpx.HTTPError as exc:
             raise AdminError(f"cannot reach the gateway at {self.base}: {exc or exc.__class__.__name__}") from None
+        return self._check(response)
+
+    def _check(self, response: httpx.Response) -> dict[str, Any]:
+        """The answer's JSON document, or AdminError saying in one line what went wrong."""
         try:
             document = response.json()
         except ValueError:

@@ -1,8 +1,9 @@
-"""`gateway stats` for people: the stats document as a short plain-text summary."""
+"""The admin API's answers for people: `gateway stats` as a short plain-text summary, and
+the progress bar of `gateway load`."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TextIO
 
 HOT_SHOWN = 10
 
@@ -46,3 +47,30 @@ def duration(seconds: float) -> str:
     if hours:
         return f"{hours}h {minutes:02d}m"
     return f"{minutes}m {secs:02d}s"
+
+
+class ProgressBar:
+    """One line redrawn in place on a terminal (nothing on a pipe or file): objects loaded
+    of those found so far, and the bytes read."""
+
+    WIDTH = 30
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.live = out.isatty()
+
+    def show(self, progress: dict[str, Any]) -> None:
+        if not self.live:
+            return
+        done = progress["loaded"] + len(progress["failed"])
+        total = progress["objects"]
+        filled = self.WIDTH * done // total if total else 0
+        more = "" if progress["listed"] else "+"
+        self.out.write(f"\r[{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{total}{more} objects"
+                       f"  {size(progress['bytes'])}  {len(progress['failed'])} failed ")
+        self.out.flush()
+
+    def close(self) -> None:
+        if self.live:
+            self.out.write("\n")
+            self.out.flush()

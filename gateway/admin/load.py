@@ -1,0 +1,103 @@
+"""Pre-loading a prefix into the cache (Alluxio's `distributedLoad`): every object under it is
+read once through the block cache, several at a time, so later reads are hits."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from gateway.engine import Engine
+from gateway.errors import S3Error
+from gateway.s3api.xml import parse_list_objects
+
+
+@dataclass
+class LoadProgress:
+    """Where a load stands; `failed` holds "key: reason" for every object that could not be read."""
+
+    bucket: str
+    prefix: str
+    objects: int = 0  # found under the prefix so far
+    loaded: int = 0
+    bytes: int = 0
+    listed: bool = False  # the listing is complete: `objects` is the total
+    failed: list[str] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.listed and self.loaded + len(self.failed) == self.objects
+
+    def as_dict(self) -> dict[str, object]:
+        return {"bucket": self.bucket, "prefix": self.prefix, "objects": self.objects, "loaded": self.loaded,
+                "bytes": self.bytes, "listed": self.listed, "failed": self.failed}
+
+
+async def load_prefix(engine: Engine, bucket: str, prefix: str, *, concurrency: int = 8,
+                      report_every: float = 0.5) -> AsyncIterator[LoadProgress]:
+    """Read every object under `prefix` through the cache; yields the progress every
+    `report_every` seconds and once more at the end. A listing that fails raises S3Error;
+    an object that fails is counted in `failed` and the load goes on."""
+    progress = LoadProgress(bucket, prefix)
+    keys: asyncio.Queue[str | None] = asyncio.Queue(maxsize=4 * concurrency)
+    settled = asyncio.Event()  # finished, or the listing failed
+
+    async def load_one(key: str) -> None:
+        try:
+            head = await engine.head_object(bucket, key, read_from=0)
+            read = await engine.read_object(bucket, key, head.meta, first=head.first)
+            if read.body is not None:
+                progress.bytes += len(read.body)
+            else:
+                assert read.chunks is not None
+                async for chunk in read.chunks:
+                    progress.bytes += len(chunk)
+            progress.loaded += 1
+        except S3Error as err:
+            progress.failed.append(f"{key}: {err.code}")
+        except Exception as exc:  # a load reports every object; one failure must not stop the others
+            progress.failed.append(f"{key}: {exc.__class__.__name__}")
+        if progress.finished:
+            settled.set()
+
+    async def worker() -> None:
+        while (key := await keys.get()) is not None:
+            await load_one(key)
+
+    async def lister() -> None:
+        token = ""
+        try:
+            while True:
+                query = [("list-type", "2"), ("encoding-type", "url"), ("prefix", prefix)]
+                if token:
+                    query.append(("continuation-token", token))
+                page = parse_list_objects(await engine.list_objects(bucket, query))
+                for entry in page.contents:
+                    progress.objects += 1
+                    await keys.put(entry.key)
+                if not page.is_truncated or not page.next_continuation_token:
+                    break
+                token = page.next_continuation_token
+            progress.listed = True
+            for _ in workers:
+                await keys.put(None)
+        finally:
+            if progress.finished or not progress.listed:
+                settled.set()
+
+    workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
+    listing = asyncio.create_task(lister())
+    try:
+        while not settled.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(settled.wait(), report_every)
+            if not settled.is_set():
+                yield progress
+        await listing  # raises the listing's error, if it failed
+        await asyncio.gather(*workers)
+    finally:
+        for task in [listing, *workers]:
+            task.cancel()
+        await asyncio.gather(listing, *workers, return_exceptions=True)
+    yield progress

@@ -46,15 +46,26 @@ def main() -> None:
 @click.option("--host", help="Listen address (server.host).")
 @click.option("--port", type=int, help="Listen port (server.port).")
 @click.option("--log-level", default="INFO", show_default=True, help="Python log level; access lines are INFO.")
-def serve(config_path: str | None, host: str | None, port: int | None, log_level: str) -> None:
-    """Serve the S3 endpoint in front of the configured origin."""
+@click.option("--skip-checks", is_flag=True,
+              help="Start even if the origin or Redis does not answer (cached objects are then served "
+                   "within metadata.stale_if_error).")
+def serve(config_path: str | None, host: str | None, port: int | None, log_level: str, skip_checks: bool) -> None:
+    """Serve the S3 endpoint in front of the configured origin. It first checks that the origin
+    and (when configured) Redis answer, and exits with a one-line error if not."""
+    import asyncio
     import dataclasses
+
+    from gateway.admin.ready import startup_problems
 
     settings = _load(config_path)
     server = settings.server
     if host or port:
         server = dataclasses.replace(server, host=host or server.host, port=port if port is not None else server.port)
         settings = dataclasses.replace(settings, server=server)
+    if not skip_checks:
+        problems = asyncio.run(startup_problems(settings))
+        if problems:
+            raise click.ClickException("; ".join(problems) + " (--skip-checks starts anyway)")
     log.configure(log_level.upper())
     click.echo(f"gateway listening on http://{server.host}:{server.port} -> origin {settings.origin.endpoint}", err=True)
     run_server(settings)

@@ -361,9 +361,14 @@ def _redact(value: Any) -> Any:
         return {k: ("***" if _is_secret(k) and v else _redact(v)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_redact(v) for v in value]
-    if isinstance(value, str) and "://" in value:  # redis://user:password@host
-        return re.sub(r"^([a-z+]+://[^/@:]*):[^/@]*@", r"\1:***@", value)
+    if isinstance(value, str) and "://" in value:
+        return redacted_url(value)
     return value
+
+
+def redacted_url(url: str) -> str:
+    """The URL with the password of its user part hidden: redis://user:***@host."""
+    return re.sub(r"^([a-z+]+://[^/@:]*):[^/@]*@", r"\1:***@", url)
 
 
 _SIZE_FIELDS = {

@@ -97,10 +97,16 @@ class ServerSettings:
     spool_memory: int = setting(4 * 1024**2, "Request bodies above this are spooled to a temporary file while verified.")
     spool_dir: str = setting("", "Folder for spooled request bodies; empty: the system temporary folder.")
     max_xml_size: int = setting(2 * 1024**2, "Largest XML request body (DeleteObjects, CompleteMultipartUpload, ...).")
+    tls_cert_file: str = setting(
+        "", "PEM certificate chain: with `tls_key_file`, the S3 endpoint and the admin API speak HTTPS only "
+            "(TLS 1.2 or later); SIGHUP reloads both files without dropping connections.")
+    tls_key_file: str = setting("", "PEM private key of `tls_cert_file`.")
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"server.port: out of range: {self.port}")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ConfigError("server.tls_cert_file and server.tls_key_file: set both, or neither")
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,7 +62,10 @@ def test_env_var_names_are_the_ones_load_reads():
             value, want = "8MiB", 8 * 1024**2
         if (section, key) == ("cluster", "heartbeat_interval"):  # below cluster.member_ttl
             value, want = "1s", 1.0
-        settings = config.load(None, environ={var: value})
+        environ = {var: value}
+        if (section, key) in {("server", "tls_cert_file"), ("server", "tls_key_file")}:  # one needs the other
+            environ = {"GATEWAY_SERVER_TLS_CERT_FILE": value, "GATEWAY_SERVER_TLS_KEY_FILE": value}
+        settings = config.load(None, environ=environ)
         assert getattr(getattr(settings, section), key) == want, var
 
 

@@ -438,9 +438,10 @@ class DiskTier:
     def _write_file(self, path: str, header: bytes, data: bytes) -> None:
         """Write header+data under a temporary name beside `path`, then rename into place."""
         folder = os.path.dirname(path)
-        os.makedirs(folder, exist_ok=True)
+        os.makedirs(folder, mode=0o700, exist_ok=True)
         temporary = os.path.join(folder, f"{TMP_PREFIX}{os.path.basename(path)}-{secrets.token_hex(4)}")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        # Cached objects are other people's data: readable by the gateway's user only.
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             try:
                 _write_all(fd, header)
@@ -514,7 +515,7 @@ class DiskTier:
 
     def _scan(self) -> tuple[list[_Entry], int, int]:
         """Every block file's entry; deletes temporaries and files with bad headers."""
-        os.makedirs(self.path, exist_ok=True)
+        os.makedirs(self.path, mode=0o700, exist_ok=True)
         found: list[_Entry] = []
         bad = temporaries = 0
         for first in os.scandir(self.path):

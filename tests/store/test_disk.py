@@ -55,6 +55,8 @@ async def test_file_layout_and_header(disks: Factory, tmp_path: Path) -> None:
     assert (magic, version, data_length, crc) == (b"GWBK", 2, 1000, checksum(data))
     assert json.loads(raw[24:header_length]) == {"bucket": "bkt", "key": "dir/ключ.parquet", "version": '"etag"', "index": 3}
     assert raw[header_length:] == data
+    # Object bytes are readable by the gateway's user alone.
+    assert path.stat().st_mode & 0o077 == 0 and path.parent.stat().st_mode & 0o077 == 0
 
 
 async def test_a_block_of_the_previous_format_is_dropped_not_misread(disks: Factory, tmp_path: Path) -> None:

@@ -1,18 +1,23 @@
-"""Shared test helpers: the test users, a gateway running in a thread, boto3 clients."""
+"""Shared test helpers: the test users, a gateway running in a thread or as a process, boto3 clients."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
 import importlib.util
+import json
 import os
 import shutil
+import socket
 import subprocess
+import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import boto3
+import httpx
 import pytest
 import uvicorn
 from botocore.config import Config
@@ -155,3 +160,48 @@ def concurrent_gets(endpoint: str, readers: int, **params: str) -> list[bytes]:
     for t in threads:
         t.join(60)
     return results
+
+
+class GatewayProcess:
+    """`gateway serve` as a child process configured by GATEWAY_* variables, for tests that
+    signal, kill or restart it; `ready` is a function that succeeds once it serves."""
+
+    def __init__(self, origin_endpoint: str, *, scheme: str = "http", **env: str) -> None:
+        self.port = free_port()
+        self.endpoint = f"{scheme}://127.0.0.1:{self.port}"
+        self.env = dict(os.environ, GATEWAY_ORIGIN_ENDPOINT=origin_endpoint, GATEWAY_ORIGIN_ACCESS_KEY="origin-key",
+                        GATEWAY_ORIGIN_SECRET_KEY="origin-secret", GATEWAY_SERVER_PORT=str(self.port),
+                        GATEWAY_AUTH_USERS=json.dumps([{"access_key": ADMIN[0], "secret_key": ADMIN[1], "admin": True}]),
+                        **env)
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self, ready: Callable[[], object] | None = None, timeout: float = 30) -> GatewayProcess:
+        self.proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve"], env=self.env, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        probe = ready or (lambda: socket.create_connection(("127.0.0.1", self.port), timeout=1).close())
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                probe()
+                return self
+            except (OSError, httpx.HTTPError):
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    output = self.stop()
+                    raise RuntimeError(f"gateway did not start: {output[-3000:]}") from None
+                time.sleep(0.1)
+
+    def stop(self) -> str:
+        """Terminate it (if it still runs) and return what it printed."""
+        if self.proc is None:
+            return ""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        output = self.proc.communicate(timeout=30)[0]
+        self.proc = None
+        return output
+
+    def __enter__(self) -> GatewayProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -3,7 +3,6 @@ SIGHUP swaps the certificate for new connections without a restart."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import ssl
@@ -18,7 +17,7 @@ import pytest
 from botocore.config import Config
 
 from gateway.demo import free_port
-from tests.support import ADMIN, REGION
+from tests.support import ADMIN, REGION, GatewayProcess
 
 TOKEN = "tls-admin-token"
 
@@ -53,26 +52,11 @@ def tls_gateway(origin_endpoint, tmp_path):  # type: ignore[no-untyped-def]
     first = make_certificate(tmp_path, "first")
     live_cert.write_bytes(first[0].read_bytes())
     live_key.write_bytes(first[1].read_bytes())
-    port = free_port()
-    env = dict(os.environ, GATEWAY_ORIGIN_ENDPOINT=origin_endpoint, GATEWAY_ORIGIN_ACCESS_KEY="origin-key",
-               GATEWAY_ORIGIN_SECRET_KEY="origin-secret", GATEWAY_SERVER_PORT=str(port),
-               GATEWAY_SERVER_TLS_CERT_FILE=str(live_cert), GATEWAY_SERVER_TLS_KEY_FILE=str(live_key),
-               GATEWAY_ADMIN_TOKEN=TOKEN,
-               GATEWAY_AUTH_USERS=json.dumps([{"access_key": ADMIN[0], "secret_key": ADMIN[1], "admin": True}]))
-    proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            served_certificate(port)
-            break
-        except OSError:
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            assert time.monotonic() < deadline, "the gateway did not start"
-            time.sleep(0.1)
-    yield proc, port, tmp_path, (live_cert, live_key), first
-    proc.terminate()
-    proc.communicate(timeout=20)
+    gateway = GatewayProcess(origin_endpoint, scheme="https", GATEWAY_SERVER_TLS_CERT_FILE=str(live_cert),
+                             GATEWAY_SERVER_TLS_KEY_FILE=str(live_key), GATEWAY_ADMIN_TOKEN=TOKEN)
+    gateway.start(ready=lambda: served_certificate(gateway.port))
+    yield gateway.proc, gateway.port, tmp_path, (live_cert, live_key), first
+    gateway.stop()
 
 
 def test_s3_and_admin_over_https_only(tls_gateway):

@@ -9,8 +9,11 @@ import sys
 import time
 from pathlib import Path
 
+import click
 import httpx
+from click.testing import CliRunner
 
+from gateway.cli import main
 from gateway.demo import DEMO_ACCESS_KEY, DEMO_SECRET_KEY, free_port
 
 GATEWAY = [sys.executable, "-m", "gateway.cli"]
@@ -39,9 +42,17 @@ def test_bad_config_is_one_clear_line(tmp_path):
 
 
 def test_help_on_every_command():
-    for command in ([], ["serve"], ["demo"], ["config", "check"]):
-        result = run(*command, "--help")
-        assert result.returncode == 0 and "Usage" in result.stdout
+    def paths(group: click.Group, prefix: list[str]) -> list[list[str]]:
+        found = [prefix]
+        for name, command in group.commands.items():
+            found += paths(command, [*prefix, name]) if isinstance(command, click.Group) else [[*prefix, name]]
+        return found
+
+    commands = paths(main, [])
+    assert {"serve", "demo", "load", "stats", "evict", "pin", "unpin"} <= {c[0] for c in commands if c}
+    for command in commands:
+        result = CliRunner().invoke(main, [*command, "--help"])
+        assert result.exit_code == 0 and "Usage" in result.output, command
 
 
 def test_demo_serves_the_sample_bucket():

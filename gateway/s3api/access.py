@@ -40,6 +40,14 @@ class AccessPolicy:
         if not self.allows(user, action, bucket, key):
             raise S3Error("AccessDenied", resource=_resource(bucket, key))
 
+    def grants_inside(self, user: User | None, bucket: str, prefix: str) -> list[str]:
+        """The prefixes of the user's grants on `bucket` that lie strictly inside `prefix`:
+        what a listing of `prefix` may show when no grant covers all of it."""
+        if user is None or user.admin:
+            return []
+        return sorted({g.prefix for g in user.grants
+                       if g.bucket in ("*", bucket) and g.prefix.startswith(prefix) and g.prefix != prefix})
+
     def may_see_bucket(self, user: User | None, bucket: str) -> bool:
         """ListBuckets shows only the buckets a user holds some grant on."""
         if user is None:

@@ -114,9 +114,17 @@ async def delete_bucket(ctx: Context) -> Response:
 
 
 async def list_objects(ctx: Context) -> Response:
-    """ListObjects v1 and v2: asked of the origin URL-encoded, answered with exactly S3's fields."""
-    ctx.check()
+    """ListObjects v1 and v2: asked of the origin URL-encoded, answered with exactly S3's fields.
+
+    A user whose grants cover only parts of the listed prefix sees those parts (see
+    `_list_inside_grants`) instead of AccessDenied.
+    """
     req = ctx.req
+    bucket, prefix = req.bucket or "", req.query.get("prefix", "")
+    inside = [] if ctx.app.policy.allows(req.user, "list", bucket, prefix) else \
+        ctx.app.policy.grants_inside(req.user, bucket, prefix)
+    if not inside:
+        ctx.check()
     v2 = req.operation is not None and req.operation.name == "ListObjectsV2"
     max_keys = xml.validate_max_keys(req.query.get("max-keys"))
     encoding = req.query.get("encoding-type")
@@ -125,7 +133,10 @@ async def list_objects(ctx: Context) -> Response:
                       extra={"ArgumentName": "encoding-type", "ArgumentValue": encoding})
     query = [(k, v) for k, v in ctx.origin_query(frozenset({"encoding-type", "max-keys"}))]
     query += [("encoding-type", "url"), ("max-keys", str(max_keys))]
-    page = xml.parse_list_objects(await ctx.app.engine.list_objects(req.bucket or "", query))
+    if inside:
+        page = await _list_inside_grants(ctx, inside, query, max_keys)
+    else:
+        page = xml.parse_list_objects(await ctx.app.engine.list_objects(bucket, query))
     common = dict(bucket=req.bucket or "", prefix=req.query.get("prefix", ""), delimiter=req.query.get("delimiter"),
                   max_keys=max_keys, encoding_type=encoding)
     if v2:
@@ -136,6 +147,58 @@ async def list_objects(ctx: Context) -> Response:
     else:
         body = xml.render_list_objects_v1(page, marker=req.query.get("marker"), **common)
     return xml_response(body, req.request_id)
+
+
+async def _list_inside_grants(ctx: Context, grants: list[str], query: list[tuple[str, str]],
+                              max_keys: int) -> xml.ListPage:
+    """The part of a listing of prefix P that a user may see whose grants lie inside P.
+
+    With a delimiter that every grant's remainder after P contains, the answer is the
+    common prefixes those grants roll up into (each shown only if an object lies under
+    its grant), as S3 would show them. Otherwise, with exactly one grant G inside P, it
+    is the origin's listing of G, which holds only keys starting with P, so it reads as
+    a (narrower) listing of P. Other shapes are refused as before.
+    """
+    req = ctx.req
+    bucket, prefix, delimiter = req.bucket or "", req.query.get("prefix", ""), req.query.get("delimiter", "")
+    if delimiter and all(delimiter in grant[len(prefix):] for grant in grants):
+        rolled: dict[str, list[str]] = {}
+        for grant in grants:
+            rest = grant[len(prefix):]
+            rolled.setdefault(prefix + rest[: rest.index(delimiter) + len(delimiter)], []).append(grant)
+        after = req.query.get("start-after") or req.query.get("marker") or _decode_own_token(req.query)
+        shown = []
+        for common_prefix, under in sorted(rolled.items()):
+            if after is not None and common_prefix <= after:
+                continue
+            for grant in under:
+                probe = [("list-type", "2"), ("prefix", grant), ("max-keys", "1"), ("encoding-type", "url")]
+                if xml.parse_list_objects(await ctx.app.engine.list_objects(bucket, probe)).contents:
+                    shown.append(common_prefix)
+                    break
+        truncated = len(shown) > max_keys
+        shown = shown[:max_keys]
+        token = _OWN_TOKEN + base64.urlsafe_b64encode(shown[-1].encode()).decode() if truncated and shown else None
+        return xml.ListPage(common_prefixes=shown, is_truncated=truncated,
+                            next_marker=shown[-1] if truncated and shown else None, next_continuation_token=token)
+    if len(grants) != 1:
+        ctx.check()  # raises AccessDenied
+    narrowed = [(k, v) for k, v in query if k != "prefix"] + [("prefix", grants[0])]
+    return xml.parse_list_objects(await ctx.app.engine.list_objects(bucket, narrowed))
+
+
+_OWN_TOKEN = "gw1-"  # continuation tokens of listings the gateway put together itself
+
+
+def _decode_own_token(query: dict[str, str]) -> str | None:
+    token = query.get("continuation-token", "")
+    if not token.startswith(_OWN_TOKEN):
+        return None
+    try:
+        return base64.urlsafe_b64decode(token[len(_OWN_TOKEN):]).decode()
+    except ValueError:
+        raise S3Error("InvalidArgument", "The continuation token provided is incorrect",
+                      extra={"ArgumentName": "continuation-token"}) from None
 
 
 async def passthrough(ctx: Context) -> Response:

@@ -65,7 +65,6 @@ def test_prefix_grant(gateway, shared):
         lambda: team.head_object(Bucket="shared", Key="secret/plan.txt"),
         lambda: team.get_object(Bucket="shared", Key="secret/plan.txt", Range="bytes=0-3"),
         lambda: team.put_object(Bucket="shared", Key="secret/x", Body=b"x"),
-        lambda: team.list_objects_v2(Bucket="shared"),
         lambda: team.list_objects_v2(Bucket="shared", Prefix="secret/"),
         lambda: team.copy_object(Bucket="shared", Key="team/stolen", CopySource="shared/secret/plan.txt"),
         lambda: team.delete_bucket(Bucket="shared"),
@@ -75,6 +74,49 @@ def test_prefix_grant(gateway, shared):
         assert code(exc) in ("AccessDenied", "403")  # a HEAD answer has no body, only the status
     listed = team.list_objects_v2(Bucket="shared", Prefix="team/")
     assert [o["Key"] for o in listed["Contents"]] == ["team/doc.txt", "team/new.txt"]
+
+
+def test_a_listing_wider_than_a_grant_shows_only_what_the_grant_covers(gateway, shared):
+    shared.put_object(Bucket="shared", Key="root.txt", Body=b"at the root")
+    shared.put_object(Bucket="shared", Key="team/sub/deep.txt", Body=b"deep")
+    team = client(gateway.endpoint, TEAM)  # may read shared/team/ only
+    rolled = team.list_objects_v2(Bucket="shared", Delimiter="/")
+    assert [p["Prefix"] for p in rolled["CommonPrefixes"]] == ["team/"] and "Contents" not in rolled
+    assert rolled["KeyCount"] == 1 and not rolled["IsTruncated"]
+    everything = team.list_objects_v2(Bucket="shared")
+    assert [o["Key"] for o in everything["Contents"]] == ["team/doc.txt", "team/sub/deep.txt"]
+    assert everything.get("Prefix", "") == ""
+    assert [o["Key"] for o in team.list_objects(Bucket="shared", Prefix="te")["Contents"]] == \
+        ["team/doc.txt", "team/sub/deep.txt"]
+    with pytest.raises(ClientError) as exc:
+        team.list_objects_v2(Bucket="shared", Prefix="secret/")
+    assert code(exc) == "AccessDenied"
+
+
+def test_several_grants_inside_a_listing(start_gateway, clean_origin):
+    from gateway.config import AuthSettings, Grant, User
+
+    two = ("AKIATWO000000000001", "two-secret-0000000000000000000000000001")
+    gateway = start_gateway(auth=AuthSettings(users=(
+        User(*ADMIN, grants=(), admin=True),
+        User(*two, grants=(Grant("lake", "a/x/", "read"), Grant("lake", "a/y/", "read"), Grant("lake", "b/", "read"))),
+    )))
+    admin = client(gateway.endpoint)
+    admin.create_bucket(Bucket="lake")
+    for key in ("a/x/1", "a/z/hidden", "b/2", "c/3"):
+        admin.put_object(Bucket="lake", Key=key, Body=b"v")
+    user = client(gateway.endpoint, two)
+    top = user.list_objects_v2(Bucket="lake", Delimiter="/")
+    assert [p["Prefix"] for p in top["CommonPrefixes"]] == ["a/", "b/"]
+    under_a = user.list_objects_v2(Bucket="lake", Prefix="a/", Delimiter="/")
+    assert [p["Prefix"] for p in under_a["CommonPrefixes"]] == ["a/x/"]  # nothing lies under a/y/
+    first = user.list_objects_v2(Bucket="lake", Delimiter="/", MaxKeys=1)
+    assert [p["Prefix"] for p in first["CommonPrefixes"]] == ["a/"] and first["IsTruncated"]
+    rest = user.list_objects_v2(Bucket="lake", Delimiter="/", ContinuationToken=first["NextContinuationToken"])
+    assert [p["Prefix"] for p in rest["CommonPrefixes"]] == ["b/"] and not rest["IsTruncated"]
+    with pytest.raises(ClientError) as exc:  # two grants under a/ and no delimiter: not put together
+        user.list_objects_v2(Bucket="lake", Prefix="a/")
+    assert code(exc) == "AccessDenied"
 
 
 def test_delete_objects_authorises_each_key(gateway, shared):

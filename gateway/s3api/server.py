@@ -121,6 +121,8 @@ class S3App:
         req.operation = resolve(req.method, req.bucket, req.key, req.query, req.headers)
         if req.operation is None:
             raise S3Error("MethodNotAllowed", resource=req.resource)
+        if "partNumber" in req.query:
+            _check_part_number(req.query["partNumber"])
         handler = handlers.HANDLERS.get(req.operation.name, handlers.passthrough)
         return await handler(handlers.Context(req, self))
 
@@ -185,6 +187,13 @@ def parse_request(scope: Scope, receive: Receive, request_id: str, domain: str) 
         method=scope["method"], bucket=bucket, key=key, query=query, query_pairs=query_pairs,
         headers=headers, view=view, host_bucket=bucket_from_host, request_id=request_id, receive=receive,
     )
+
+
+def _check_part_number(value: str) -> None:
+    """S3's check of partNumber, made here so that no origin sees a bad one."""
+    if not (value.isascii() and value.isdigit() and len(value) <= 5 and 1 <= int(value) <= 10000):
+        raise S3Error("InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive",
+                      extra={"ArgumentName": "partNumber", "ArgumentValue": value[:64]})
 
 
 def _unquote(text: str) -> str:

@@ -31,6 +31,9 @@ _SEQUENTIAL_READERS = 4096  # objects whose last read end is remembered
 _SMALL_BODY = 256 * 1024  # a one-block read up to this size is answered as a body in hand
 _PEER_LOG_EVERY = 10.0  # seconds between two log lines about the same failing peer
 _EPOCH = datetime.fromtimestamp(0, timezone.utc)
+# Opens a fleet node remembers for a moment (see BlockReader._open_here): how many, how long.
+_RECENT_OPENS = 1024
+_RECENT_OPEN = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,7 @@ class BlockReader:
         self._peer_inflight: dict[str, asyncio.Future[bytes]] = {}
         self._peer_opening: dict[str, asyncio.Future[tuple[ObjectMeta, FirstBlock] | None]] = {}
         self._peer_logged: dict[str, float] = {}
+        self._recent_opens: OrderedDict[str, tuple[ObjectMeta, BlockId, float]] = OrderedDict()
         # Where the last read of each recently read object ended, to spot sequential readers.
         self._read_ends: OrderedDict[tuple[str, str, str], int] = OrderedDict()
 
@@ -262,13 +266,61 @@ class BlockReader:
     async def _open_here(
         self, bucket: str, key: str, query: list[tuple[str, str]], index: int, name: str
     ) -> tuple[ObjectMeta, FirstBlock] | None:
-        """`open` by this node itself: one ranged GET of the origin, shared by concurrent opens."""
+        """`open` by this node itself: one ranged GET of the origin, shared by concurrent opens.
+
+        In a fleet, an open that just finished answers the opens that arrive a moment
+        later too (`_recent_opens`): several nodes that all missed the metadata at once
+        ask the owner at slightly different times, and the block must still be fetched once.
+        """
+        if self.fleet is not None:
+            recent = await self._recent_open(name)
+            if recent is not None:
+                return recent
         opening = self._opening.get(name)
         if opening is None:
             opening = asyncio.ensure_future(self._open(bucket, key, query, index))
             self._opening[name] = opening
             opening.add_done_callback(lambda done: self._fetched(name, done, self._opening))
+            if self.fleet is not None:
+                opening.add_done_callback(lambda done: self._remember_open(name, done))
         return await asyncio.shield(opening)
+
+    async def _recent_open(self, name: str) -> tuple[ObjectMeta, FirstBlock] | None:
+        assert self.store is not None
+        recent = self._recent_opens.get(name)
+        if recent is None:
+            return None
+        meta, block, when = recent
+        if time.monotonic() - when > _RECENT_OPEN:
+            del self._recent_opens[name]
+            return None
+        hit = await self.store.get(block)
+        if hit is None:
+            return None
+        self.stats["open_recent"] += 1
+        return meta, FirstBlock(block, hit[0])
+
+    def forget_opens(self, bucket: str | None = None, key: str | None = None) -> None:
+        """Drop remembered opens of `key` (of the bucket when None; of everything when no
+        bucket): its metadata was invalidated, so an open must ask the origin again."""
+        if not self._recent_opens:
+            return
+        if bucket is None:
+            self._recent_opens.clear()
+            return
+        prefix = f"{bucket}\0" if key is None else f"{bucket}\0{key}\0"
+        for name in [n for n in self._recent_opens if n.startswith(prefix)]:
+            del self._recent_opens[name]
+
+    def _remember_open(self, name: str, done: asyncio.Future[tuple[ObjectMeta, FirstBlock] | None]) -> None:
+        if done.cancelled() or done.exception() is not None or done.result() is None:
+            return
+        opened = done.result()
+        assert opened is not None
+        self._recent_opens[name] = (opened[0], opened[1].block, time.monotonic())
+        self._recent_opens.move_to_end(name)
+        while len(self._recent_opens) > _RECENT_OPENS:
+            self._recent_opens.popitem(last=False)
 
     async def _open(
         self, bucket: str, key: str, query: list[tuple[str, str]], index: int

@@ -289,6 +289,7 @@ class Engine:
         self._epochs[bucket] += 1
         self.meta_cache.invalidate(bucket, key)
         self.listing_cache.invalidate(bucket, key)
+        self.reads.forget_opens(bucket, key)
 
     async def changed(self, changes: Iterable[tuple[str, str]]) -> None:
         """Objects changed behind the gateway (an S3 event): forget what we knew of them.
@@ -319,6 +320,7 @@ class Engine:
         self._purges += 1
         self.meta_cache.clear()
         self.listing_cache.clear()
+        self.reads.forget_opens()
 
     def _epoch(self, bucket: str) -> tuple[int, int]:
         """Changes when anything cached about `bucket` is invalidated."""

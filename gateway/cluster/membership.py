@@ -134,6 +134,11 @@ class Membership:
                 await self.heartbeat()
             except Exception:  # a bug here must not stop the heartbeats
                 log.cluster.exception("fleet heartbeat failed")
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # Cancelled while a Redis call was timing out: the cancellation came back as
+                # a timeout (a failed call), and the loop would otherwise go on forever.
+                raise asyncio.CancelledError
 
     async def leave(self) -> None:
         """Deregister (clean shutdown), so the others stop asking this node at their next heartbeat."""

@@ -7,13 +7,13 @@ from __future__ import annotations
 import base64
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from urllib.parse import parse_qsl
 
 import orjson
 from starlette.types import Receive, Scope, Send
 
 from gateway import log
-from gateway.cluster.peers import AUTH_HEADER, BLOCK_PATH, META_HEADER, OPEN_PATH, PEER_PREFIX, PeerRefused, refusal, verify
+from gateway.cluster.peers import (AUTH_HEADER, BLOCK_PATH, META_HEADER, OPEN_PATH, PEER_PREFIX, PeerRefused,
+                                   decode_query, refusal, verify)
 
 __all__ = ["PeerApp"]
 
@@ -53,7 +53,7 @@ class PeerApp:
                                                                       "cluster secret (x-gateway-peer)"}))
         if method != "GET" or path not in (BLOCK_PATH, OPEN_PATH):
             return await _answer(send, 404, orjson.dumps({"error": f"no peer route {method} {path}"}))
-        params = dict(parse_qsl(query, keep_blank_values=True))
+        params = decode_query(query)
         try:
             if path == BLOCK_PATH:
                 data = await self._serve_block(params["bucket"], params["key"], params["etag"], params["vid"],

@@ -28,7 +28,7 @@ import hashlib
 import hmac
 import time
 from typing import Protocol
-from urllib.parse import quote, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 import aiohttp
 import orjson
@@ -77,8 +77,14 @@ def _mac(secret: bytes, method: str, path: str, query: str, when: int) -> str:
 
 
 def encode_query(params: list[tuple[str, str]]) -> str:
-    """The query string exactly as sent and signed (RFC 3986 escapes)."""
-    return urlencode(params, quote_via=quote, safe="")
+    """The query string exactly as sent and signed (RFC 3986 escapes of UTF-8; a key that
+    is not valid UTF-8, decoded with surrogateescape, keeps its bytes: see `decode_query`)."""
+    return urlencode(params, quote_via=quote, safe="", encoding="utf-8", errors="surrogateescape")
+
+
+def decode_query(query: str) -> dict[str, str]:
+    """The parameters of a query string made by `encode_query`."""
+    return dict(parse_qsl(query, keep_blank_values=True, encoding="utf-8", errors="surrogateescape"))
 
 
 class Budget(Protocol):
@@ -164,7 +170,10 @@ class PeerClient:
 
     async def _get(self, peer: Member, path: str, params: list[tuple[str, str]],
                    limit: int, budget: Budget | None = None) -> tuple[int, dict[str, str], bytes]:
-        query = encode_query(params)
+        try:
+            query = encode_query(params)
+        except UnicodeEncodeError:  # not a key a client could have sent; the origin is asked instead
+            raise PeerError("a key that cannot be sent to a peer") from None
         target = URL(f"{peer.url}{path}?{query}", encoded=True)
         for attempt in range(2):
             headers = {AUTH_HEADER: sign(self._secret, "GET", path, query)}

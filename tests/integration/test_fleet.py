@@ -89,17 +89,37 @@ class Fleet:
     def settled(self, nodes: list[RunningGateway]) -> None:
         """Wait until every node in `nodes` sees exactly them."""
         ids = {node_id(n) for n in nodes}
-        wait_for(lambda: all(view(n) == ids for n in nodes))
+        try:
+            wait_for(lambda: all(view(n) == ids for n in nodes))
+        except AssertionError:
+            raise AssertionError(f"want {sorted(ids)}, views {[sorted(view(n)) for n in nodes]}") from None
 
 
 @pytest.fixture
-def fleet(start_gateway, clean_origin, clean_redis):
-    nodes = Fleet(start_gateway, clean_origin, clean_redis.url)
-    for _ in range(3):
-        nodes.start()
-    nodes.settled(nodes.nodes)
-    client(nodes.nodes[0].endpoint).create_bucket(Bucket="bkt")
-    return nodes
+def make_fleet(start_gateway, clean_origin, clean_redis):
+    """make_fleet(**cluster settings): three nodes that see each other, and a bucket."""
+    def make(**cluster: object) -> Fleet:
+        nodes = Fleet(start_gateway, clean_origin, clean_redis.url)
+        nodes.sections["cluster"] = dataclasses.replace(nodes.sections["cluster"], **cluster)  # type: ignore[arg-type]
+        for _ in range(3):
+            nodes.start()
+        nodes.settled(nodes.nodes)
+        client(nodes.nodes[0].endpoint).create_bucket(Bucket="bkt")
+        made.append(nodes)
+        return nodes
+
+    made: list[Fleet] = []
+    yield make
+    for nodes in made:  # stopped here, so that a node still running shows up as this test's failure
+        for node in nodes.nodes:
+            started = time.monotonic()
+            node.__exit__()
+            assert not node.thread.is_alive(), f"a node did not stop within {time.monotonic() - started:.1f} s"
+
+
+@pytest.fixture
+def fleet(make_fleet):
+    return make_fleet()
 
 
 def read_all(gateways: list[RunningGateway], key: str, *, ranged: bool = True) -> list[tuple[bytes, str]]:
@@ -317,3 +337,57 @@ def test_redis_outage_keeps_serving_and_nodes_register_again(fleet, direct, clea
     assert all(n.server.config.app.fleet.membership.beats > beats[id(n)] for n in (a, b, c))
     for body, _ in read_all([a, b, c], "during"):
         assert body == during
+
+
+def test_an_object_changed_behind_the_fleet_is_noticed_through_a_peer(fleet, direct):
+    old, new = os.urandom(2 * BLOCK), os.urandom(2 * BLOCK)
+    direct.put_object(Bucket="bkt", Key="k", Body=old)
+    owner = owner_of(1, fleet.nodes)
+    reader = client(next(n for n in fleet.nodes if n is not owner).endpoint)
+    assert reader.get_object(Bucket="bkt", Key="k", Range="bytes=0-9")["Body"].read() == old[:10]
+    direct.put_object(Bucket="bkt", Key="k", Body=new)  # behind the gateway: same size, new ETag
+    # The reader still describes the old version; the owner's If-Match fails at the origin,
+    # the owner says so, and the reader describes the object again and serves the new one
+    # (as a node alone does when its own If-Match fails).
+    refetched = engine(owner).origin.requests["GET"]
+    got = reader.get_object(Bucket="bkt", Key="k", Range=f"bytes={BLOCK}-{BLOCK + 9}")
+    assert got["Body"].read() == new[BLOCK:BLOCK + 10]
+    assert got["ETag"] == direct.head_object(Bucket="bkt", Key="k")["ETag"]
+    assert engine(owner).origin.requests["GET"] - refetched == 2  # the refused old block, the new one
+    assert client(owner.endpoint).get_object(Bucket="bkt", Key="k")["Body"].read() == new
+
+
+def test_with_two_replicas_each_block_is_kept_twice_and_fetched_once(make_fleet, direct):
+    fleet = make_fleet(replicas=2)
+    data = os.urandom(12 * BLOCK)
+    direct.put_object(Bucket="bkt", Key="k", Body=data)
+    before = origin_requests(*fleet.nodes)
+    for body, _ in read_all(fleet.nodes, "k"):
+        assert body == data
+    assert origin_requests(*fleet.nodes) - before == Counter({"GET": 12})
+    ids = {node_id(n): n for n in fleet.nodes}
+    for index in range(12):
+        keepers = {ids[i] for i in owners(placement_name("bkt", "k", index), ids, 2)}
+        held = {n for n in fleet.nodes if any(b.index == index for b in _blocks(n))}
+        assert held == keepers, index
+
+
+def test_passive_cache_keeps_what_a_node_read_from_peers(make_fleet, direct):
+    fleet = make_fleet(passive_cache=True)
+    data = os.urandom(6 * BLOCK)
+    direct.put_object(Bucket="bkt", Key="k", Body=data)
+    node = fleet.nodes[0]
+    s3 = client(node.endpoint)
+    assert s3.get_object(Bucket="bkt", Key="k", Range="bytes=0-")["Body"].read() == data
+    assert {b.index for b in _blocks(node)} == set(range(6))
+    again = s3.get_object(Bucket="bkt", Key="k", Range="bytes=0-")
+    assert again["Body"].read() == data and again["ResponseMetadata"]["HTTPHeaders"]["x-cache"] == "hit-mem"
+
+
+def test_a_write_through_the_fleet_is_read_back_at_once_by_every_node(fleet):
+    s3 = [client(n.endpoint) for n in fleet.nodes]
+    for round_ in range(3):  # within the moment an owner remembers a cold open
+        body = os.urandom(BLOCK + round_)
+        s3[round_].put_object(Bucket="bkt", Key="k", Body=body)
+        for reader in s3:
+            assert reader.get_object(Bucket="bkt", Key="k", Range="bytes=0-")["Body"].read() == body

@@ -1,0 +1,80 @@
+"""Membership against a real redis-server: joins, clean departures, crashes, Redis outages."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from gateway.cluster.membership import Member, Membership, identity
+from gateway.cluster.shared import SharedMetadata
+from gateway.config import ClusterSettings, RedisSettings, ServerSettings, Settings
+
+TTL = 0.6
+
+
+@pytest.fixture
+async def make_member(clean_redis) -> AsyncIterator[Callable[[str], Membership]]:
+    made: list[SharedMetadata] = []
+
+    def make(name: str) -> Membership:
+        shared = SharedMetadata(RedisSettings(url=clean_redis.url, socket_timeout=0.3, retry_interval=0.1))
+        made.append(shared)
+        return Membership(shared, Member(name, f"http://{name}:8080"), interval=0.1, ttl=TTL)
+
+    yield make
+    for shared in made:
+        await shared.aclose()
+    if clean_redis.proc is None:
+        clean_redis.start()
+
+
+async def test_members_see_each_other_and_a_clean_departure_at_the_next_beat(make_member):
+    a, b, c = make_member("a"), make_member("b"), make_member("c")
+    assert a.ids == ("a",)  # alone until the first heartbeat
+    for m in (a, b, c):
+        assert await m.heartbeat()
+    await a.heartbeat()
+    assert a.ids == ("a", "b", "c") and a.member("b") == Member("b", "http://b:8080")
+    await c.leave()
+    await a.heartbeat()
+    assert a.ids == ("a", "b")
+
+
+async def test_a_silent_member_expires_after_the_ttl(make_member):
+    a, b = make_member("a"), make_member("b")
+    await b.heartbeat()
+    await a.heartbeat()
+    assert a.ids == ("a", "b")
+    await asyncio.sleep(TTL + 0.1)  # b crashed: no more heartbeats
+    await a.heartbeat()
+    assert a.ids == ("a",)
+
+
+async def test_redis_down_keeps_the_view_and_registers_again_when_back(make_member, clean_redis):
+    a, b = make_member("a"), make_member("b")
+    await b.heartbeat()
+    await a.heartbeat()
+    clean_redis.stop()
+    assert not await a.heartbeat()
+    assert a.ids == ("a", "b")  # the last view, while Redis is down
+    clean_redis.start()  # empty
+    await asyncio.sleep(0.15)  # past the retry interval
+    for m in (a, b):
+        for _ in range(20):
+            if await m.heartbeat():
+                break
+            await asyncio.sleep(0.05)
+    await a.heartbeat()
+    assert a.ids == ("a", "b") and a.beats >= 2
+
+
+def test_identity_defaults_to_the_server_address():
+    settings = Settings(server=ServerSettings(host="10.1.2.3", port=9000))
+    assert identity(settings) == Member("10.1.2.3:9000", "http://10.1.2.3:9000")
+    named = dataclasses.replace(settings, cluster=ClusterSettings(node_id="n1", advertise_url="http://gw-1:9000/"))
+    assert identity(named) == Member("n1", "http://gw-1:9000")
+    wildcard = Settings(server=ServerSettings(host="0.0.0.0", port=9000))
+    assert identity(wildcard).url.endswith(":9000") and "0.0.0.0" not in identity(wildcard).url

@@ -1,4 +1,4 @@
-"""The `gateway` command: serve, demo, config check; stats, evict, pin, unpin (admin API)."""
+"""The `gateway` command: serve, demo, config check; stats, evict, pin, unpin (admin API); advise (offline)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import uvicorn
 from gateway import log
 from gateway.admin.client import AdminClient, AdminError
 from gateway.admin.summary import ProgressBar, size, summary
+from gateway.advisor.command import advise
 from gateway.config import ConfigError, Settings, load
 from gateway.tls import reload_on_sighup
 
@@ -213,6 +214,8 @@ def unpin(target: str, url: str | None, token: str | None, config_path: str | No
     answer = _run(lambda: _admin(url, token, config_path).unpin(bucket, prefix))
     click.echo(f"unpinned {bucket}/{prefix}" + ("" if answer["shared"] else " (on this node; Redis did not take it yet)"))
 
+
+main.add_command(advise)  # offline: replays a trace, talks to no gateway (gateway/advisor/)
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,43 @@
+"""SHARDS sampling against the exact simulation on a synthetic Zipf trace.
+
+Stated bound, for this trace (100k GETs over 20k one-block objects, Zipf alpha 0.9,
+R = 0.1, so ~2000 sampled objects, and caches of 5% and 20% of the objects, i.e. 100 and
+400 blocks once scaled): |sampled - exact| <= 0.07 for every hit ratio, and <= 0.05 on
+average. The error shrinks with the number of sampled objects: on 1M GETs over 200k
+objects (docs/advisor.md) it stays within 0.014 at R = 0.1 and 0.054 at R = 0.01. Seed 5
+is the worst of seeds 1-6 here (0.065); most seeds stay under 0.03.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.advisor.simulate import BlockNames, StoreSpec, replay, sampled, tiers_for
+from gateway.advisor.synth import zipf_reads
+
+BLOCK = 64 * 1024
+OBJECTS = 20_000
+
+
+def test_sampling_is_by_object_and_near_the_rate() -> None:
+    keys = [f"k{i}" for i in range(20_000)]
+    picked = [k for k in keys if sampled("b", k, 0.1)]
+    assert abs(len(picked) / len(keys) - 0.1) < 0.01
+    assert picked == [k for k in keys if sampled("b", k, 0.1)]  # a hash, not a coin
+    assert all(sampled("b", k, 1.0) for k in keys[:100])
+
+
+def test_sampled_hit_ratios_are_within_the_bound_of_exact_ones() -> None:
+    reads = zipf_reads(100_000, OBJECTS, alpha=0.9, object_size=BLOCK, seed=5)
+    names = BlockNames()
+    errors = []
+    for policy, share in (("lru", 0.05), ("s3fifo", 0.05), ("lru", 0.2)):
+        spec = StoreSpec(tiers_for(0, int(OBJECTS * BLOCK * share)), policy, BLOCK, readahead=0)
+        exact = replay(reads, spec, names=names)
+        estimate = replay(reads, spec, rate=0.1, names=names)
+        assert estimate.scale == pytest.approx(10)
+        assert 0.07 < estimate.reads / exact.reads < 0.2
+        errors += [abs(estimate.byte_hit_ratio - exact.byte_hit_ratio),
+                   abs(estimate.object_hit_ratio - exact.object_hit_ratio)]
+    assert max(errors) <= 0.07, errors
+    assert sum(errors) / len(errors) <= 0.05, errors

@@ -8,6 +8,7 @@ the origin itself.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -64,6 +65,8 @@ class Engine:
         self.cache_written = self.reads.cache_written
         self._epochs: Counter[str] = Counter()  # per bucket: invalidations so far
         self._purges = 0
+        # Metadata fetches in flight, shared by the readers that missed at the same time.
+        self._flights: dict[tuple[MetaKey, int, tuple[int, int]], asyncio.Future[ObjectHead]] = {}
 
     async def aclose(self) -> None:
         await self.origin.aclose()
@@ -113,14 +116,36 @@ class Engine:
                 found = shared
         if found is None or found[0].missing or (checksums and not found[0].complete):
             self.stats["meta_miss"] += 1
-            if read_from is not None and not checksums and self.store is not None:
+            if read_from is None or checksums or self.store is None:
+                read_from = None
+            # One origin request however many readers miss at once: they share the flight
+            # until its answer is cached. (Not across an invalidation: a read that started
+            # after a write must not get an answer asked for before it.)
+            block = -1 if read_from is None else read_from // self.reads.cache_settings.block_size
+            flight = (cache_key, block, epoch)
+            task = self._flights.get(flight)
+            if task is None:
+                task = asyncio.ensure_future(self._fetch_missing(flight, query, read_from))
+                self._flights[flight] = task
+            else:
+                self.stats["meta_miss_shared"] += 1
+            return await asyncio.shield(task)
+        meta = found[0].value
+        assert isinstance(meta, ObjectMeta)
+        return ObjectHead(await self._revalidate(cache_key, query, meta, found[1], epoch))
+
+    async def _fetch_missing(self, flight: tuple[MetaKey, int, tuple[int, int]], query: list[tuple[str, str]],
+                             read_from: int | None) -> ObjectHead:
+        """Metadata the caches do not have, from the origin, cached before the flight ends."""
+        cache_key, _, epoch = flight
+        try:
+            if read_from is not None:
                 opened = await self._open(cache_key, query, read_from, epoch)
                 if opened is not None:
                     return opened
             return ObjectHead(await self._fetch_and_cache(cache_key, query, epoch))
-        meta = found[0].value
-        assert isinstance(meta, ObjectMeta)
-        return ObjectHead(await self._revalidate(cache_key, query, meta, found[1], epoch))
+        finally:
+            self._flights.pop(flight, None)
 
     async def _open(self, cache_key: MetaKey, query: list[tuple[str, str]], read_from: int,
                     epoch: tuple[int, int]) -> ObjectHead | None:

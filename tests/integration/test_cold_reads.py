@@ -143,3 +143,12 @@ def test_a_cold_read_of_an_older_version(cold):
     old = s3.get_object(Bucket="bkt", Key="v", VersionId=first, Range="bytes=0-99")
     assert old["Body"].read() == b"first" and old["VersionId"] == first
     assert s3.get_object(Bucket="bkt", Key="v", Range="bytes=0-99")["Body"].read() == b"second"
+
+
+def test_concurrent_whole_reads_that_want_checksums_share_one_head(cold):
+    # boto3 asks for checksums on every GetObject: such reads need the HEAD (a ranged GET
+    # does not carry the object's checksums), and concurrent ones share it.
+    gateway, _ = cold
+    before = origin_requests(gateway)
+    assert concurrent_gets(gateway.endpoint, 8, Bucket="bkt", Key="k") == [DATA] * 8
+    assert sent_since(gateway, before) == {"HEAD": 1, "GET": 6}  # and each of the 6 blocks once

@@ -1,0 +1,1 @@
+"""Locust scenarios and their prepare step, run headless against any S3 endpoint (see README.md)."""

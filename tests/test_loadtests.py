@@ -1,0 +1,142 @@
+"""loadtests/: the content checks, and short headless Locust runs through a real gateway (one clean, one
+against an object changed behind the gateway, which must show up as "wrong bytes")."""
+
+from __future__ import annotations
+
+import csv
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loadtests import prepare
+from loadtests.content import CHUNK, Body, SizeSpec, Zipf, mismatch, parse_size
+from tests.support import ADMIN, RunningGateway, client, client_env, need_module
+
+ROOT = Path(__file__).resolve().parent.parent
+BUCKET = "loadtest"
+
+
+# --- the content checks (pure) ---------------------------------------------------------------------
+
+
+def test_bodies_are_a_function_of_seed_name_and_size() -> None:
+    body = Body("7", "loadtest/objects/000001", 3 * CHUNK + 123)
+    data = body.bytes()
+    assert len(data) == body.size
+    assert Body("7", "loadtest/objects/000001", body.size).bytes() == data
+    assert Body("8", "loadtest/objects/000001", body.size).bytes() != data
+    assert Body("7", "loadtest/objects/000002", body.size).bytes() != data
+    chunks = {data[i:i + CHUNK] for i in range(0, 3 * CHUNK, CHUNK)}
+    assert len(chunks) == 3  # no chunk repeats another: a block from the wrong offset is caught
+    assert body.bytes(CHUNK - 5, 2 * CHUNK + 9) == data[CHUNK - 5:2 * CHUNK + 9]
+    reader = body.reader()
+    assert b"".join(iter(lambda: reader.read(10_000), b"")) == data
+
+
+def test_mismatch_finds_any_changed_missing_or_extra_byte() -> None:
+    body = Body("0", "k", 2 * CHUNK + 1)
+    data = body.bytes()
+    assert mismatch(body, [data[:100], data[100:]]) is None
+    assert mismatch(body, [data[:-1]]) == f"{body.size - 1} bytes instead of {body.size}"
+    assert mismatch(body, [data + b"x"]) is not None
+    rng = random.Random(1)
+    for _ in range(20):
+        i = rng.randrange(body.size)
+        assert mismatch(body, [data[:i] + bytes([data[i] ^ 1]) + data[i + 1:]]) is not None
+    assert mismatch(body, [data[10:CHUNK + 20]], 10, CHUNK + 20) is None
+    assert mismatch(body, [data[11:CHUNK + 21]], 10, CHUNK + 20) == "byte 10 differs"
+    other = Body("0", "other", body.size)
+    assert mismatch(body, [other.bytes()]) is not None
+
+
+def test_sizes_and_zipf() -> None:
+    assert parse_size("4KiB") == 4096 and parse_size("1MB") == 10**6 and parse_size("17") == 17
+    with pytest.raises(ValueError):
+        parse_size("4 parsecs")
+    spec = SizeSpec.parse("1KiB-1MiB")
+    rng = random.Random(0)
+    sizes = [spec.pick(rng) for _ in range(2000)]
+    assert min(sizes) >= 1024 and max(sizes) <= 1024 * 1024
+    assert sum(s < 32 * 1024 for s in sizes) > 700  # log-uniform: half the range's orders of magnitude
+    zipf = Zipf(50, 1.2)
+    counts = [0] * 50
+    for _ in range(20_000):
+        counts[zipf.sample(rng)] += 1
+    assert counts[0] > counts[1] > counts[5] > counts[40]
+    uniform = Zipf(4, 0)
+    assert all(n > 0 for n in [sum(uniform.sample(rng) == k for _ in range(400)) for k in range(4)])
+
+
+# --- headless runs through a gateway ---------------------------------------------------------------
+
+
+def _locust(endpoint: str, csv_prefix: Path, seconds: int, users: int, *classes: str,
+            **env: str) -> tuple[subprocess.CompletedProcess[str], list[dict[str, str]], list[dict[str, str]]]:
+    """Run loadtests/locustfile.py headless; its exit, stats rows and failure rows."""
+    args = [sys.executable, "-m", "locust", "-f", str(ROOT / "loadtests" / "locustfile.py"), "--headless",
+            "-u", str(users), "-r", str(users), "-t", f"{seconds}s", "--stop-timeout", "5", "--host", endpoint,
+            "--csv", str(csv_prefix), "--only-summary", "--loglevel", "WARNING", *classes]
+    environment = client_env(AWS_ACCESS_KEY_ID=ADMIN[0], AWS_SECRET_ACCESS_KEY=ADMIN[1], AWS_DEFAULT_REGION="us-east-1",
+                             LOADTEST_BUCKET=BUCKET, LOADTEST_PREFIX="lt", **env)
+    done = subprocess.run(args, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=seconds + 40,
+                          check=False)
+    stats_file = Path(f"{csv_prefix}_stats.csv")
+    assert stats_file.exists(), f"locust wrote no stats (exit {done.returncode}):\n{done.stderr[-4000:]}"
+    with open(stats_file) as fh:
+        stats = list(csv.DictReader(fh))
+    with open(f"{csv_prefix}_failures.csv") as fh:
+        failures = list(csv.DictReader(fh))
+    return done, stats, failures
+
+
+def _prepare(endpoint: str, monkeypatch: pytest.MonkeyPatch, *args: str) -> None:
+    for name, value in client_env(AWS_ACCESS_KEY_ID=ADMIN[0], AWS_SECRET_ACCESS_KEY=ADMIN[1],
+                                  AWS_DEFAULT_REGION="us-east-1").items():
+        monkeypatch.setenv(name, value)
+    assert prepare.main(["--endpoint", endpoint, "--bucket", BUCKET, "--prefix", "lt", "--create-bucket",
+                         "--workers", "4", *args]) == 0
+
+
+@pytest.fixture
+def prepared(gateway: RunningGateway, clean_origin: str, monkeypatch: pytest.MonkeyPatch) -> RunningGateway:
+    need_module("locust", "pip install locust (or pip install -e '.[test]')")
+    _prepare(gateway.endpoint, monkeypatch, "--objects", "40", "--size", "1KiB-300KiB", "--dirs", "3", "--files", "6",
+             "--file-size", "1KiB-8KiB")
+    return gateway
+
+
+def test_every_scenario_runs_clean_through_the_gateway(prepared: RunningGateway, tmp_path: Path) -> None:
+    done, stats, failures = _locust(prepared.endpoint, tmp_path / "run", 6, 4,
+                                    LOADTEST_RANGE_FRACTION="0.3", LOADTEST_META_OBJECTS="5", LOADTEST_RW_KEYS="3",
+                                    LOADTEST_WRITE_PERCENT="30", LOADTEST_READBACK_PERCENT="40")
+    counts = {(row["Type"], row["Name"]): int(row["Request Count"]) for row in stats}
+    assert failures == [], failures
+    assert all(int(row["Failure Count"]) == 0 for row in stats), stats
+    assert done.returncode == 0, done.stderr[-4000:]
+    # one user per scenario (4 users, 4 classes of equal weight): each did its part
+    for entry in [("GET", "zipf"), ("LIST", "dashboard"), ("GET", "dashboard"), ("REFRESH", "dashboard"),
+                  ("PUT", "metadata"), ("LIST", "metadata"), ("PUT", "readwrite"), ("GET", "readwrite own")]:
+        assert counts.get(entry, 0) > 0, (entry, counts)
+    assert counts[("", "Aggregated")] > 50
+
+
+def test_a_changed_object_is_reported_as_wrong_bytes(prepared: RunningGateway, clean_origin: str,
+                                                     monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # The same key and size, other bytes, written straight to the origin (behind the gateway, which has not
+    # read it yet): the gateway serves what the origin holds, and that is not what the manifest promises.
+    origin = client(clean_origin, ("origin-key", "origin-secret"))
+    victim = "lt/objects/000000"
+    size = origin.head_object(Bucket=BUCKET, Key=victim)["ContentLength"]
+    origin.put_object(Bucket=BUCKET, Key=victim, Body=Body("other seed", victim, size).bytes())
+    _prepare(prepared.endpoint, monkeypatch, "--objects", "1", "--size", "1KiB-300KiB", "--dirs", "0")
+    # the read set is now that one object (prepare skipped it: same seed, key and size)
+
+    done, stats, failures = _locust(prepared.endpoint, tmp_path / "bad", 3, 2, LOADTEST_SCENARIOS="zipf")
+    assert done.returncode == 1
+    assert {(row["Method"], row["Name"], row["Error"]) for row in failures} == {("GET", "zipf", "wrong bytes")}
+    zipf = next(row for row in stats if row["Name"] == "zipf")
+    assert int(zipf["Request Count"]) == int(zipf["Failure Count"]) > 0
+    assert "wrong bytes: s3://loadtest/lt/objects/000000" in done.stderr

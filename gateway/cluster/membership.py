@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from gateway import log
+from gateway.cluster.periodic import run_every
 from gateway.cluster.shared import SharedMetadata
 from gateway.config import Settings
 
@@ -128,17 +128,7 @@ class Membership:
 
     async def run(self) -> None:
         """Heartbeat every `interval` seconds until cancelled."""
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                await self.heartbeat()
-            except Exception:  # a bug here must not stop the heartbeats
-                log.cluster.exception("fleet heartbeat failed")
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                # Cancelled while a Redis call was timing out: the cancellation came back as
-                # a timeout (a failed call), and the loop would otherwise go on forever.
-                raise asyncio.CancelledError
+        await run_every(self.interval, self.heartbeat, "fleet heartbeat")
 
     async def leave(self) -> None:
         """Deregister (clean shutdown), so the others stop asking this node at their next heartbeat."""

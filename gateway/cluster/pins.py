@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterable
 
 import orjson
 
-from gateway import log
+from gateway.cluster.periodic import run_every
 from gateway.cluster.shared import SharedMetadata
 
 Pin = tuple[str, str]  # bucket, key prefix ("" = the whole bucket)
@@ -82,12 +81,7 @@ class RuntimePins:
 
     async def run(self) -> None:
         """Refresh every `refresh_interval` seconds until cancelled."""
-        while True:
-            await asyncio.sleep(self.refresh_interval)
-            try:
-                await self.refresh()
-            except Exception:  # a bug here must not stop the refreshes
-                log.cluster.exception("refreshing the runtime pins failed")
+        await run_every(self.refresh_interval, self.refresh, "refreshing the runtime pins")
 
     def _local(self, pin: Pin, pinned: bool) -> None:
         if pinned:

@@ -175,8 +175,12 @@ def _kubernetes_settings(tmp_path: Path) -> tuple[config.Settings, dict[str, Any
         if "configMapRef" in source:
             env.update(_one("ConfigMap", source["configMapRef"]["name"])["data"])
     for item in container.get("env", []):
-        assert "value" in item, f"env {item['name']}: only literal values are checked"
-        env[item["name"]] = item["value"]
+        if item.get("valueFrom") == {"fieldRef": {"fieldPath": "metadata.name"}}:
+            env[item["name"]] = f"{statefulset['metadata']['name']}-0"  # the first pod's name
+            continue
+        assert "value" in item, f"env {item['name']}: only literal values and the pod name are checked"
+        # $(NAME) refers to a variable defined above, as Kubernetes expands it.
+        env[item["name"]] = re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], item["value"])
 
     # The --config file is the ConfigMap key mounted at that path.
     args = container.get("command", []) + container.get("args", [])

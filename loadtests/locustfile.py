@@ -22,6 +22,7 @@ import itertools
 import logging
 import os
 import random
+import re
 import sys
 import time
 import uuid
@@ -43,6 +44,7 @@ from loadtests.content import CHUNK, Body, SizeSpec, Zipf, mismatch  # noqa: E40
 from loadtests.manifest import Manifest, manifest_key, s3_client  # noqa: E402
 
 log = logging.getLogger("loadtests")
+_URL = re.compile(r"https?://[^\s\"']+")
 
 
 def _env(name: str, default: str) -> str:
@@ -174,7 +176,8 @@ class S3User(User):
             outcome.error = Failure(f"{exc.response.get('Error', {}).get('Code', '?')} "
                                     f"({meta.get('HTTPStatusCode', '?')})")
         except Exception as exc:  # connection resets, timeouts, ...: a failed request, whatever raised it
-            outcome.error = Failure(f"{type(exc).__name__}: {exc}")
+            # without the URL, so that Locust's error table has one row per kind of error, not per key
+            outcome.error = Failure(f"{type(exc).__name__}: {_URL.sub('<url>', str(exc))}")
         self.report(kind, name, started, outcome.length, outcome.error)
 
     def get(self, name: str, key: str, body: Body, start: int = 0, end: int | None = None) -> bool:
@@ -362,7 +365,6 @@ class ReadWriteMix(S3User):
 
     def on_start(self) -> None:
         super().on_start()
-        self.need_manifest()
         self.prefix = f"{PREFIX}/rw/{_Shared.run_id}/{self.number:04d}/"
         self.keys = [f"{self.prefix}{i:04d}" for i in range(max(1, RW_KEYS))]
         self.versions: dict[str, Body] = {}

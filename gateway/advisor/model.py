@@ -113,10 +113,20 @@ def evaluate(counters: Counters, policy: str, memory: int, ssd: int, hdd: int, m
     keys = [_source_key(t.medium) for t in counters.tiers] + [ORIGIN]
     reads = counters.reads
     if reads:
-        wait = sum(n * model.latency[k] for n, k in zip(counters.slowest, keys))
-        transfer = sum(b / model.bandwidth[k] for b, k in zip(counters.hit_bytes, keys))
-        transfer += counters.demand_fetch_bytes / model.bandwidth[ORIGIN]
-        mean_latency = (wait + transfer) / reads
+        hit_reads = reads - counters.slowest[-1]
+        hit_time = sum(n * model.latency[k] for n, k in zip(counters.slowest[:-1], keys))
+        hit_time += sum(b / model.bandwidth[k] for b, k in zip(counters.hit_bytes, keys))
+        origin_time = counters.slowest[-1] * model.latency[ORIGIN] + counters.demand_fetch_bytes / model.bandwidth[ORIGIN]
+        if counters.scale == 1 or not counters.all_reads:
+            mean_latency = (hit_time + origin_time) / reads
+        else:
+            # SHARDS_adj again: the GETs that touch the origin, and their time, are estimated
+            # from the sample (x 1/R) over the whole trace's GETs; the rest are hits that
+            # take what the sample's hits took on average.
+            origin_share = min(1.0, counters.slowest[-1] * counters.scale / counters.all_reads)
+            mean_latency = origin_time * counters.scale / counters.all_reads
+            if hit_reads:
+                mean_latency += (1 - origin_share) * hit_time / hit_reads
     else:
         mean_latency = 0.0
     prices = model.prices
@@ -127,10 +137,13 @@ def evaluate(counters: Counters, policy: str, memory: int, ssd: int, hdd: int, m
         per_trace = (counters.origin_requests * scale / 1000 * prices["get"]
                      + counters.origin_bytes * scale / 1e9 * prices["gb"])
         origin_cost = per_trace * MONTH / model.period
+    # Against every GET going to the origin once for the bytes it asked. Sampled: the whole
+    # trace's GETs and bytes are known exactly, only the origin's share is estimated (x 1/R).
+    gets, asked = (counters.reads, counters.read_bytes) if scale == 1 else (counters.all_reads, counters.all_read_bytes)
     return Outcome(
         policy, memory, ssd, hdd, counters, mean_latency, capacity, origin_cost,
-        origin_requests_saved=(counters.reads - counters.origin_requests) * scale,
-        origin_bytes_saved=(counters.read_bytes - counters.origin_bytes) * scale,
+        origin_requests_saved=gets - counters.origin_requests * scale,
+        origin_bytes_saved=asked - counters.origin_bytes * scale,
     )
 
 

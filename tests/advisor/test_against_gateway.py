@@ -1,13 +1,17 @@
 """A log recorded from a real gateway, replayed: the simulator's answers against the gateway's own.
 
 A gateway (moto as the origin) with 64 KiB blocks, a 256 KiB memory tier over a 1 MiB disk
-tier, serves ~200 GETs (whole objects and ranges, none following the previous read of the
-same object, so no readahead) from one boto3 client; its `gateway.access` lines are the
-trace. The simulator, built from the same cache settings, must give every GET the x-cache
-answer the gateway logged (`cache`), except for a stated tolerance of 2% of the GETs
-(the gateway stores blocks on disk from a thread pool, so a demotion can still be in
-flight when the next GET is described; in practice the answers all agree), and the hit
-ratio within 0.02.
+tier, serves 200 GETs (whole objects and ranges, none following the previous read of the
+same object) from one boto3 client; its `gateway.access` lines (no size field) are the
+trace. The simulator, built from the same cache settings, gives each GET an x-cache answer
+to compare with the one the gateway logged (`cache`). Stated tolerances:
+
+- readahead_blocks = 0: at most 2% of the answers differ and the hit ratio is within 0.02
+  (observed: all 200 agree, for LRU and S3-FIFO);
+- readahead_blocks = 16: the gateway fetches the blocks of a multi-block read in parallel,
+  so the order they enter a tier varies from run to run, which S3-FIFO's FIFO queues feel
+  more than LRU: at most 25% differ and the hit ratio is within 0.05 (observed on this
+  loaded machine: LRU 1-3 differ, S3-FIFO 11-19, hit ratios within 0.005-0.025).
 """
 
 from __future__ import annotations
@@ -97,6 +101,6 @@ def test_replayed_log_matches_what_the_gateway_reported(
     gateway_hits = sum(1 for answer in reported if answer in ("hit-mem", "hit-disk")) / len(gets)
     print(f"{policy} readahead {readahead}: {len(differ)} of {len(gets)} answers differ; hit ratio "
           f"gateway {gateway_hits:.3f}, simulator {counters.object_hit_ratio:.3f}")
-    assert len(differ) <= (0.02 if readahead == 0 else 0.15) * len(gets), differ
-    assert abs(counters.object_hit_ratio - gateway_hits) <= 0.03
+    assert len(differ) <= (0.02 if readahead == 0 else 0.25) * len(gets), differ
+    assert abs(counters.object_hit_ratio - gateway_hits) <= (0.02 if readahead == 0 else 0.05)
     assert 0.2 < gateway_hits < 0.9  # the quotas make the test mean something: hits and misses both

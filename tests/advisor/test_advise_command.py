@@ -76,3 +76,18 @@ def test_access_log_run_with_sampling(tmp_path: Path) -> None:
     result = run("--log", str(log), "--budget", "16MiB", "--sample-rate", "0.5", "--memory-shares", "0,1/4")
     assert result.exit_code == 0, result.output
     assert "sampled at 0.5" in result.output and "2000 GETs" in result.output
+
+
+def test_config_hdd_and_origin_prices(csv_trace: str, tmp_path: Path) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text('[cache]\nblock_size = "256KiB"\npolicy = "lru"\npromote = false\nreadahead_blocks = 0\n')
+    result = run("--log", csv_trace, "--csv", "--config", str(config), "--budget", "64MiB", "--hdd", "256MiB",
+                 "--memory-shares", "0,1/4", "--policies", "lru", "--prices", "get=0.4,gb=0.02", "--period", "1h",
+                 "--json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    settings = document["settings"]
+    assert (settings["block_size"], settings["readahead"], settings["promote"], settings["hdd"]) == (
+        256 * 1024, 0, False, 256 * 1024**2)
+    assert all(o["hdd_bytes"] == 256 * 1024**2 and o["origin_cost"] > 0 for o in document["outcomes"])
+    assert run("--log", csv_trace, "--csv", "--period", "soon").exit_code == 2

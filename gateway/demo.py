@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
 import subprocess
 import sys
@@ -88,6 +89,9 @@ def demo_settings(origin_endpoint: str, port: int) -> Settings:
 def run_demo(port: int) -> None:
     from gateway.cli import run_server
 
+    # uvicorn ends a SIGTERM'd run by raising the signal again; as an exception (not the
+    # default handler's instant death) it lets the `with` below stop moto too.
+    signal.signal(signal.SIGTERM, _exit)
     with moto_server() as endpoint:
         asyncio.run(seed(OriginSettings(endpoint=endpoint, access_key="demo", secret_key="demo")))
         settings = demo_settings(endpoint, port)
@@ -96,3 +100,7 @@ def run_demo(port: int) -> None:
         print(f"  export AWS_ACCESS_KEY_ID={DEMO_ACCESS_KEY} AWS_SECRET_ACCESS_KEY={DEMO_SECRET_KEY} AWS_DEFAULT_REGION=us-east-1")
         print(f"  aws s3 ls --recursive s3://{DEMO_BUCKET} --endpoint-url http://127.0.0.1:{port}\n", flush=True)
         run_server(settings)
+
+
+def _exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)

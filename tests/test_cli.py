@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import click
 import httpx
+import pytest
 from click.testing import CliRunner
 
 from gateway.cli import main
@@ -80,6 +82,10 @@ def test_demo_serves_the_sample_bucket():
         proc.terminate()
         output = proc.communicate(timeout=20)[0]
     assert "aws s3 ls" in output  # the line to try was printed
+    # Stopping the demo stops its moto too.
+    moto_port = int(re.search(r"origin \(moto\): http://127.0.0.1:(\d+)", output).group(1))  # type: ignore[union-attr]
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{moto_port}/", timeout=2)
 
 
 def test_serve_refuses_to_start_without_its_origin_or_redis():

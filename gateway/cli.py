@@ -200,9 +200,7 @@ def load_prefix(target: str, url: str | None, token: str | None, config_path: st
 def pin(target: str, url: str | None, token: str | None, config_path: str | None) -> None:
     """Keep the cached blocks of keys under BUCKET/PREFIX from being evicted (kept in Redis
     when the gateway has one, so every node and a restarted node apply it)."""
-    bucket, prefix = _target(target, what="pin")
-    answer = _run(lambda: _admin(url, token, config_path).pin(bucket, prefix))
-    click.echo(f"pinned {bucket}/{prefix}" + ("" if answer["shared"] else " (on this node; Redis did not take it yet)"))
+    _set_pin(target, url, token, config_path, pinned=True)
 
 
 @main.command()
@@ -210,9 +208,15 @@ def pin(target: str, url: str | None, token: str | None, config_path: str | None
 @admin_options
 def unpin(target: str, url: str | None, token: str | None, config_path: str | None) -> None:
     """Undo a pin made with `gateway pin` (pins from the configuration stay)."""
-    bucket, prefix = _target(target, what="unpin")
-    answer = _run(lambda: _admin(url, token, config_path).unpin(bucket, prefix))
-    click.echo(f"unpinned {bucket}/{prefix}" + ("" if answer["shared"] else " (on this node; Redis did not take it yet)"))
+    _set_pin(target, url, token, config_path, pinned=False)
+
+
+def _set_pin(target: str, url: str | None, token: str | None, config_path: str | None, *, pinned: bool) -> None:
+    what = "pin" if pinned else "unpin"
+    bucket, prefix = _target(target, what=what)
+    client = _admin(url, token, config_path)
+    answer = _run(lambda: (client.pin if pinned else client.unpin)(bucket, prefix))
+    click.echo(f"{what}ned {bucket}/{prefix}" + ("" if answer["shared"] else " (on this node; Redis did not take it yet)"))
 
 
 main.add_command(advise)  # offline: replays a trace, talks to no gateway (gateway/advisor/)

@@ -19,7 +19,14 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from gateway.advisor.simulate import ORIGIN, BlockNames, Counters, StoreSpec, replay, tiers_for
+from gateway.advisor.simulate import (
+    ORIGIN,
+    BlockNames,
+    Counters,
+    StoreSpec,
+    replay,
+    tiers_for,
+)
 from gateway.config import ConfigError, parse_duration, parse_size
 
 GiB = 1024**3

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from gateway.config import CacheSettings
 from gateway.store.blocks import BlockId, block_span
@@ -246,6 +247,18 @@ def replay(
     SimStore built from `spec` (quotas scaled by `rate` when sampling). `names`: a name
     cache to share with other replays of the same reads; `trail`: gets each replayed
     GET's x-cache answer, in order."""
+    feed = replayer(spec, rate=rate, names=names, trail=trail)
+    counters = next(feed)
+    for read in reads:
+        feed.send(read)
+    return counters
+
+
+def replayer(
+    spec: StoreSpec, *, rate: float = 1.0, names: BlockNames | None = None, trail: list[str] | None = None,
+) -> Generator[Counters, Any, None]:
+    """`replay` one read at a time: `next()` gives the Counters (updated in place), then
+    `send(read)` each read as it comes (the online estimate feeds it from the access log)."""
     if not 0 < rate <= 1:
         raise ValueError(f"sampling rate must be in (0, 1], not {rate}")
     store = SimStore(spec.scaled(rate) if rate < 1 else spec)
@@ -272,7 +285,10 @@ def replay(
             counters.prefetches += 1
             fetch(name, min(block_size, size - index * block_size))
 
-    for read in reads:
+    while True:
+        counters.promotions = store.promotions
+        counters.demotions = store.demotions
+        read = yield counters
         bucket, key = read.bucket, read.key
         if rate < 1:
             counters.all_reads += 1
@@ -328,9 +344,6 @@ def replay(
             read_ends.move_to_end(stream)
             if len(read_ends) > _SEQUENTIAL_READERS:
                 read_ends.popitem(last=False)
-    counters.promotions = store.promotions
-    counters.demotions = store.demotions
-    return counters
 
 
 def tiers_for(memory: int, ssd: int, hdd: int = 0) -> tuple[TierSpec, ...]:

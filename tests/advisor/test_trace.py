@@ -7,7 +7,12 @@ import io
 import orjson
 import pytest
 
-from gateway.advisor.trace import TraceError, open_trace, read_access_log, read_csv_trace
+from gateway.advisor.trace import (
+    TraceError,
+    open_trace,
+    read_access_log,
+    read_csv_trace,
+)
 
 
 def line(**fields: object) -> str:

@@ -1,0 +1,172 @@
+"""The online estimate (issue 8): shadow stores fed by the live access log.
+
+`ShadowAdvisor` is a `logging.Handler` for the `gateway.access` logger. Each GetObject line
+the gateway logs is replayed, as it is logged, into shadow models of other stores (other
+memory:SSD splits, other policies; `simulate.replayer`) so that at any moment it can say
+which hit ratio each of them would have had on the same traffic, next to the hit ratio
+the live store reported (the lines' `cache` field). A shadow of the live configuration
+itself shows how far the model is from the live store on this traffic.
+
+Cost on the gateway: every line is parsed once (orjson) and hashed; only the objects in
+the SHARDS sample (`rate`, 1% by default) are replayed, into quotas scaled by the rate, so
+the shadows hold about rate x their quotas / block size entries. Sizes are taken as the
+offline reader takes them, but only from what was seen so far (a `size` field, a whole
+read, a clamped or open range; else the largest offset read, a bound), for at most
+`max_objects` sampled objects.
+
+Not installed by anything yet: a gateway would attach it at start, e.g.
+`logging.getLogger("gateway.access").addHandler(ShadowAdvisor(...))`, and show
+`estimates()` in its admin stats.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Generator, Mapping
+from typing import Any
+
+import orjson
+
+from gateway.advisor.simulate import BlockNames, Counters, StoreSpec, replayer, sampled
+from gateway.advisor.trace import _RANGE, _WRITES, Read
+
+
+class ShadowAdvisor(logging.Handler):
+    """Shadow stores by name, fed from access log records; `estimates()` reads them."""
+
+    def __init__(self, specs: Mapping[str, StoreSpec], *, rate: float = 0.01, max_objects: int = 100_000) -> None:
+        super().__init__(logging.INFO)
+        if not specs:
+            raise ValueError("a shadow advisor needs at least one store to shadow")
+        self.rate = rate
+        self.max_objects = max_objects
+        self._names = BlockNames()
+        self._feeds: dict[str, tuple[Generator[Counters, Any, None], Counters, int]] = {}
+        for name, spec in specs.items():
+            feed = replayer(spec, rate=rate, names=self._names)
+            self._feeds[name] = (feed, next(feed), spec.block_size)
+        # (bucket, key) -> [version, exact size or -1, largest end + 1]; sampled objects only
+        self._objects: OrderedDict[tuple[str, str], list[int]] = OrderedDict()
+        self._keep: OrderedDict[tuple[str, str], bool] = OrderedDict()
+        self._feed_lock = threading.Lock()
+        self.gets = 0
+        self.live_hits = 0
+        self.skipped = 0
+
+    # --- logging.Handler --------------------------------------------------------------------
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.observe(record.getMessage())
+        except Exception:  # noqa: BLE001 -- an estimate must never break the access log
+            self.handleError(record)
+
+    # --- the estimate -------------------------------------------------------------------------
+
+    def observe(self, line: str) -> None:
+        """Feed one access log line (a JSON object; anything else is ignored)."""
+        try:
+            entry = orjson.loads(line[line.find("{"):])
+        except orjson.JSONDecodeError:
+            self.skipped += 1
+            return
+        if not isinstance(entry, dict):
+            self.skipped += 1
+            return
+        operation, status = entry.get("operation"), int(entry.get("status") or 0)
+        bucket, key = entry.get("bucket"), entry.get("key")
+        if not bucket or not key:
+            return
+        if operation in _WRITES and 200 <= status < 300:
+            if self._is_sampled(bucket, key):
+                state = self._state(bucket, key)
+                state[0], state[1], state[2] = state[0] + 1, -1, 0
+            return
+        sent = int(entry.get("bytes") or 0)
+        if operation != "GetObject" or status not in (200, 206) or sent <= 0:
+            return
+        with self._feed_lock:
+            self.gets += 1
+            self.live_hits += entry.get("cache") in ("hit-mem", "hit-disk")
+            if not self._is_sampled(bucket, key):
+                for _, counters, block_size in self._feeds.values():
+                    self._count_all(counters, sent, -(-sent // block_size))
+                return
+            read = self._read(bucket, key, entry, sent)
+            if read is None:
+                self.skipped += 1
+                return
+            for feed, _, _ in self._feeds.values():
+                feed.send(read)  # counts it in the whole traffic too
+
+    def estimates(self) -> dict[str, Any]:
+        """{"gets", "live_hit_ratio", "rate", "shadows": {name: {hit ratios, origin bytes}}}."""
+        with self._feed_lock:
+            shadows = {
+                name: {
+                    "hit_ratio": round(c.object_hit_ratio, 4), "byte_hit_ratio": round(c.byte_hit_ratio, 4),
+                    "sampled_gets": c.reads, "origin_bytes": round(c.origin_bytes * c.scale),
+                }
+                for name, (_, c, _) in self._feeds.items()
+            }
+            return {"gets": self.gets, "live_hit_ratio": round(self.live_hits / self.gets, 4) if self.gets else None,
+                    "rate": self.rate, "skipped": self.skipped, "shadows": shadows}
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def _is_sampled(self, bucket: str, key: str) -> bool:
+        if self.rate >= 1:
+            return True
+        ident = (bucket, key)
+        pick = self._keep.get(ident)
+        if pick is None:
+            pick = self._keep[ident] = sampled(bucket, key, self.rate)
+            if len(self._keep) > 4 * self.max_objects:
+                self._keep.popitem(last=False)
+        return pick
+
+    def _count_all(self, counters: Counters, sent: int, blocks: int) -> None:
+        # The whole traffic, for SHARDS_adj (see simulate.Counters): GETs and bytes exactly;
+        # blocks approximately for reads not sampled (their offsets are not worked out).
+        if self.rate >= 1:
+            return
+        counters.all_reads += 1
+        counters.all_read_bytes += sent
+        counters.all_block_reads += blocks
+
+    def _state(self, bucket: str, key: str) -> list[int]:
+        ident = (bucket, key)
+        state = self._objects.get(ident)
+        if state is None:
+            state = self._objects[ident] = [0, -1, 0]
+            if len(self._objects) > self.max_objects:
+                self._objects.popitem(last=False)
+        else:
+            self._objects.move_to_end(ident)
+        return state
+
+    def _read(self, bucket: str, key: str, entry: dict[str, Any], sent: int) -> Read | None:
+        state = self._state(bucket, key)
+        if entry.get("size") is not None:
+            state[1] = int(entry["size"])
+        header = entry.get("range")
+        match = _RANGE.fullmatch(header) if header and int(entry["status"]) == 206 else None
+        if match is None or (not match[1] and not match[2]):
+            start, end = 0, sent - 1
+            state[1] = sent if state[1] < 0 else state[1]
+        elif not match[1]:
+            if state[1] < 0 and sent >= int(match[2]):
+                return None  # a suffix of an object of unknown size
+            size = state[1] if state[1] >= 0 else sent
+            start, end = size - sent, size - 1
+        else:
+            start = int(match[1])
+            end = start + sent - 1
+            if not match[2] or sent < int(match[2]) - start + 1:
+                state[1] = end + 1
+        state[2] = max(state[2], end + 1)
+        size = state[1] if state[1] >= 0 else state[2]
+        return Read(bucket, key, state[0], start, end, max(size, end + 1), None, entry.get("cache"))
+

@@ -102,6 +102,8 @@ def advise(
     total = _size(budget, "--budget")
     hdd_bytes = _size(hdd, "--hdd")
     shares = _shares(memory_shares)
+    if total <= 0:
+        raise click.BadParameter("must be more than 0 bytes", param_hint="--budget")
     if chart:
         try:
             import matplotlib  # noqa: F401

@@ -48,6 +48,7 @@ def test_missing_or_garbled_log_is_one_line(tmp_path: Path, content: str | None,
 def test_bad_options_are_usage_errors(csv_trace: str) -> None:
     assert run("--log", csv_trace, "--csv", "--prices", "dram=3").exit_code == 2
     assert run("--log", csv_trace, "--csv", "--budget", "lots").exit_code == 2
+    assert run("--log", csv_trace, "--csv", "--budget", "0").exit_code == 2
     assert run("--log", csv_trace, "--csv", "--policies", "arc").exit_code == 2
 
 

@@ -30,9 +30,13 @@ def test_sampling_is_by_object_and_near_the_rate() -> None:
     assert all(sampled("b", k, 1.0) for k in keys[:100])
 
 
-def test_sampled_hit_ratios_are_within_the_bound_of_exact_ones() -> None:
-    reads = zipf_reads(100_000, OBJECTS, alpha=0.9, object_size=BLOCK, seed=5)
-    names = BlockNames()
+@pytest.fixture(scope="module")
+def zipf():  # type: ignore[no-untyped-def]
+    return zipf_reads(100_000, OBJECTS, alpha=0.9, object_size=BLOCK, seed=5), BlockNames()
+
+
+def test_sampled_hit_ratios_are_within_the_bound_of_exact_ones(zipf) -> None:  # type: ignore[no-untyped-def]
+    reads, names = zipf
     errors = []
     for policy, share in (("lru", 0.05), ("s3fifo", 0.05), ("lru", 0.2)):
         spec = StoreSpec(tiers_for(0, int(OBJECTS * BLOCK * share)), policy, BLOCK, readahead=0)
@@ -46,9 +50,8 @@ def test_sampled_hit_ratios_are_within_the_bound_of_exact_ones() -> None:
     assert sum(errors) / len(errors) <= 0.05, errors
 
 
-def test_sampled_latency_and_origin_savings_are_within_the_bound() -> None:
-    reads = zipf_reads(100_000, OBJECTS, alpha=0.9, object_size=BLOCK, seed=5)
-    names = BlockNames()
+def test_sampled_latency_and_origin_savings_are_within_the_bound(zipf) -> None:  # type: ignore[no-untyped-def]
+    reads, names = zipf
     for policy, share in (("lru", 0.05), ("s3fifo", 0.05)):
         cache = int(OBJECTS * BLOCK * share)
         spec = StoreSpec(tiers_for(cache // 8, cache - cache // 8), policy, BLOCK, readahead=0)

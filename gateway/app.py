@@ -9,6 +9,8 @@ import socket
 from starlette.types import Receive, Scope, Send
 
 from gateway.admin.api import AdminApp
+from gateway.advisor.shadow import ShadowAdvisor
+from gateway.advisor.simulate import spec_from_settings
 from gateway.admin.node import Node
 from gateway.cluster.fleet import Fleet
 from gateway.cluster.membership import Membership, identity
@@ -73,9 +75,12 @@ class GatewayApp:
             await pins.refresh()
             self._tasks.append(asyncio.create_task(pins.run(), name="gateway-pins"))
         self.s3 = S3App(self.settings, engine)
+        shadow = build_shadow(self.settings.cache) if store is not None else None
+        if shadow is not None:
+            self.s3.observers.append(shadow.observe_entry)
         name = self.fleet.me.id if self.fleet is not None else f"{socket.gethostname()}:{self.settings.server.port}"
         node = Node(name, engine, self.s3.stats, pins,
-                    membership=self.fleet.membership if self.fleet is not None else None)
+                    membership=self.fleet.membership if self.fleet is not None else None, shadow=shadow)
         self.admin = AdminApp(self.settings.admin, node)
 
     async def shutdown(self) -> None:
@@ -153,6 +158,15 @@ def build_store(cache: CacheSettings) -> TieredStore | None:
         pinned=tuple((r.bucket, r.prefix) for r in cache.pinned),
         ttl=tuple((r.bucket, r.prefix, r.seconds) for r in cache.ttl),
     )
+
+
+def build_shadow(cache: CacheSettings) -> ShadowAdvisor | None:
+    """Shadow models of this node's store at 1x, 2x and 4x its quotas (issue 8's online
+    estimate: what more cache would buy), fed a `cache.shadow_rate` sample of the traffic."""
+    if cache.shadow_rate <= 0:
+        return None
+    spec = spec_from_settings(cache)
+    return ShadowAdvisor({f"{k}x": spec.scaled(k) for k in (1, 2, 4)}, rate=cache.shadow_rate)
 
 
 def create_app(settings: Settings) -> GatewayApp:

@@ -192,6 +192,10 @@ class CacheSettings:
     disk: tuple[DiskTierSettings, ...] = setting(
         (), "Disk tiers below memory, in order; evictions demote downwards. In an env var as a JSON list.")
     readahead_blocks: int = setting(16, "Blocks after the one being read that are fetched ahead, in parallel.")
+    shadow_rate: float = setting(
+        0.01, "Share of objects (SHARDS sampling) fed to shadow models of this node's store at 1x, 2x and 4x "
+              "its quotas, whose hit ratios the admin stats and metrics show (what more cache would buy); "
+              "0 turns it off.")
     read_buffer: int = setting(
         96 * 1024**2, "Bytes of blocks that reads in flight hold besides the memory tier (being fetched, read "
                       "from disk, sent): past it readahead is skipped and new block reads wait their turn.")
@@ -207,6 +211,8 @@ class CacheSettings:
             raise ConfigError(f"cache.policy: 'lru' or 's3fifo', got {self.policy!r}")
         if self.memory_quota < 0 or self.readahead_blocks < 0:
             raise ConfigError("cache.memory_quota and cache.readahead_blocks must not be negative")
+        if not 0 <= self.shadow_rate <= 1:
+            raise ConfigError(f"cache.shadow_rate: between 0 and 1, got {self.shadow_rate}")
         if self.read_buffer < self.block_size:
             raise ConfigError(f"cache.read_buffer: at least one block ({self.block_size}), got {self.read_buffer}")
         if any(rule.seconds <= 0 for rule in self.ttl):

@@ -34,6 +34,19 @@ class NodeCollector(Collector):
         yield from self._cache()
         yield from self._origin()
         yield from self._shared()
+        yield from self._shadow()
+
+    def _shadow(self) -> Iterator[Metric]:
+        shadow = self.node.shadow
+        if shadow is None:
+            return
+        ratio = GaugeMetricFamily(
+            "gateway_shadow_hit_ratio", "Estimated GET hit ratio of this node's store with its quotas scaled "
+            "(store=1x, 2x, 4x), from shadow models fed a sample of the traffic (cache.shadow_rate).",
+            labels=["store"])
+        for name, figures in shadow.estimates()["shadows"].items():
+            ratio.add_metric([name], figures["hit_ratio"])
+        yield ratio
 
     def _requests(self) -> Iterator[Metric]:
         stats = self.node.requests

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from gateway.advisor.shadow import ShadowAdvisor
 from gateway.cluster.membership import Membership
 from gateway.cluster.pins import RuntimePins
 from gateway.engine import Engine
@@ -23,6 +24,7 @@ class Node:
     pins: RuntimePins
     started: float = field(default_factory=time.monotonic)
     membership: Membership | None = None  # in a fleet
+    shadow: ShadowAdvisor | None = None  # what 2x and 4x the quotas would have hit (cache.shadow_rate)
 
     @property
     def uptime(self) -> float:

@@ -12,7 +12,8 @@ HOT_OBJECTS = 20
 
 def stats_document(node: Node) -> dict[str, Any]:
     """{"node", "uptime_seconds", "requests", "hits", "misses", "hit_ratio", "served_bytes",
-    "tiers", "hot_objects", "members", "pinned"}; hits and misses count block reads."""
+    "tiers", "hot_objects", "members", "pinned", "shadow"}; hits and misses count block reads;
+    "shadow" is the estimate of the hit ratio at 1x, 2x and 4x the quotas (None when off)."""
     hits, misses = node.hits, node.misses
     served = node.requests.served
     return {
@@ -32,4 +33,5 @@ def stats_document(node: Node) -> dict[str, Any]:
                         for bucket, key, count in node.requests.heat.top(HOT_OBJECTS)],
         "members": node.members,
         "pinned": [{"bucket": bucket, "prefix": prefix} for bucket, prefix in node.pins.pins],
+        "shadow": node.shadow.estimates() if node.shadow is not None else None,
     }

@@ -14,9 +14,10 @@ offline reader takes them, but only from what was seen so far (a `size` field, a
 read, a clamped or open range; else the largest offset read, a bound), for at most
 `max_objects` sampled objects.
 
-Not installed by anything yet: a gateway would attach it at start, e.g.
-`logging.getLogger("gateway.access").addHandler(ShadowAdvisor(...))`, and show
-`estimates()` in its admin stats.
+The live gateway feeds one with every request it answers (`observe_entry`, from
+`S3App.observers`; `cache.shadow_rate`), shadowing its own store at 1x, 2x and 4x its
+quotas, and shows `estimates()` in its admin stats and metrics. Offline it can be attached to
+the `gateway.access` logger as a handler.
 """
 
 from __future__ import annotations
@@ -75,6 +76,10 @@ class ShadowAdvisor(logging.Handler):
         if not isinstance(entry, dict):
             self.skipped += 1
             return
+        self.observe_entry(entry)
+
+    def observe_entry(self, entry: dict[str, Any]) -> None:
+        """Feed one request as the access log describes it (the line's fields, as a dict)."""
         operation, status = entry.get("operation"), int(entry.get("status") or 0)
         bucket, key = entry.get("bucket"), entry.get("key")
         if not bucket or not key:

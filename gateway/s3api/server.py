@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -66,6 +66,8 @@ class S3App:
         self.policy = AccessPolicy(settings.auth)
         self._skew = timedelta(seconds=settings.auth.max_clock_skew)
         self.stats = RequestStats()
+        # Called with every request's access-log entry (a dict), logged or not: the shadow estimate.
+        self.observers: list[Callable[[dict[str, Any]], None]] = []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         assert scope["type"] == "http"
@@ -79,6 +81,10 @@ class S3App:
                 for name, value in message.get("headers", ()):
                     if name == b"x-cache":
                         outcome["cache"] = value.decode("latin-1")
+                    elif name == b"content-range":  # bytes a-b/SIZE: the object's size
+                        outcome["size"] = value.rpartition(b"/")[2].decode("latin-1")
+                    elif name == b"content-length" and message["status"] == 200:
+                        outcome.setdefault("size", value.decode("latin-1"))
             elif message["type"] == "http.response.body":
                 outcome["bytes"] += len(message.get("body", b""))
             await send(message)
@@ -107,7 +113,7 @@ class S3App:
                 req.operation.name if req is not None and req.operation is not None else "unknown",
                 outcome["status"], seconds, cache=outcome["cache"], sent=outcome["bytes"],
                 bucket=req.bucket if req is not None else None, key=req.key if req is not None else None)
-            _access_log(req, scope, request_id, outcome, seconds)
+            _access_log(req, scope, request_id, outcome, seconds, self.observers)
 
     async def _handle(self, req: S3Request) -> Response:
         req.identity = authenticate(
@@ -247,12 +253,18 @@ def _with_resource(err: S3Error, req: S3Request | None) -> S3Error:
     return err
 
 
-def _access_log(req: S3Request | None, scope: Scope, request_id: str, outcome: dict[str, Any], seconds: float) -> None:
-    """One JSON line per request. `user` is the access key (never a secret, a signature or
-    the query string of a presigned URL); `cache` is the answer's x-cache value."""
-    if not log.access.isEnabledFor(20):
+def _access_log(req: S3Request | None, scope: Scope, request_id: str, outcome: dict[str, Any], seconds: float,
+                observers: list[Callable[[dict[str, Any]], None]]) -> None:
+    """One JSON line per request, also handed to the `observers`. `user` is the access key
+    (never a secret, a signature or the query string of a presigned URL); `cache` is the
+    answer's x-cache value; `size` the object's size when the answer shows it (a GET's
+    Content-Range or whole-object Content-Length)."""
+    logged = log.access.isEnabledFor(20)
+    if not logged and not observers:
         return
+    size = outcome.get("size")
     entry = {
+        "time": round(time.time(), 3),
         "request_id": request_id,
         "user": req.user.access_key if req and req.user else None,
         "operation": req.operation.name if req and req.operation else None,
@@ -263,6 +275,13 @@ def _access_log(req: S3Request | None, scope: Scope, request_id: str, outcome: d
         "status": outcome["status"],
         "bytes": outcome["bytes"],
         "cache": outcome["cache"],
+        "size": int(size) if size is not None and size.isdigit() else None,
         "latency_ms": round(seconds * 1000, 2),
     }
-    log.access.info(orjson.dumps(entry).decode())
+    for observe in observers:
+        try:
+            observe(entry)
+        except Exception:  # an estimate must never cost a request
+            log.s3api.exception("an access-log observer failed")
+    if logged:
+        log.access.info(orjson.dumps(entry).decode())

@@ -102,7 +102,7 @@ def test_stats_document(admin_gateway):
     assert admin(gateway, "GET", "/stats", token=None).status_code == 401
     stats = admin(gateway, "GET", "/stats").json()
     assert set(stats) == {"node", "uptime_seconds", "requests", "hits", "misses", "hit_ratio", "served_bytes",
-                          "tiers", "hot_objects", "members", "pinned"}
+                          "tiers", "hot_objects", "members", "pinned", "shadow"}
     assert stats["node"].endswith(f":{gateway.settings.server.port}") and stats["members"] == [stats["node"]]
     assert isinstance(stats["uptime_seconds"], float) and stats["uptime_seconds"] > 0
     assert stats["requests"] == 7  # CreateBucket, 2 PUTs, 4 GETs
@@ -112,6 +112,11 @@ def test_stats_document(admin_gateway):
                                "quota_bytes": CacheSettings().memory_quota, "blocks": 2}]
     assert stats["hot_objects"] == [{"bucket": "bkt", "key": "hot", "hits": 3}, {"bucket": "bkt", "key": "warm", "hits": 1}]
     assert stats["pinned"] == []
+    # The online estimate (cache.shadow_rate): the same GETs, replayed into 1x, 2x and 4x models.
+    shadow = stats["shadow"]
+    assert shadow["gets"] == 4 and shadow["live_hit_ratio"] == 0.5 and set(shadow["shadows"]) == {"1x", "2x", "4x"}
+    metrics = admin(gateway, "GET", "/metrics").text
+    assert 'gateway_shadow_hit_ratio{store="2x"}' in metrics
 
 
 def test_pins_at_runtime_beside_the_configured_ones(start_gateway, clean_origin):

@@ -12,6 +12,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Literal
 
 import orjson
@@ -48,7 +49,8 @@ def parse_size(value: int | str, name: str = "size") -> int:
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(value))
     if not match or match.group(2).lower() not in _SIZE_UNITS:
         raise ConfigError(f"{name}: not a size: {value!r} (try 512MiB or 2GiB)")
-    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
+    # Exact for any size: Fraction, not float (a float loses bytes above 2**53).
+    return int(Fraction(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
 
 
 def parse_duration(value: int | float | str, name: str = "duration") -> float:

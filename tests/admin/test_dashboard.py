@@ -164,6 +164,11 @@ def test_dashboard_shows_the_stats_live(browser, dashboard_gateway):
     assert f"{stats['tiers'][0]['blocks']} blocks" in memory
     assert text(browser, "#members") == stats["node"]
     assert text(browser, "#pins") == "bkt/dir/"
+    # What more cache would buy: the shadow estimate at 1x, 2x and 4x the quotas.
+    for name, figures in stats["shadow"]["shadows"].items():
+        row = text(browser, f'#shadow tr[data-shadow="{name}"]')
+        assert row.startswith(name) and f"{100 * figures['hit_ratio']:.1f} %" in row, row
+    assert f"{stats['shadow']['gets']} GETs" in text(browser, "#shadow-note")
 
     # Live: a new read shows within a poll or two, and the chart grows by a sample each poll.
     client(gateway.endpoint).get_object(Bucket="bkt", Key="dir/c.txt")["Body"].read()

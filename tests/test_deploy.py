@@ -67,6 +67,7 @@ METRICS = {
     "gateway_origin_errors_total", "gateway_cache_evictions_total", "gateway_cache_tier_used_bytes",
     "gateway_cache_tier_quota_bytes", "gateway_singleflight_waits_total", "gateway_redis_errors_total",
     "gateway_replication_actions_total",
+    "gateway_shadow_hit_ratio",
 }
 HISTOGRAMS = {"gateway_request_duration_seconds"}
 

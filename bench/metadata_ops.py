@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, float]] = collections.defaultdict(dict)
     with ExitStack() as stack:
         moto, origin = stack.enter_context(wl.shaped_moto(tmp, args.latency, args.rate))
-        moto_s3 = wl.client(moto, cs.ORIGIN_CREDENTIALS)
+        moto_s3 = wl.client(moto, cs.ORIGIN_CREDENTIALS, attempts=5)  # setup only: moto may drop a connection
         for bucket in (wl.BUCKET, FLAT, TREE, MIXED):
             moto_s3.create_bucket(Bucket=bucket)
         t0 = time.monotonic()

@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with ExitStack() as stack:
         moto, origin = stack.enter_context(wl.shaped_moto(tmp, args.latency, args.rate))
-        moto_s3 = wl.client(moto, cs.ORIGIN_CREDENTIALS)
+        moto_s3 = wl.client(moto, cs.ORIGIN_CREDENTIALS, attempts=5)  # setup only: moto may drop a connection
         moto_s3.create_bucket(Bucket=wl.BUCKET)
         for fmt, ps in paths.items():
             for p in ps:

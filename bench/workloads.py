@@ -8,6 +8,7 @@ write the benchmark bucket.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Self
 
 import boto3
+import httpx
 from botocore.config import Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -46,6 +48,10 @@ def shaped_moto(workdir: Path, latency: str, rate: str) -> Iterator[tuple[str, s
             yield moto, shaped
         finally:
             cs._stop(proc)
+            # Empty moto first: holding 100k keys it took more than the 10 s that
+            # moto_server waits for it to exit.
+            with contextlib.suppress(httpx.HTTPError):
+                httpx.post(moto + "/moto-api/reset", timeout=120)
 
 
 def snapshot_code(tmp: Path) -> Path:
@@ -63,12 +69,13 @@ def gateway(name: str, origin: str, tmp: Path, code: Path, env: dict[str, str] |
     return cs.Gateway(name, origin, {"GATEWAY_AUTH_USERS": users, **(env or {})}, tmp, code)
 
 
-def client(endpoint: str, credentials: tuple[str, str] = cs.USER, pool: int = 32):  # type: ignore[no-untyped-def]
-    """boto3 S3 client, SigV4, path style, no retries (an error must show, not be hidden)."""
+def client(endpoint: str, credentials: tuple[str, str] = cs.USER, pool: int = 32,  # type: ignore[no-untyped-def]
+           attempts: int = 1):
+    """boto3 S3 client, SigV4, path style; no retries by default (an error must show, not be hidden)."""
     return boto3.client(
         "s3", endpoint_url=endpoint, region_name=cs.REGION,
         aws_access_key_id=credentials[0], aws_secret_access_key=credentials[1],
-        config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1},
+        config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": attempts},
                       read_timeout=300, max_pool_connections=pool),
     )
 

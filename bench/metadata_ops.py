@@ -233,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
                  groups, rel, "x origin (ops/s ratio, or time ratio for listings)",
                  note=f"origin: moto + shaped_proxy (+{args.latency} first byte, {args.rate}/s per connection); "
                       f"{args.clients} clients; {version}; {time.strftime('%Y-%m-%d')}")
+    wl.tidy(tmp, chart)
     return 0
 
 

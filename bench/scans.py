@@ -183,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                  "seconds",
                  note=f"origin: moto + shaped_proxy (+{args.latency} first byte, {args.rate}/s per connection); "
                       f"{args.files}x{args.rows:,} rows; {version}; {time.strftime('%Y-%m-%d')}")
+    wl.tidy(tmp, chart)
     return 0
 
 

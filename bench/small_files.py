@@ -153,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                  groups, series, "seconds",
                  note=f"origin: moto + shaped_proxy (+{args.latency} first byte, {args.rate}/s per connection); "
                       f"{args.clients} readers; {version}; {time.strftime('%Y-%m-%d')}")
+    wl.tidy(tmp, chart)
     return 0
 
 

@@ -54,6 +54,15 @@ def shaped_moto(workdir: Path, latency: str, rate: str) -> Iterator[tuple[str, s
                 httpx.post(moto + "/moto-api/reset", timeout=120)
 
 
+def tidy(tmp: Path, chart: Path) -> None:
+    """Remove the run's temp folder, except the chart when it was written there."""
+    for entry in tmp.iterdir():
+        if entry != chart:
+            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+    if not any(tmp.iterdir()):
+        tmp.rmdir()
+
+
 def snapshot_code(tmp: Path) -> Path:
     """A copy of gateway/ for every gateway process of the run (the work tree changes meanwhile)."""
     code = tmp / "code"

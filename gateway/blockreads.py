@@ -6,6 +6,7 @@ owners over the peer API, and only owners fetch blocks from the origin."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import time
 from collections import Counter, OrderedDict, deque
@@ -28,7 +29,6 @@ from gateway.store.tiers import TieredStore
 
 _FOOTER_FIRST_SUFFIXES = (".parquet", ".orc")
 _SEQUENTIAL_READERS = 4096  # objects whose last read end is remembered
-_SMALL_BODY = 256 * 1024  # a one-block read up to this size is answered as a body in hand
 _PEER_LOG_EVERY = 10.0  # seconds between two log lines about the same failing peer
 _EPOCH = datetime.fromtimestamp(0, timezone.utc)
 # Opens a fleet node remembers for a moment (see BlockReader._open_here): how many, how long.
@@ -40,12 +40,14 @@ _RECENT_OPEN = 2.0
 class ObjectRead:
     """The bytes of a read, and how it is served: hit-mem | hit-disk | hit-peer | partial | miss.
 
-    A read within one block is `body`, in hand (no stream to run); otherwise `chunks`.
+    A read within one block is `body`, in hand (no stream to run), and `release` (when set)
+    is to be called once it was sent; otherwise `chunks`.
     """
 
     source: str
     chunks: AsyncIterator[bytes] | None = None
     body: bytes | None = None
+    release: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,19 +144,19 @@ class BlockReader:
         if len(self._read_ends) > _SEQUENTIAL_READERS:
             self._read_ends.popitem(last=False)
         first_length = self._length(blocks[0], meta)
-        if len(blocks) == 1 and (source == "hit-mem" or first_length <= _SMALL_BODY):
-            # Small objects and small ranges, the common case of many small files: the
-            # body in hand. (A block in the memory tier is counted by the tier's quota.)
-            if in_hand is not None:
-                data = in_hand
-            else:
-                held = 0 if source == "hit-mem" else await self.budget.take(first_length)
-                try:
-                    data = await self._block(blocks[0], meta)
-                finally:
-                    self.budget.give(held)
+        if len(blocks) == 1:
+            # One block (small objects and small ranges, the common case of many small files):
+            # the body in hand, no stream to run. The read buffer covers it until it was sent
+            # (`release`), unless the memory tier holds it (the tier's quota counts it).
+            held = 0 if source == "hit-mem" else await self.budget.take(first_length)
+            try:
+                data = in_hand if in_hand is not None else await self._block(blocks[0], meta)
+            except BaseException:
+                self.budget.give(held)
+                raise
             lo, hi = slice_for(blocks[0].index, size, start, end)
-            return ObjectRead(source, body=data if (lo, hi) == (0, len(data)) else data[lo:hi])
+            return ObjectRead(source, body=data if (lo, hi) == (0, len(data)) else data[lo:hi],
+                              release=functools.partial(self.budget.give, held) if held else None)
         held = await self.budget.take(first_length)
         # Readahead: the next blocks are fetched while the first one is awaited and sent.
         ahead: deque[tuple[asyncio.Future[bytes], int]] = deque()

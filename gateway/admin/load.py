@@ -49,6 +49,8 @@ async def load_prefix(engine: Engine, bucket: str, prefix: str, *, concurrency: 
             read = await engine.read_object(bucket, key, head.meta, first=head.first)
             if read.body is not None:
                 progress.bytes += len(read.body)
+                if read.release is not None:
+                    read.release()
             else:
                 assert read.chunks is not None
                 async for chunk in read.chunks:

@@ -282,7 +282,7 @@ async def _get_object(ctx: Context) -> Response:
         read = await ctx.app.engine.read_object(bucket, key, meta, headers=read_headers, first=head.first)
     out[X_CACHE] = read.source
     if read.body is not None:
-        return body_response(read.body, req.request_id, status=status, headers=out)
+        return body_response(read.body, req.request_id, status=status, headers=out, on_sent=read.release)
     assert read.chunks is not None
     return stream_response(read.chunks, req.request_id, status=status, headers=out)
 

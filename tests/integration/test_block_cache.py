@@ -103,6 +103,15 @@ def test_reads_share_a_bounded_buffer_and_give_it_back(start_gateway, clean_orig
         time.sleep(0.05)
     assert budget.used == 0
 
+    # One-block objects are answered as a body in hand; the buffer is held until each is sent.
+    small = {f"small-{i}": os.urandom(BLOCK - i) for i in range(6)}  # 6 blocks for a 2-block memory tier
+    for key, body in small.items():
+        s3.put_object(Bucket="bkt", Key=key, Body=body)
+    waits = budget.waits
+    for key, body in small.items():
+        assert concurrent_gets(gateway.endpoint, 4, Bucket="bkt", Key=key) == [body] * 4
+    assert budget.used == 0 and budget.overdrawn == 0 and budget.waits > waits
+
 
 def test_overwrite_through_the_gateway_never_meets_old_blocks(small_blocks):
     gateway, s3 = small_blocks

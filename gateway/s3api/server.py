@@ -262,12 +262,14 @@ def _access_log(req: S3Request | None, scope: Scope, request_id: str, outcome: d
     logged = log.access.isEnabledFor(20)
     if not logged and not observers:
         return
-    size = outcome.get("size")
+    operation = req.operation.name if req and req.operation else None
+    # An object's size, from the answer to a read of it (a listing's length is no object's).
+    size = outcome.get("size") if operation in ("GetObject", "HeadObject") else None
     entry = {
         "time": round(time.time(), 3),
         "request_id": request_id,
         "user": req.user.access_key if req and req.user else None,
-        "operation": req.operation.name if req and req.operation else None,
+        "operation": operation,
         "method": scope["method"],
         "bucket": req.bucket if req else None,
         "key": req.key if req else None,

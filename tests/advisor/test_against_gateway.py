@@ -111,8 +111,6 @@ def test_replayed_log_matches_what_the_gateway_reported(
     assert 0.2 < gateway_hits < 0.9  # the quotas make the test mean something: hits and misses both
     online = shadow.estimates()
     assert online["live_hit_ratio"] == round(gateway_hits, 4)
-    # Online, an object's size is known only from the lines so far (a first ranged read gives
-    # a bound), so its last block may be counted shorter for a while than offline; in these
-    # 4-block and 16-block tiers that moves the hit ratio by up to ~0.035 (a `size` field in
-    # the log would remove it).
+    # Online, the model is fed the lines as they are written (sizes from each line's `size`
+    # field), offline the whole log at once; the bound allows for the difference in order.
     assert abs(online["shadows"]["live"]["hit_ratio"] - counters.object_hit_ratio) <= 0.05

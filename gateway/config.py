@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
+from urllib.parse import parse_qsl, unquote
 
 import orjson
 
@@ -103,12 +104,35 @@ class ServerSettings:
         "", "PEM certificate chain: with `tls_key_file`, the S3 endpoint and the admin API speak HTTPS only "
             "(TLS 1.2 or later); SIGHUP reloads both files without dropping connections.")
     tls_key_file: str = setting("", "PEM private key of `tls_cert_file`.")
+    max_connections: int = setting(
+        4096, "Most client connections open at once (idle keep-alive ones count). A connection past it is "
+              "answered 503 SlowDown and closed; the open-files limit is raised to fit it at start.")
+    head_timeout: float = setting(
+        30.0, "Time a client has to send a request's line and headers, from its first byte (or from "
+              "connecting); past it the connection is closed (400 RequestTimeout if it had started).")
+    max_head_size: int = setting(
+        64 * 1024, "Largest request line plus headers; a larger one is answered 400 "
+                   "RequestHeaderSectionTooLarge and the connection closed.")
+    keepalive_timeout: float = setting(
+        5.0, "An idle keep-alive connection is closed after this long (keep it above 3s: peers reuse "
+             "idle connections for 3s).")
+    stall_timeout: float = setting(
+        60.0, "A client that sends none of a request body it announced, or reads less than 48KiB of an "
+              "answer, for this long is disconnected (its read-buffer share and its task are freed).")
+    shutdown_timeout: float = setting(
+        30.0, "On SIGTERM, how long requests in flight may finish before they are cancelled and the node "
+              "leaves the fleet and exits.")
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"server.port: out of range: {self.port}")
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise ConfigError("server.tls_cert_file and server.tls_key_file: set both, or neither")
+        if self.max_connections < 1 or self.max_head_size < 1024:
+            raise ConfigError("server.max_connections: at least 1; server.max_head_size: at least 1KiB")
+        if min(self.head_timeout, self.keepalive_timeout, self.stall_timeout, self.shutdown_timeout) <= 0:
+            raise ConfigError("server.head_timeout, keepalive_timeout, stall_timeout and shutdown_timeout "
+                              "must be positive")
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +305,75 @@ class ListingSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class RedisTarget:
+    """What `redis.url` names: one server, a master found through Sentinel, or a Redis Cluster."""
+
+    kind: Literal["server", "sentinel", "cluster"]
+    hosts: tuple[tuple[str, int], ...] = ()  # sentinels or cluster seed nodes; empty for a server
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)  # of the data nodes
+    sentinel_password: str | None = field(default=None, repr=False)
+    master: str = ""  # the Sentinel service name
+    db: int = 0
+    tls: bool = False
+
+
+_REDIS_SERVER_SCHEMES = ("redis", "rediss", "unix")
+_REDIS_MULTI_SCHEMES = {"redis+sentinel": ("sentinel", False), "rediss+sentinel": ("sentinel", True),
+                        "redis+cluster": ("cluster", False), "rediss+cluster": ("cluster", True)}
+_REDIS_URL_FORMS = ("redis://[user:password@]host:port/db, rediss://... (TLS), unix:///path/redis.sock, "
+                    "redis+sentinel://[user:password@]host:port[,host:port...]/master-name[/db] "
+                    "or redis+cluster://[user:password@]host:port[,host:port...]")
+
+
+def redis_target(url: str) -> RedisTarget:
+    """Parse `redis.url`; ConfigError names what is wrong. A one-server URL is left to redis-py."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme in _REDIS_SERVER_SCHEMES:
+        return RedisTarget("server")
+    if not sep or scheme not in _REDIS_MULTI_SCHEMES:
+        raise ConfigError(f"redis.url: expected {_REDIS_URL_FORMS}")
+    kind, tls = _REDIS_MULTI_SCHEMES[scheme]
+    rest, _, query = rest.partition("?")
+    userinfo, at, rest = rest.rpartition("@")
+    netloc, _, path = rest.partition("/")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon else None
+    default_port = 26379 if kind == "sentinel" else 6379
+    hosts = tuple(_redis_host(part, default_port, scheme) for part in netloc.split(","))
+    sentinel_password = None
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if kind == "sentinel" and name == "sentinel_password":
+            sentinel_password = value
+        else:
+            raise ConfigError(f"redis.url: unknown parameter {name!r} for {scheme}://"
+                              + (" (known: sentinel_password)" if kind == "sentinel" else ""))
+    parts = [unquote(p) for p in path.split("/")] if path else []
+    if kind == "sentinel":
+        if not parts or not parts[0] or len(parts) > 2 or (len(parts) == 2 and not parts[1].isdigit()):
+            raise ConfigError(f"redis.url: {scheme}://host:port[,host:port...]/<master name>[/db], "
+                              "the master name as the Sentinels know it (sentinel monitor <name> ...)")
+        return RedisTarget(kind, hosts, username, password, sentinel_password,
+                           master=parts[0], db=int(parts[1]) if len(parts) == 2 else 0, tls=tls)
+    if parts not in ([], [""], ["0"]):
+        raise ConfigError(f"redis.url: {scheme}:// names seed nodes only, no path: "
+                          "a Redis Cluster has one database (0)")
+    return RedisTarget(kind, hosts, username, password, tls=tls)
+
+
+def _redis_host(part: str, default_port: int, scheme: str) -> tuple[str, int]:
+    match = re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[^\[\]:/]+)(?::(\d{1,5}))?", part)
+    port = int(match.group(2) or default_port) if match else 0
+    if not match or not 0 < port < 65536:
+        raise ConfigError(f"redis.url: {scheme}:// needs host[:port] entries separated by commas, "
+                          f"got {part!r}")
+    return match.group(1).strip("[]"), port
+
+
+@dataclass(frozen=True, slots=True)
 class RedisSettings:
     """Shared state in Redis: object metadata (L2), listing pages and the invalidation channel.
 
@@ -288,17 +381,30 @@ class RedisSettings:
     embedded default). With Redis down the node keeps serving from those caches.
     """
 
-    # Sentinel and Cluster will be further schemes of `url`. Hidden from repr: it may hold a password.
-    url: str = setting("", "`redis://[user:password@]host:port/db`, `rediss://` (TLS) or "
-                           "`unix:///path/redis.sock`; empty: no Redis.", secret=True)
+    # Hidden from repr: it may hold a password.
+    url: str = setting("", "Where Redis is; empty: no Redis. One server: `redis://[user:password@]host:port/db`, "
+                           "`rediss://` (TLS) or `unix:///path/redis.sock`. Sentinel: "
+                           "`redis+sentinel://[user:password@]host:port[,host:port...]/<master name>[/db]` "
+                           "lists the Sentinels (port 26379 if left out); the user and password are the data "
+                           "nodes', `?sentinel_password=...` the Sentinels' own if they have one; the gateway "
+                           "follows a failover. Cluster: `redis+cluster://[user:password@]host:port[,host:port...]` "
+                           "lists seed nodes (port 6379 if left out; the rest are discovered). "
+                           "`rediss+sentinel://` and `rediss+cluster://` use TLS. Percent-encode `@ : / , ?` "
+                           "in passwords.", secret=True)
     key_prefix: str = setting("gw:", "Every key and the pub/sub channel start with it.")
     socket_timeout: float = setting(0.5, "A Redis call taking longer counts as Redis being down.")
     retry_interval: float = setting(1.0, "After a failure, how long the node runs without Redis before trying again.")
 
+    @property
+    def target(self) -> RedisTarget:
+        """What `url` names (a server, Sentinel or Cluster)."""
+        return redis_target(self.url)
+
     def __post_init__(self) -> None:
-        if self.url and not re.match(r"^(redis|rediss|unix)://", self.url):
-            raise ConfigError("redis.url: expected redis://host:port/db, rediss://... or unix:///path "
-                              "(Sentinel and Cluster are not supported yet)")
+        kind = redis_target(self.url).kind if self.url else None
+        if kind == "cluster" and ("{" in self.key_prefix or "}" in self.key_prefix):
+            raise ConfigError("redis.key_prefix: no braces with redis+cluster:// (a hash tag in the "
+                              "prefix would put every key in one slot, on one master)")
         if self.socket_timeout <= 0 or self.retry_interval <= 0:
             raise ConfigError("redis.socket_timeout and redis.retry_interval must be positive")
 
@@ -331,6 +437,18 @@ class ClusterSettings:
     replicas: int = setting(1, "Owners per block: the nodes that keep it and may fetch it from the origin.")
     passive_cache: bool = setting(False, "A node that is not a block's owner keeps a copy of the blocks it "
                                          "read from peers (more hits here, less room in the fleet).")
+    hot_replication: bool = setting(True, "Hot objects get more owners than `replicas`, up to every node, "
+                                          "so they are read locally everywhere (the replication controller).")
+    heat_interval: float = setting(5.0, "How often each node publishes its access heat and the controller "
+                                        "sets the replica counts again.")
+    heat_half_life: float = setting(120.0, "Access heat halves after this many seconds without reads: how "
+                                           "fast a cooled object loses its extra replicas.")
+    hot_threshold: float = setting(200.0, "Heat (reads summed over the fleet, decayed by `heat_half_life`) "
+                                          "at which an object is kept on every node; an object with a k-th "
+                                          "of it gets 1/k of the nodes (never fewer than `replicas`).")
+    max_replicas: int = setting(0, "Most owners a hot object gets; 0: every node.")
+    hot_objects: int = setting(1000, "How many of its hottest objects each node reports, and the most "
+                                     "objects that get extra replicas.")
 
     def __post_init__(self) -> None:
         if self.advertise_url and not re.match(r"^https?://[^/]+/?$", self.advertise_url):
@@ -341,6 +459,11 @@ class ClusterSettings:
             raise ConfigError("cluster.member_ttl: longer than cluster.heartbeat_interval (3 beats is usual)")
         if self.replicas < 1:
             raise ConfigError(f"cluster.replicas: at least 1, got {self.replicas}")
+        if self.heat_interval <= 0 or self.heat_half_life <= 0 or self.hot_threshold <= 0:
+            raise ConfigError("cluster.heat_interval, cluster.heat_half_life and cluster.hot_threshold "
+                              "must be positive")
+        if self.max_replicas < 0 or self.hot_objects < 1:
+            raise ConfigError("cluster.max_replicas: 0 (every node) or more; cluster.hot_objects: at least 1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,16 +504,31 @@ def _redact(value: Any) -> Any:
 
 
 def redacted_url(url: str) -> str:
-    """The URL with the password of its user part hidden: redis://user:***@host."""
-    return re.sub(r"^([a-z+]+://[^/@:]*):[^/@]*@", r"\1:***@", url)
+    """The URL with passwords hidden: that of its user part (redis://user:***@host, also for
+    the comma-separated hosts of redis+sentinel:// and redis+cluster://) and query
+    parameters named like secrets (?sentinel_password=***)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or not re.fullmatch(r"[a-zA-Z][a-zA-Z0-9+.-]*", scheme):
+        return url
+    rest, question, query = rest.partition("?")
+    userinfo, at, hosts = rest.rpartition("@")  # the last @: a raw @ in a password stays hidden
+    if at and ":" in userinfo:
+        rest = userinfo.partition(":")[0] + ":***@" + hosts
+    if question:
+        query = "&".join(
+            f"{name}=***" if _is_secret(name.lower()) and sep_ else name + sep_ + value
+            for name, sep_, value in (pair.partition("=") for pair in query.split("&")))
+    return f"{scheme}://{rest}{question}{query}"
 
 
 _SIZE_FIELDS = {
-    ("server", "max_object_size"), ("server", "spool_memory"), ("server", "max_xml_size"),
+    ("server", "max_object_size"), ("server", "spool_memory"), ("server", "max_xml_size"), ("server", "max_head_size"),
     ("cache", "block_size"), ("cache", "memory_quota"), ("cache", "read_buffer"),
 }
 _DURATION_FIELDS = {
     ("origin", "connect_timeout"), ("origin", "read_timeout"), ("auth", "max_clock_skew"),
+    ("server", "head_timeout"), ("server", "keepalive_timeout"), ("server", "stall_timeout"),
+    ("server", "shutdown_timeout"),
     ("metadata", "ttl"), ("metadata", "negative_ttl"), ("metadata", "stale_if_error"), ("listing", "ttl"),
     ("redis", "socket_timeout"), ("redis", "retry_interval"),
     ("cluster", "heartbeat_interval"), ("cluster", "member_ttl"), ("cluster", "peer_connect_timeout"),

@@ -1,11 +1,14 @@
-"""A real redis-server for the tests, on a free loopback port, that tests may stop and restart."""
+"""Real Redis for the tests, on free loopback ports, that tests may stop and restart: one
+redis-server, a 3-master Redis Cluster, and a master with a replica watched by a Sentinel."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -14,20 +17,32 @@ from gateway.demo import free_port
 
 
 class RedisServer:
-    """`redis-server` as a subprocess; `stop()` and `start()` keep the same port."""
+    """`redis-server` as a subprocess; `stop()` and `start()` keep the same port.
 
-    def __init__(self) -> None:
+    `args` are further options (they may be changed between a stop and a start); with
+    `sentinel_config` it runs as a Sentinel on that (writable) file. Its working folder is
+    its own, so a replica's copy of the data (dump.rdb) is never where others start.
+    """
+
+    def __init__(self, *args: str, sentinel_config: Path | None = None) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             pytest.skip("redis-server is not installed: apt-get install redis-server (.ci/run does)")
         self.binary = binary
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.args = args
+        self.sentinel_config = sentinel_config
+        self.folder = tempfile.mkdtemp(prefix="redis-test-")
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        if self.sentinel_config is not None:
+            command = [self.binary, str(self.sentinel_config), "--sentinel"]
+        else:
+            command = [self.binary, "--save", "", "--appendonly", "no"]
         self.proc = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            [*command, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.folder, *self.args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 10
@@ -46,8 +61,16 @@ class RedisServer:
             self.proc.wait(10)
             self.proc = None
 
+    def remove(self) -> None:
+        """Stop for good, and remove the working folder."""
+        self.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
     def flush(self) -> None:
         redis.Redis(port=self.port).flushall()
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port, socket_timeout=2)
 
 
 @pytest.fixture(scope="session")
@@ -55,7 +78,7 @@ def redis_server() -> Iterator[RedisServer]:
     server = RedisServer()
     server.start()
     yield server
-    server.stop()
+    server.remove()
 
 
 @pytest.fixture
@@ -65,3 +88,180 @@ def clean_redis(redis_server: RedisServer) -> RedisServer:
         redis_server.start()
     redis_server.flush()
     return redis_server
+
+
+def wait_until(check: Callable[[], object], what: str, within: float = 20.0) -> None:
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            if check():
+                return
+        except redis.RedisError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what}: not within {within:.0f} s")
+        time.sleep(0.05)
+
+
+class RedisClusterServers:
+    """A Redis Cluster of three masters (no replicas), created with `redis-cli --cluster create`.
+
+    `url` is its `redis+cluster://` seed list. `stop(i)` kills one master; `start()` restarts
+    whatever is stopped (the node rejoins from its nodes.conf) and waits for cluster_state:ok.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.nodes = [
+            RedisServer("--cluster-enabled", "yes", "--cluster-config-file", str(folder / f"nodes-{i}.conf"),
+                        "--cluster-port", str(free_port()), "--cluster-node-timeout", "1000")
+            for i in range(3)
+        ]
+        self.url = "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    @property
+    def proc(self) -> object | None:
+        """None while a node is stopped (the single server's `proc`, for fixtures that check it)."""
+        return None if any(n.proc is None for n in self.nodes) else self.nodes[0].proc
+
+    def create(self) -> None:
+        for node in self.nodes:
+            node.start()
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            pytest.skip("redis-cli is not installed: apt-get install redis-tools")
+        subprocess.run([cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                        "--cluster-replicas", "0", "--cluster-yes"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
+        self._wait_ok()
+
+    def _wait_ok(self) -> None:
+        def ok() -> bool:
+            return all(n.client().cluster("info")["cluster_state"] == "ok" for n in self.nodes)
+        wait_until(ok, "the Redis Cluster's state is not ok")
+
+    def stop(self, index: int) -> None:
+        self.nodes[index].stop()
+
+    def start(self) -> None:
+        for node in self.nodes:
+            if node.proc is None:
+                node.start()
+        self._wait_ok()
+
+    def flush(self) -> None:
+        for node in self.nodes:
+            node.client().flushall()
+
+    def masters(self) -> list[redis.Redis]:
+        return [n.client() for n in self.nodes]
+
+    def shutdown(self) -> None:
+        for node in self.nodes:
+            node.remove()
+
+
+class RedisSentinelServers:
+    """A master and its replica, watched by one Sentinel (quorum 1) that fails over within a
+    second or two of the master going down.
+
+    `url` is the `redis+sentinel://` URL; `fail_over()` kills the master, waits until the
+    Sentinel promoted the replica, and brings the old master back as the new one's replica.
+    """
+
+    name = "gw-master"
+    quick_sync = ("--repl-diskless-sync-delay", "0")  # a replica syncs at once, not after 5 s
+
+    def __init__(self, folder: Path) -> None:
+        self.master = RedisServer(*self.quick_sync)
+        self.replica = RedisServer(*self.quick_sync, "--replicaof", "127.0.0.1", str(self.master.port))
+        config = folder / "sentinel.conf"
+        config.write_text(
+            f"sentinel monitor {self.name} 127.0.0.1 {self.master.port} 1\n"
+            f"sentinel down-after-milliseconds {self.name} 500\n"
+            f"sentinel failover-timeout {self.name} 2000\n"
+            f"sentinel parallel-syncs {self.name} 1\n")
+        self.sentinel = RedisServer(sentinel_config=config)
+        self.url = f"redis+sentinel://127.0.0.1:{self.sentinel.port}/{self.name}/0"
+
+    @property
+    def proc(self) -> object | None:
+        return self.master.proc
+
+    def start(self) -> None:
+        for server in (self.master, self.replica):
+            if server.proc is None:
+                server.start()
+        if self.sentinel.proc is None:  # once the replica is in sync: the Sentinel sees it at once
+            wait_until(lambda: self.replica.client().info("replication")["master_link_status"] == "up",
+                       "the replica did not sync")
+            self.sentinel.start()
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        """The Sentinel names the master, and knows a replica that is in sync with it."""
+        sentinel = self.sentinel.client()
+
+        def ready() -> bool:
+            _host, port = sentinel.sentinel_get_master_addr_by_name(self.name)
+            replicas = sentinel.sentinel_slaves(self.name)
+            return (int(port) == self.master.port and len(replicas) == 1
+                    and replicas[0]["is_slave"] and not replicas[0]["is_sdown"]
+                    and replicas[0]["master-link-status"] == "ok"
+                    and self.replica.client().info("replication")["master_link_status"] == "up")
+        wait_until(ready, "the Sentinel did not see the master and an in-sync replica")
+
+    def fail_over(self) -> None:
+        old, new = self.master, self.replica
+        old.stop()
+        sentinel = self.sentinel.client()
+        wait_until(lambda: int(sentinel.sentinel_get_master_addr_by_name(self.name)[1]) == new.port,
+                   "the Sentinel did not promote the replica")
+        wait_until(lambda: new.client().info("replication")["role"] == "master", "the replica is not master")
+        self.master, self.replica = new, old
+        old.args = (*self.quick_sync, "--replicaof", "127.0.0.1", str(new.port))
+        old.start()
+        self._wait_ready()
+
+    def flush(self) -> None:
+        self.master.client().flushall()
+        wait_until(lambda: self.replica.client().dbsize() == 0, "the replica did not follow the flush")
+
+    def shutdown(self) -> None:
+        for server in (self.sentinel, self.replica, self.master):
+            server.remove()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterServers]:
+    servers = RedisClusterServers(tmp_path_factory.mktemp("redis-cluster"))
+    try:
+        servers.create()
+        yield servers
+    finally:
+        servers.shutdown()
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSentinelServers]:
+    servers = RedisSentinelServers(tmp_path_factory.mktemp("redis-sentinel"))
+    try:
+        servers.start()
+        yield servers
+    finally:
+        servers.shutdown()
+
+
+@pytest.fixture
+def clean_redis_cluster(redis_cluster: RedisClusterServers) -> RedisClusterServers:
+    """The session's Redis Cluster, every master running and empty."""
+    redis_cluster.start()
+    redis_cluster.flush()
+    return redis_cluster
+
+
+@pytest.fixture
+def clean_redis_sentinel(redis_sentinel: RedisSentinelServers) -> RedisSentinelServers:
+    """The session's Sentinel setup, running and empty."""
+    redis_sentinel.start()
+    redis_sentinel.flush()
+    return redis_sentinel

@@ -6,7 +6,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.config import ConfigError, load, parse_duration, parse_size
+from gateway.config import (
+    ConfigError,
+    RedisTarget,
+    load,
+    parse_duration,
+    parse_size,
+    redacted_url,
+    redis_target,
+)
 
 EXAMPLE = "deploy/gateway.example.toml"
 
@@ -62,6 +70,52 @@ def test_secrets_never_in_repr_or_redacted_view():
     assert "origin-secret-example" not in text
     assert "analytics-secret-change-me" not in text
     assert settings.redacted()["origin"]["secret_key"] == "***"
+
+
+def test_redis_url_names_one_server_a_sentinel_master_or_a_cluster():
+    assert redis_target("redis://:pw@10.0.0.1:6379/2").kind == "server"
+    assert redis_target("unix:///run/redis.sock").kind == "server"
+    assert redis_target("redis+sentinel://app:p%40ss@s1,s2:26380,[::1]/main/3?sentinel_password=sp") == RedisTarget(
+        "sentinel", (("s1", 26379), ("s2", 26380), ("::1", 26379)), "app", "p@ss", "sp", master="main", db=3)
+    assert redis_target("rediss+cluster://:pw@n1:7000,n2") == RedisTarget(
+        "cluster", (("n1", 7000), ("n2", 6379)), None, "pw", tls=True)
+    settings = load(None, environ={"GATEWAY_REDIS_URL": "redis+cluster://n1:7000,n2:7000"})
+    assert settings.redis.target.hosts == (("n1", 7000), ("n2", 7000))
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("memcached://h:1", "expected redis://"),
+    ("redis+sentinel://s1:26379", "master name"),
+    ("redis+sentinel://s1:26379/main/x", "master name"),
+    ("redis+sentinel://s1:99999/main", "host\\[:port\\] entries"),
+    ("redis+sentinel://s1/main?password=x", "unknown parameter 'password'"),
+    ("redis+cluster://n1:7000,,n2", "host\\[:port\\] entries"),
+    ("redis+cluster://n1:7000/3", "one database"),
+])
+def test_bad_redis_urls_are_named(url, message):
+    with pytest.raises(ConfigError, match="redis.url: .*" + message):
+        load(None, environ={"GATEWAY_REDIS_URL": url})
+
+
+def test_a_hash_tag_in_the_key_prefix_is_refused_on_a_cluster():
+    with pytest.raises(ConfigError, match="redis.key_prefix: no braces"):
+        load(None, environ={"GATEWAY_REDIS_URL": "redis+cluster://n1", "GATEWAY_REDIS_KEY_PREFIX": "{gw}:"})
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("redis://user:hunter2@h:6379/0", "redis://user:***@h:6379/0"),
+    ("redis+sentinel://:hunter2@s1:26379,s2:26379/main/1?sentinel_password=hunter2",
+     "redis+sentinel://:***@s1:26379,s2:26379/main/1?sentinel_password=***"),
+    ("rediss+cluster://app:hunter2@n1:7000,n2:7000", "rediss+cluster://app:***@n1:7000,n2:7000"),
+    ("redis+cluster://app:hun/ter@2@n1:7000", "redis+cluster://app:***@n1:7000"),  # not percent-encoded
+    ("unix:///run/redis.sock?db=1&password=hunter2", "unix:///run/redis.sock?db=1&password=***"),
+    ("redis+cluster://n1:7000,n2:7000", "redis+cluster://n1:7000,n2:7000"),
+])
+def test_redis_passwords_are_hidden_in_every_url_form(url, shown):
+    assert redacted_url(url) == shown
+    settings = load(None, environ={"GATEWAY_REDIS_URL": url})
+    assert settings.redacted()["redis"]["url"] == shown
+    assert "hunter2" not in repr(settings) + repr(settings.redis.target) + str(settings.redacted())
 
 
 @given(st.integers(min_value=0, max_value=10**12), st.sampled_from(["", "B", "KiB", "MiB", "GiB", "kb", "MB"]))

@@ -3,6 +3,21 @@
 Redis is a speed-up, never a dependency: every call here is bounded by a timeout, and
 any failure becomes "no shared state" (a miss, or a skipped write) plus a counter, so a
 node keeps serving from its own caches and comes back to Redis by itself.
+
+Redis may be one server, a Sentinel-watched master or a Redis Cluster (gateway.cluster.
+connection). What keeps every use cluster-safe, here and in the modules that use
+`SharedMetadata.client` (membership, pins, replication):
+
+- Name keys with `SharedMetadata.key(name)` (the prefix never holds a hash tag).
+- A single-key command needs nothing more. A Lua script, a MULTI or any multi-key command
+  (MGET, SUNIONSTORE, ...) must touch keys of one slot: give every key it touches the same
+  hash tag, `key("fleet:{members}")` and `key("fleet:{members}:urls")`, and declare them
+  in KEYS (the client routes EVALSHA by KEYS[1]). A script may build further keys only
+  from the same tag (as _PAGES_FORGET builds page keys).
+- A tag puts all its keys on one master: tag what must be atomic together, not whole
+  namespaces (metadata is not tagged, so it spreads over the masters).
+- No KEYS or SCAN over the keyspace (on a cluster they see one master); keep an index.
+- PUBLISH and SUBSCRIBE are classic pub/sub: on a cluster a message reaches every node.
 """
 
 from __future__ import annotations
@@ -20,10 +35,11 @@ from contextlib import suppress
 from typing import Any, TypeVar
 
 import orjson
-from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
+from redis.asyncio.cluster import RedisCluster
 
 from gateway import log
-from gateway.cluster.connection import redis_client
+from gateway.cluster.connection import AnyRedis, redis_client
 from gateway.config import RedisSettings
 from gateway.store.meta import ListingKey, MetaKey
 
@@ -78,7 +94,9 @@ if redis.call('PTTL', KEYS[2]) < life then redis.call('PEXPIRE', KEYS[2], life) 
 return 1
 """
 # ARGV: page key prefix, "*" (every page of the bucket) or "=" followed by the written key.
-# Index entries of pages that expired by themselves are swept on the way.
+# Index entries of pages that expired by themselves are swept on the way. The page keys
+# are not in KEYS (their ids are only known here), but they carry the index's {bucket}
+# tag, so on a Redis Cluster they live in KEYS[1]'s slot.
 _PAGES_FORGET = """
 local entries = redis.call('HGETALL', KEYS[1])
 local t = redis.call('TIME')
@@ -99,6 +117,12 @@ for i = 1, #entries, 2 do
     end
 end
 return dropped
+"""
+# Drop an object's metadata and tell the other nodes, in this order (ARGV: channel, message).
+_META_FORGET = """
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[1], ARGV[2])
+return 1
 """
 
 _MAX_PENDING = 10_000  # invalidations waiting for Redis; beyond it, whole buckets
@@ -124,7 +148,7 @@ class SharedMetadata:
     Event loop only (plain dicts, no locks).
     """
 
-    def __init__(self, settings: RedisSettings, *, node_id: str | None = None, client: Redis | None = None) -> None:
+    def __init__(self, settings: RedisSettings, *, node_id: str | None = None, client: AnyRedis | None = None) -> None:
         self.settings = settings
         self.node_id = node_id or f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
         self.errors: Counter[str] = Counter()
@@ -138,6 +162,8 @@ class SharedMetadata:
         self._page_get = self._client.register_script(_PAGE_GET)
         self._page_put = self._client.register_script(_PAGE_PUT)
         self._pages_forget = self._client.register_script(_PAGES_FORGET)
+        self._meta_forget = self._client.register_script(_META_FORGET)
+        self._pubsub_turn = 0  # on a cluster: which node the invalidation channel is heard on
         self._generations: dict[str, int] = {}
         self._pending: dict[tuple[str, str | None], int] = {}  # invalidation -> sequence number
         self._sequence = itertools.count()
@@ -150,11 +176,14 @@ class SharedMetadata:
     # --- for the cluster's other shared state (runtime pins) and the readiness probe ---
 
     @property
-    def client(self) -> Redis:
+    def client(self) -> AnyRedis:
+        """The Redis client: a `Redis` (one server, or Sentinel's master) or a `RedisCluster`;
+        see the module docstring for what keeps its use cluster-safe."""
         return self._client
 
     def key(self, name: str) -> str:
-        """A Redis key of this gateway's namespace (redis.key_prefix)."""
+        """A Redis key of this gateway's namespace (redis.key_prefix). Keys that a script or
+        MULTI uses together share a hash tag in `name`: `key("heat:{hot}")`, `key("heat:{hot}:lock")`."""
         return self._prefix + name
 
     async def call(self, op: str, work: Callable[[], Awaitable[T]]) -> T | None:
@@ -236,10 +265,7 @@ class SharedMetadata:
             return True
         meta_key = await self._meta_key(bucket, key)
         await self._pages_forget(keys=[self._index_key(bucket)], args=[self._page_prefix(bucket), "=" + key])
-        async with self._client.pipeline(transaction=False) as pipe:  # in order, on one connection
-            pipe.delete(meta_key)
-            pipe.publish(self._channel, orjson.dumps(message))
-            await pipe.execute()
+        await self._meta_forget(keys=[meta_key], args=[self._channel, orjson.dumps(message)])
         return True
 
     def _bound_pending(self) -> None:
@@ -267,9 +293,10 @@ class SharedMetadata:
         loop = asyncio.get_running_loop()
         tick = min(1.0, self.settings.socket_timeout)
         while True:
-            pubsub = self._client.pubsub()
+            pubsub: PubSub | None = None
             try:
                 async with asyncio.timeout(self.settings.socket_timeout):
+                    pubsub = await self._pubsub()
                     await pubsub.subscribe(self._channel)
                 heard, pinged = loop.time(), None
                 while True:
@@ -295,14 +322,26 @@ class SharedMetadata:
                 self.subscribed.clear()
                 self._failed("listen", exc)
                 failures += 1
+                self._pubsub_turn += 1
                 await self._drop_idle_connections()
             finally:
-                with suppress(Exception):
-                    async with asyncio.timeout(self.settings.socket_timeout):
-                        await pubsub.aclose()
+                if pubsub is not None:
+                    with suppress(Exception):
+                        async with asyncio.timeout(self.settings.socket_timeout):
+                            await pubsub.aclose()
             # Jittered exponential backoff, capped low: a reconnect attempt is cheap.
             delay = min(self.settings.retry_interval * 2 ** (failures - 1), 4 * self.settings.retry_interval)
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+
+    async def _pubsub(self) -> PubSub:
+        """A pub/sub connection. On a cluster, to one node, the next one after each failure:
+        a classic PUBLISH reaches every node of a cluster, so any live node will do."""
+        client = self._client
+        if isinstance(client, RedisCluster):
+            await client.initialize()  # reads the slot map again if a node failed since
+            nodes = client.get_nodes()
+            return client.pubsub(node=nodes[self._pubsub_turn % len(nodes)])
+        return client.pubsub()
 
     def _subscribed(self, on_resync: Callable[[], None] | None) -> None:
         self._generations.clear()
@@ -398,7 +437,10 @@ class SharedMetadata:
 
     async def _drop_idle_connections(self) -> None:
         """After a failure, pooled connections may be dead without knowing it (Redis
-        restarted): close them so the next call connects afresh."""
+        restarted): close them so the next call connects afresh. (A cluster client does
+        this itself for the node that failed, and reads the slot map again.)"""
+        if isinstance(self._client, RedisCluster):
+            return
         with suppress(Exception):
             await self._client.connection_pool.disconnect(inuse_connections=False)
 

@@ -17,6 +17,7 @@ from gateway.cluster.membership import Membership, identity
 from gateway.cluster.peer_api import PeerApp
 from gateway.cluster.peers import PeerClient
 from gateway.cluster.pins import RuntimePins
+from gateway.cluster.replication import Replication
 from gateway.cluster.shared import SharedMetadata
 from gateway.config import CacheSettings, Settings
 from gateway.engine import Engine
@@ -38,6 +39,7 @@ class GatewayApp:
         self.admin: AdminApp | None = None
         self.peer: PeerApp | None = None  # the peer API, when the fleet is on
         self.fleet: Fleet | None = None
+        self.replication: Replication | None = None  # the fleet's hot-object replication
         self._invalidations: asyncio.Task[None] | None = None
         self._events: SqsConsumer | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -75,12 +77,16 @@ class GatewayApp:
             await pins.refresh()
             self._tasks.append(asyncio.create_task(pins.run(), name="gateway-pins"))
         self.s3 = S3App(self.settings, engine)
+        if shared is not None and self.fleet is not None and cluster.hot_replication:
+            self.replication = Replication(cluster, shared, self.fleet, self.s3.stats.heat, engine.rebalance)
+            self._tasks.append(asyncio.create_task(self.replication.run(), name="gateway-replication"))
         shadow = build_shadow(self.settings.cache) if store is not None else None
         if shadow is not None:
             self.s3.observers.append(shadow.observe_entry)
         name = self.fleet.me.id if self.fleet is not None else f"{socket.gethostname()}:{self.settings.server.port}"
         node = Node(name, engine, self.s3.stats, pins,
-                    membership=self.fleet.membership if self.fleet is not None else None, shadow=shadow)
+                    membership=self.fleet.membership if self.fleet is not None else None, shadow=shadow,
+                    replication=self.replication)
         self.admin = AdminApp(self.settings.admin, node)
 
     async def shutdown(self) -> None:
@@ -90,6 +96,9 @@ class GatewayApp:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._invalidations, self._tasks = None, []
+        if self.replication is not None:
+            await self.replication.leave()
+            self.replication = None
         if self.fleet is not None:  # leave while Redis is still open to us
             await self.fleet.membership.leave()
             await self.fleet.aclose()

@@ -31,6 +31,7 @@ _FOOTER_FIRST_SUFFIXES = (".parquet", ".orc")
 _SEQUENTIAL_READERS = 4096  # objects whose last read end is remembered
 _PEER_LOG_EVERY = 10.0  # seconds between two log lines about the same failing peer
 _EPOCH = datetime.fromtimestamp(0, timezone.utc)
+_HOLD_LANES = 4  # blocks of one object a fill or a load fetches at a time
 # Opens a fleet node remembers for a moment (see BlockReader._open_here): how many, how long.
 _RECENT_OPENS = 1024
 _RECENT_OPEN = 2.0
@@ -363,7 +364,8 @@ class BlockReader:
         await self.store.put(block, data)
         return meta, FirstBlock(block, data)
 
-    async def _block(self, block: BlockId, meta: ObjectMeta, *, from_peers: bool = True) -> bytes:
+    async def _block(self, block: BlockId, meta: ObjectMeta, *, from_peers: bool = True,
+                     replicas: int | None = None) -> bytes:
         """One block: from a tier, else fetched from the origin exactly once however many wait.
 
         In a fleet (and `from_peers`), a block whose owner is another node is asked of its
@@ -381,7 +383,7 @@ class BlockReader:
                 break
             if block in self.store:  # stored between our look and now
                 continue
-            route = self._route(block.bucket, block.key, block.index) if from_peers else None
+            route = self._route(block.bucket, block.key, block.index, replicas) if from_peers else None
             if route is not None:
                 fetch = self._peer_inflight.get(block.name)
                 if fetch is not None:
@@ -433,12 +435,53 @@ class BlockReader:
 
     # --- the fleet ---------------------------------------------------------------------
 
-    def _route(self, bucket: str, key: str, index: int) -> Route | None:
+    def _route(self, bucket: str, key: str, index: int, replicas: int | None = None) -> Route | None:
         """The owners to ask for a block, or None: no fleet, or this node is its first owner."""
         if self.fleet is None:
             return None
-        route = self.fleet.route(bucket, key, index)
+        route = self.fleet.route(bucket, key, index, replicas)
         return route if route.ask else None
+
+    async def hold(self, bucket: str, key: str, meta: ObjectMeta, *, replicas: int | None = None) -> int:
+        """Have every block of the object that this node owns (with `replicas` owners, if
+        given) in the tiers, each from the owners above this node or the origin; returns
+        the bytes that were not here yet. A replica being filled, or a load."""
+        if self.store is None or self.fleet is None or meta.size == 0:
+            return 0
+        size = self.cache_settings.block_size
+        version = _version(meta)
+        wanted = [BlockId(bucket, key, version, index) for index in range((meta.size + size - 1) // size)
+                  if self.fleet.owns(bucket, key, index, replicas)]
+        lanes = asyncio.Semaphore(_HOLD_LANES)
+
+        async def one(block: BlockId) -> int:
+            async with lanes:
+                if block in self.store:  # type: ignore[operator]
+                    return 0
+                held = await self.budget.take(self._length(block, meta))
+                try:
+                    data = await self._block(block, meta, replicas=replicas)
+                    if block not in self.store:  # type: ignore[operator]  # joined a read that keeps nothing
+                        await self.store.put(block, data)  # type: ignore[union-attr]
+                finally:
+                    self.budget.give(held)
+                self.stats["replica_fill_blocks"] += 1
+                return len(data)
+
+        return sum(await asyncio.gather(*(one(block) for block in wanted)))
+
+    async def drop_unowned(self, objects: set[tuple[str, str]]) -> int:
+        """Remove the blocks of `objects` this node holds but no longer owns (their replica
+        count went down), unless passive copies are kept or the block is pinned; returns
+        how many were removed."""
+        if self.store is None or self.fleet is None or self.fleet.settings.passive_cache:
+            return 0
+        dropped = 0
+        for block in self.store.blocks_of(objects):
+            if not self.store.is_pinned(block) and not self.fleet.owns(block.bucket, block.key, block.index):
+                dropped += await self.store.remove(block)
+        self.stats["replica_drop_blocks"] += dropped
+        return dropped
 
     async def _fetch_from_peers(self, block: BlockId, meta: ObjectMeta, route: Route) -> bytes:
         assert self.store is not None and self.fleet is not None

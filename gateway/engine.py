@@ -9,13 +9,16 @@ the origin itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gateway import log
 from gateway.blockreads import BlockReader, FirstBlock, ObjectRead
 from gateway.cluster.fleet import Fleet
+from gateway.cluster.replication import Change
 from gateway.cluster.shared import SharedMetadata
 from gateway.config import CacheSettings, ListingSettings, MetadataSettings
 from gateway.errors import S3Error
@@ -60,6 +63,8 @@ class Engine:
             metadata.max_entries, ttl=metadata.ttl, negative_ttl=metadata.negative_ttl)
         self.listing_cache: ListingCache[_Page] = ListingCache(listing.max_entries, ttl=listing.ttl)
         self.stats: Counter[str] = Counter()
+        self._fills: OrderedDict[tuple[str, str], None] = OrderedDict()  # objects to fill, in order
+        self._filler: asyncio.Task[None] | None = None
         self.reads = BlockReader(origin, store, cache or CacheSettings(), self.stats, self.invalidate, fleet=fleet)
         self.read_object = self.reads.read_object
         self.cache_written = self.reads.cache_written
@@ -69,6 +74,10 @@ class Engine:
         self._flights: dict[tuple[MetaKey, int, tuple[int, int]], asyncio.Future[ObjectHead]] = {}
 
     async def aclose(self) -> None:
+        if self._filler is not None:
+            self._filler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._filler
         await self.origin.aclose()
         if self.store is not None:
             await self.store.aclose()
@@ -315,6 +324,29 @@ class Engine:
         self.meta_cache.invalidate(bucket, key)
         self.listing_cache.invalidate(bucket, key)
         self.reads.forget_opens(bucket, key)
+
+    async def rebalance(self, changes: Iterable[Change]) -> None:
+        """Replica counts changed (the replication controller): drop now the blocks this
+        node no longer owns, and fill those it now owns in the background, one object
+        after another."""
+        changes = list(changes)
+        await self.reads.drop_unowned({c.name for c in changes if c.now < c.was})
+        for change in changes:
+            if change.now > change.was and change.name not in self._fills:
+                self._fills[change.name] = None
+        if self._fills and (self._filler is None or self._filler.done()):
+            self._filler = asyncio.create_task(self._fill(), name="gateway-replica-fill")
+
+    async def _fill(self) -> None:
+        while self._fills:
+            (bucket, key), _ = self._fills.popitem(last=False)
+            try:
+                head = await self.head_object(bucket, key)
+                await self.reads.hold(bucket, key, head.meta)
+            except S3Error as err:  # gone, or the origin failing: the next raise tries again
+                log.cluster.info("replica of /%s/%s not filled: %s", bucket, key, err.code)
+            except Exception:  # one object must not stop the others
+                log.cluster.exception("replica of /%s/%s not filled", bucket, key)
 
     async def changed(self, changes: Iterable[tuple[str, str]]) -> None:
         """Objects changed behind the gateway (an S3 event): forget what we knew of them.

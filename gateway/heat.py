@@ -12,8 +12,8 @@ ObjectKey = tuple[str, str]  # bucket, key
 class HeatCounter:
     """Counts hits per (bucket, key) in at most `capacity` entries. Event loop only.
 
-    Every `half_life` seconds all counts are halved (checked lazily on `hit`), so heat
-    follows recent traffic. When the table is full, the coldest quarter is dropped: a
+    Every `half_life` seconds all counts are halved (checked lazily on `hit` and `top`,
+    once per half-life that passed), so heat follows recent traffic. When the table is full, the coldest quarter is dropped: a
     new object then starts at 1 and must earn its place, like the others did. A hit is
     a dict update; the O(n) work happens once per half-life or per capacity/4 new
     objects.
@@ -34,7 +34,7 @@ class HeatCounter:
 
     def hit(self, bucket: str, key: str) -> None:
         if self._clock() >= self._next_halving:
-            self._halve()
+            self._decay()
         name = (bucket, key)
         count = self._counts.get(name)
         if count is None and len(self._counts) >= self.capacity:
@@ -43,12 +43,17 @@ class HeatCounter:
 
     def top(self, n: int = 20) -> list[tuple[str, str, int]]:
         """The `n` hottest objects as (bucket, key, hits), hottest first."""
+        if self._clock() >= self._next_halving:  # no reads lately: the heat has cooled all the same
+            self._decay()
         hottest = heapq.nlargest(n, self._counts.items(), key=lambda item: item[1])
         return [(bucket, key, count) for (bucket, key), count in hottest]
 
-    def _halve(self) -> None:
-        self._counts = {name: count // 2 for name, count in self._counts.items() if count > 1}
-        self._next_halving = self._clock() + self.half_life
+    def _decay(self) -> None:
+        """Halve the counts once for every half-life that passed since the last halving."""
+        now = self._clock()
+        halvings = 1 + int((now - self._next_halving) // self.half_life)
+        self._counts = {name: count >> halvings for name, count in self._counts.items() if count >> halvings}
+        self._next_halving += halvings * self.half_life
 
     def _shrink(self) -> None:
         keep = self.capacity - self.capacity // 4

@@ -38,3 +38,14 @@ def test_size_stays_bounded_and_a_dominant_object_stays(keys):
         assert len(heat) <= 40
     if keys:
         assert heat.top(1)[0][1] == "dominant"
+
+
+def test_heat_cools_without_reads_once_per_half_life_that_passed():
+    clock = Clock()
+    heat = HeatCounter(half_life=10, clock=clock)
+    for _ in range(40):
+        heat.hit("bkt", "k")
+    clock.now += 35  # three half-lives: 40 -> 20 -> 10 -> 5
+    assert heat.top() == [("bkt", "k", 5)]
+    clock.now += 30  # three more: 5 -> 2 -> 1 -> 0, and the object is gone
+    assert heat.top() == []

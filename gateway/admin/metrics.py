@@ -19,8 +19,8 @@ from gateway.s3api.stats import LATENCY_BUCKETS, SOURCE_NAMES
 
 __all__ = ["CONTENT_TYPE_LATEST", "NodeCollector", "registry_for", "render"]
 
-# Reserved until the fleet's replication controller exists; always 0 today.
-REPLICATION_ACTIONS = ("replicate", "drop")
+# Blocks the hot-object replication controller had this node fill or drop, by the engine counter.
+REPLICATION_ACTIONS = {"replicate": "replica_fill_blocks", "drop": "replica_drop_blocks"}
 
 
 class NodeCollector(Collector):
@@ -123,10 +123,18 @@ class NodeCollector(Collector):
                                   value=0 if shared is None else sum(shared.errors.values()))
         replication = CounterMetricFamily(
             "gateway_replication_actions_total",
-            "Hot-object replication actions by kind; always 0 until the fleet (sharding, replication) exists.",
+            "Blocks this node filled (replicate) or dropped (drop) because the hot-object replication "
+            "controller raised or lowered an object's replica count.",
             labels=["action"])
-        for action in REPLICATION_ACTIONS:
-            replication.add_metric([action], 0)
+        counters = self.node.engine.reads.stats
+        for action, counter in REPLICATION_ACTIONS.items():
+            replication.add_metric([action], counters[counter])
+        yield GaugeMetricFamily("gateway_hot_objects", "Objects with more owners than cluster.replicas, as this "
+                                "node last read them from the replication controller.",
+                                value=len(fleet.hot) if (fleet := self.node.engine.reads.fleet) is not None else 0)
+        controller = self.node.replication
+        yield GaugeMetricFamily("gateway_replication_leader", "1 while this node is the fleet's replication "
+                                "controller.", value=int(controller is not None and controller.stats.leader))
         yield replication
 
 

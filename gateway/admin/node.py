@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from gateway.advisor.shadow import ShadowAdvisor
 from gateway.cluster.membership import Membership
 from gateway.cluster.pins import RuntimePins
+from gateway.cluster.replication import Replication
 from gateway.engine import Engine
 from gateway.s3api.stats import RequestStats
 from gateway.store.tiers import Tier
@@ -25,6 +26,7 @@ class Node:
     started: float = field(default_factory=time.monotonic)
     membership: Membership | None = None  # in a fleet
     shadow: ShadowAdvisor | None = None  # what 2x and 4x the quotas would have hit (cache.shadow_rate)
+    replication: Replication | None = None  # in a fleet with cluster.hot_replication
 
     @property
     def uptime(self) -> float:

@@ -12,8 +12,9 @@ HOT_OBJECTS = 20
 
 def stats_document(node: Node) -> dict[str, Any]:
     """{"node", "uptime_seconds", "requests", "hits", "misses", "hit_ratio", "served_bytes",
-    "tiers", "hot_objects", "members", "pinned", "shadow"}; hits and misses count block reads;
-    "shadow" is the estimate of the hit ratio at 1x, 2x and 4x the quotas (None when off)."""
+    "tiers", "hot_objects", "members", "pinned", "shadow", "replication"}; hits and misses count
+    block reads; "shadow" is the estimate of the hit ratio at 1x, 2x and 4x the quotas (None
+    when off); "replication" is the hot-object replication controller (None outside a fleet)."""
     hits, misses = node.hits, node.misses
     served = node.requests.served
     return {
@@ -34,4 +35,22 @@ def stats_document(node: Node) -> dict[str, Any]:
         "members": node.members,
         "pinned": [{"bucket": bucket, "prefix": prefix} for bucket, prefix in node.pins.pins],
         "shadow": node.shadow.estimates() if node.shadow is not None else None,
+        "replication": _replication(node),
+    }
+
+
+def _replication(node: Node) -> dict[str, Any] | None:
+    """The hot-object replication controller as this node sees it (None when off)."""
+    controller, fleet = node.replication, node.engine.reads.fleet
+    if controller is None or fleet is None:
+        return None
+    counters = node.engine.reads.stats
+    hottest = sorted(fleet.hot.items(), key=lambda item: item[1], reverse=True)[:HOT_OBJECTS]
+    return {
+        "leader": controller.stats.leader,
+        "rounds": controller.stats.rounds,
+        "hot_objects": len(fleet.hot),
+        "replicas": [{"bucket": bucket, "key": key, "replicas": n} for (bucket, key), n in hottest],
+        "filled_blocks": counters["replica_fill_blocks"],
+        "dropped_blocks": counters["replica_drop_blocks"],
     }

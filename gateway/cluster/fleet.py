@@ -32,20 +32,34 @@ class Fleet:
         self.settings = settings
         self.membership = membership
         self.peers = peers
+        # Owners per hot object, set by the replication controller (cluster/replication.py);
+        # every other object has `settings.replicas`.
+        self.hot: dict[tuple[str, str], int] = {}
 
     @property
     def me(self) -> Member:
         return self.membership.me
 
-    def route(self, bucket: str, key: str, index: int) -> Route:
+    def replicas(self, bucket: str, key: str) -> int:
+        """How many owners each block of the object has (more for hot objects)."""
+        return self.hot.get((bucket, key), self.settings.replicas)
+
+    def owns(self, bucket: str, key: str, index: int, replicas: int | None = None) -> bool:
+        """Whether this node is one of the block's owners (with `replicas` owners, if given)."""
+        n = self.replicas(bucket, key) if replicas is None else replicas
+        return self.me.id in owners(placement_name(bucket, key, index), self.membership.ids, n)
+
+    def route(self, bucket: str, key: str, index: int, replicas: int | None = None) -> Route:
         """The owners of block `index` of the object to ask, and whether to keep it here.
 
         A node that is not an owner asks every owner in order; an owner asks those ranked
         above it (so with `replicas` > 1 the block still comes from the origin once, to
-        the first owner) and keeps what it gets.
+        the first owner) and keeps what it gets. `replicas`: the owners to assume
+        instead of the object's count (a load with `--replicas`).
         """
         members = self.membership
-        ranked = owners(placement_name(bucket, key, index), members.ids, self.settings.replicas)
+        n = self.replicas(bucket, key) if replicas is None else replicas
+        ranked = owners(placement_name(bucket, key, index), members.ids, n)
         me = members.me.id
         if me in ranked:
             above = ranked[:ranked.index(me)]

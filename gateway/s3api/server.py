@@ -65,7 +65,9 @@ class S3App:
         self.engine = engine
         self.policy = AccessPolicy(settings.auth)
         self._skew = timedelta(seconds=settings.auth.max_clock_skew)
-        self.stats = RequestStats()
+        cluster = settings.cluster
+        self.stats = RequestStats(heat_half_life=cluster.heat_half_life,
+                                  heat_capacity=max(10_000, 4 * cluster.hot_objects))
         # Called with every request's access-log entry (a dict), logged or not: the shadow estimate.
         self.observers: list[Callable[[dict[str, Any]], None]] = []
 

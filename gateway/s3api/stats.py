@@ -33,14 +33,15 @@ class RequestStats:
     - `requests[(operation, status)]`: answers by operation name and HTTP status.
     - `latency[operation]`: time from the request's arrival to its last byte sent.
     - `served[source]`: body bytes of answers that carried x-cache, by source (SOURCES).
-    - `heat`: successful GetObjects per object, for the hottest-objects view.
+    - `heat`: successful GetObjects per object, for the hottest-objects view and, in a
+      fleet, the replication controller.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, heat_half_life: float = 300.0, heat_capacity: int = 10_000) -> None:
         self.requests: Counter[tuple[str, int]] = Counter()
         self.latency: dict[str, Latency] = {}
         self.served: Counter[str] = Counter()
-        self.heat = HeatCounter()
+        self.heat = HeatCounter(heat_capacity, heat_half_life)
 
     def record(self, operation: str, status: int, seconds: float, *, cache: str | None = None,
                sent: int = 0, bucket: str | None = None, key: str | None = None) -> None:

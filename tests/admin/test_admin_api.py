@@ -102,7 +102,8 @@ def test_stats_document(admin_gateway):
     assert admin(gateway, "GET", "/stats", token=None).status_code == 401
     stats = admin(gateway, "GET", "/stats").json()
     assert set(stats) == {"node", "uptime_seconds", "requests", "hits", "misses", "hit_ratio", "served_bytes",
-                          "tiers", "hot_objects", "members", "pinned", "shadow"}
+                          "tiers", "hot_objects", "members", "pinned", "shadow", "replication"}
+    assert stats["replication"] is None  # no fleet
     assert stats["node"].endswith(f":{gateway.settings.server.port}") and stats["members"] == [stats["node"]]
     assert isinstance(stats["uptime_seconds"], float) and stats["uptime_seconds"] > 0
     assert stats["requests"] == 7  # CreateBucket, 2 PUTs, 4 GETs

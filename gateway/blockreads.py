@@ -470,6 +470,31 @@ class BlockReader:
 
         return sum(await asyncio.gather(*(one(block) for block in wanted)))
 
+    async def spread(self, bucket: str, key: str, meta: ObjectMeta, *, replicas: int | None = None) -> None:
+        """A load in a fleet: every owner of the object's blocks (`replicas` owners each, if
+        given) fetches and keeps its blocks, all owners at once (peer `hold`; this node's
+        own share directly). Raises S3Error when an owner failed, or the origin refused."""
+        assert self.fleet is not None
+        fleet, size = self.fleet, self.cache_settings.block_size
+        blocks = (meta.size + size - 1) // size
+
+        async def ask(member: Member, count: int) -> int:
+            if member == fleet.me:
+                return await self.hold(bucket, key, meta, replicas=replicas)
+            n = fleet.replicas(bucket, key) if replicas is None else replicas
+            try:
+                return await fleet.peers.hold(member, bucket, key, meta.etag, meta.version_id, meta.size, n, count)
+            except PeerRefused as refused:
+                await self._peer_refused(bucket, key, refused)
+                raise refused.error from None
+            except PeerError as exc:
+                self._peer_failed(member, exc)
+                raise S3Error("ServiceUnavailable", f"Node {member.id} did not load its blocks ({exc}); "
+                                                    "load again once the fleet has noticed.") from None
+
+        await asyncio.gather(*(ask(member, count) for member, count in
+                               fleet.owners_of_object(bucket, key, blocks, replicas).items()))
+
     async def drop_unowned(self, objects: set[tuple[str, str]]) -> int:
         """Remove the blocks of `objects` this node holds but no longer owns (their replica
         count went down), unless passive copies are kept or the block is pinned; returns
@@ -577,6 +602,21 @@ class BlockReader:
             raise PeerRefused(exc, changed=False) from exc
         finally:
             self.budget.give(held)
+
+    async def serve_hold(self, bucket: str, key: str, etag: str, version_id: str, size: int, replicas: int) -> int:
+        """A load a peer asked for (see `hold`): the bytes fetched. Raises as `serve_block` does."""
+        if self.store is None or self.fleet is None:
+            raise LookupError("no block cache")
+        if size < 0 or replicas < 1:
+            raise ValueError("size and replicas out of range")
+        meta = ObjectMeta(size=size, etag=etag, last_modified=_EPOCH,
+                          headers={"x-amz-version-id": version_id} if version_id else {})
+        try:
+            return await self.hold(bucket, key, meta, replicas=replicas)
+        except ObjectChanged as exc:
+            raise PeerRefused(exc, changed=True) from exc
+        except S3Error as exc:
+            raise PeerRefused(exc, changed=False) from exc
 
     async def serve_open(self, bucket: str, key: str, version_id: str, index: int) -> tuple[bytes, bytes] | None:
         """An open a peer asked for (see `open`): (metadata in the shared form, block) or None."""

@@ -23,13 +23,15 @@ DEFAULT_URL = "http://127.0.0.1:8080"
 
 def run_server(settings: Settings) -> None:
     from gateway.app import create_app
+    from gateway.httpserver import raise_open_files_limit, uvicorn_options
 
     server = settings.server
     tls = {"ssl_certfile": server.tls_cert_file, "ssl_keyfile": server.tls_key_file} if server.tls_cert_file else {}
+    raise_open_files_limit(server.max_connections)
     config = uvicorn.Config(
         create_app(settings), host=server.host, port=server.port,
-        loop="uvloop", http="httptools", lifespan="on", access_log=False, log_level="warning",
-        server_header=False, date_header=True, **tls,  # type: ignore[arg-type]
+        loop="uvloop", lifespan="on", access_log=False, log_level="warning",
+        server_header=False, date_header=True, **uvicorn_options(server), **tls,  # type: ignore[arg-type]
     )
     if tls:
         try:
@@ -168,16 +170,20 @@ def evict(target: str, url: str | None, token: str | None, config_path: str | No
 
 @main.command("load")
 @click.argument("target", metavar="s3://BUCKET[/PREFIX]")
+@click.option("--replicas", type=click.IntRange(1, 1000), default=None,
+              help="In a fleet: keep each block on this many nodes (default: the object's replica count).")
 @admin_options
-def load_prefix(target: str, url: str | None, token: str | None, config_path: str | None) -> None:
-    """Read every object under a prefix through a running gateway's cache (Alluxio's
-    distributedLoad), with a progress bar; exits 1 if any object could not be loaded."""
+def load_prefix(target: str, replicas: int | None, url: str | None, token: str | None,
+                config_path: str | None) -> None:
+    """Load every object under a prefix into a running gateway's cache (Alluxio's
+    distributedLoad; in a fleet, each block by its owners in parallel), with a progress
+    bar; exits 1 if any object could not be loaded."""
     bucket, prefix = _target(target, what="load")
     client = _admin(url, token, config_path)
     last: dict[str, Any] = {}
     bar = ProgressBar(sys.stderr)
     try:
-        for last in client.load(bucket, prefix):
+        for last in client.load(bucket, prefix, replicas):
             bar.show(last)
     except AdminError as exc:
         raise click.ClickException(str(exc)) from None

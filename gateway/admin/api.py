@@ -33,9 +33,10 @@ class AdminApp:
     - `POST|DELETE pin?bucket=B&prefix=P`: pin or unpin a prefix at runtime;
     - `POST purge?bucket=B[&prefix=P|&key=K]`: forget cached metadata, listings and
       blocks of a key, a prefix or a bucket (evict);
-    - `POST load?bucket=B[&prefix=P]`: read every object under the prefix through the cache
-      (Alluxio's distributedLoad); the answer streams one JSON line of progress about twice
-      a second and a last one with `"done": true`. The load goes on if the client leaves;
+    - `POST load?bucket=B[&prefix=P][&replicas=N]`: load every object under the prefix into
+      the cache (Alluxio's distributedLoad; in a fleet each block by its owners, N of them
+      with `replicas`); the answer streams one JSON line of progress about twice a second
+      and a last one with `"done": true`. The load goes on if the client leaves;
     - `POST events`: an S3 event notification (plain, via SNS, or EventBridge); what it
       names is forgotten.
     """
@@ -121,13 +122,19 @@ class AdminApp:
     async def _load(self, scope: Scope, receive: Receive, send: Send) -> None:
         query = _query(scope)
         bucket, prefix = query.get("bucket", ""), query.get("prefix", "")
-        if not bucket or set(query) - {"bucket", "prefix"}:
-            return await _json(send, 400, {"error": "load takes bucket and an optional prefix"})
+        replicas = query.get("replicas")
+        if not bucket or set(query) - {"bucket", "prefix", "replicas"}:
+            return await _json(send, 400, {"error": "load takes bucket, and optionally prefix and replicas"})
+        if replicas is not None and (not replicas.isdigit() or not 1 <= int(replicas) <= 1000):
+            return await _json(send, 400, {"error": "replicas: a whole number from 1 to 1000"})
+        if replicas is not None and self.node.engine.reads.fleet is None:
+            return await _json(send, 400, {"error": "replicas: this node is not part of a fleet"})
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/x-ndjson")]})
         last: dict[str, object] = {}
         try:
-            async for progress in load_prefix(self.node.engine, bucket, prefix):
+            async for progress in load_prefix(self.node.engine, bucket, prefix,
+                                              replicas=int(replicas) if replicas is not None else None):
                 last = progress.as_dict()
                 await send({"type": "http.response.body", "body": orjson.dumps(last) + b"\n", "more_body": True})
             last["done"] = True

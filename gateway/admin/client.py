@@ -33,10 +33,11 @@ class AdminClient:
     def unpin(self, bucket: str, prefix: str) -> dict[str, Any]:
         return self._call("DELETE", "/pin", bucket=bucket, prefix=prefix)
 
-    def load(self, bucket: str, prefix: str) -> Iterator[dict[str, Any]]:
+    def load(self, bucket: str, prefix: str, replicas: int | None = None) -> Iterator[dict[str, Any]]:
         """The progress documents of a load as the gateway sends them; the last has "done"."""
+        params = {"bucket": bucket, "prefix": prefix, **({"replicas": str(replicas)} if replicas else {})}
         try:
-            with httpx.stream("POST", self.base + "/load", params={"bucket": bucket, "prefix": prefix},
+            with httpx.stream("POST", self.base + "/load", params=params,
                               headers=self._headers, timeout=httpx.Timeout(self._timeout, read=None)) as response:
                 if response.status_code != 200:
                     response.read()

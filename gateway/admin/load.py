@@ -34,27 +34,29 @@ class LoadProgress:
                 "bytes": self.bytes, "listed": self.listed, "failed": self.failed}
 
 
-async def load_prefix(engine: Engine, bucket: str, prefix: str, *, concurrency: int = 8,
-                      report_every: float = 0.5) -> AsyncIterator[LoadProgress]:
-    """Read every object under `prefix` through the cache; yields the progress every
+async def load_prefix(engine: Engine, bucket: str, prefix: str, *, replicas: int | None = None,
+                      concurrency: int = 8, report_every: float = 0.5) -> AsyncIterator[LoadProgress]:
+    """Load every object under `prefix` into the cache; yields the progress every
     `report_every` seconds and once more at the end. A listing that fails raises S3Error;
-    an object that fails is counted in `failed` and the load goes on."""
+    an object that fails is counted in `failed` and the load goes on.
+
+    Alone, the node reads each object through its cache. In a fleet, each object's blocks
+    are fetched by their owners, all at once (`replicas`: that many owners per block
+    instead of the object's count); this node only lists and hands out the work.
+    """
     progress = LoadProgress(bucket, prefix)
     keys: asyncio.Queue[str | None] = asyncio.Queue(maxsize=4 * concurrency)
     settled = asyncio.Event()  # finished, or the listing failed
+    in_fleet = engine.reads.fleet is not None
 
     async def load_one(key: str) -> None:
         try:
-            head = await engine.head_object(bucket, key, read_from=0)
-            read = await engine.read_object(bucket, key, head.meta, first=head.first)
-            if read.body is not None:
-                progress.bytes += len(read.body)
-                if read.release is not None:
-                    read.release()
+            if in_fleet:
+                head = await engine.head_object(bucket, key)
+                await engine.reads.spread(bucket, key, head.meta, replicas=replicas)
+                progress.bytes += head.meta.size
             else:
-                assert read.chunks is not None
-                async for chunk in read.chunks:
-                    progress.bytes += len(chunk)
+                await read_through(key)
             progress.loaded += 1
         except S3Error as err:
             progress.failed.append(f"{key}: {err.code}")
@@ -62,6 +64,18 @@ async def load_prefix(engine: Engine, bucket: str, prefix: str, *, concurrency: 
             progress.failed.append(f"{key}: {exc.__class__.__name__}")
         if progress.finished:
             settled.set()
+
+    async def read_through(key: str) -> None:
+        head = await engine.head_object(bucket, key, read_from=0)
+        read = await engine.read_object(bucket, key, head.meta, first=head.first)
+        if read.body is not None:
+            progress.bytes += len(read.body)
+            if read.release is not None:
+                read.release()
+        else:
+            assert read.chunks is not None
+            async for chunk in read.chunks:
+                progress.bytes += len(chunk)
 
     async def worker() -> None:
         while (key := await keys.get()) is not None:

@@ -49,6 +49,17 @@ class Fleet:
         n = self.replicas(bucket, key) if replicas is None else replicas
         return self.me.id in owners(placement_name(bucket, key, index), self.membership.ids, n)
 
+    def owners_of_object(self, bucket: str, key: str, blocks: int, replicas: int | None = None) -> dict[Member, int]:
+        """Every live member that owns blocks of the object's first `blocks`, with how many."""
+        n = self.replicas(bucket, key) if replicas is None else replicas
+        counts: dict[Member, int] = {}
+        for index in range(blocks):
+            for member_id in owners(placement_name(bucket, key, index), self.membership.ids, n):
+                member = self.membership.member(member_id)
+                if member is not None:
+                    counts[member] = counts.get(member, 0) + 1
+        return counts
+
     def route(self, bucket: str, key: str, index: int, replicas: int | None = None) -> Route:
         """The owners of block `index` of the object to ask, and whether to keep it here.
 

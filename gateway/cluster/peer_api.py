@@ -12,8 +12,8 @@ import orjson
 from starlette.types import Receive, Scope, Send
 
 from gateway import log
-from gateway.cluster.peers import (AUTH_HEADER, BLOCK_PATH, META_HEADER, OPEN_PATH, PEER_PREFIX, PeerRefused,
-                                   decode_query, refusal, verify)
+from gateway.cluster.peers import (AUTH_HEADER, BLOCK_PATH, HOLD_PATH, META_HEADER, OPEN_PATH, PEER_PREFIX,
+                                   PeerRefused, decode_query, refusal, verify)
 
 __all__ = ["PeerApp"]
 
@@ -21,10 +21,12 @@ __all__ = ["PeerApp"]
 ServeBlock = Callable[[str, str, str, str, int, int], Awaitable[bytes]]
 # (bucket, key, version id or "", index) -> (metadata in the shared form, block) or None.
 ServeOpen = Callable[[str, str, str, int], Awaitable["tuple[bytes, bytes] | None"]]
+# (bucket, key, etag, version id or "", object size, replicas) -> bytes fetched.
+ServeHold = Callable[[str, str, str, str, int, int], Awaitable[int]]
 
 
 class PeerApp:
-    """Plain ASGI handler of /_peer/v1/block and /_peer/v1/open.
+    """Plain ASGI handler of /_peer/v1/block, /_peer/v1/open and /_peer/v1/hold.
 
     The callables do the work (the engine's block reader: from the cache, else from the
     origin once); they raise PeerRefused for an S3 error the origin gave, LookupError
@@ -32,10 +34,11 @@ class PeerApp:
     `served[outcome]` counts answers (block, open, refused, unauthorized, ...).
     """
 
-    def __init__(self, secret: str, serve_block: ServeBlock, serve_open: ServeOpen) -> None:
+    def __init__(self, secret: str, serve_block: ServeBlock, serve_open: ServeOpen, serve_hold: ServeHold) -> None:
         self._secret = secret.encode()
         self._serve_block = serve_block
         self._serve_open = serve_open
+        self._serve_hold = serve_hold
         self.served: Counter[str] = Counter()
 
     @staticmethod
@@ -51,7 +54,7 @@ class PeerApp:
             self.served["unauthorized"] += 1
             return await _answer(send, status, orjson.dumps({"error": "peer requests are signed with the "
                                                                       "cluster secret (x-gateway-peer)"}))
-        if method != "GET" or path not in (BLOCK_PATH, OPEN_PATH):
+        if method != "GET" or path not in (BLOCK_PATH, OPEN_PATH, HOLD_PATH):
             return await _answer(send, 404, orjson.dumps({"error": f"no peer route {method} {path}"}))
         params = decode_query(query)
         try:
@@ -60,6 +63,11 @@ class PeerApp:
                                                int(params["size"]), int(params["index"]))
                 self.served["block"] += 1
                 return await _answer(send, 200, data, b"application/octet-stream")
+            if path == HOLD_PATH:
+                fetched = await self._serve_hold(params["bucket"], params["key"], params["etag"], params["vid"],
+                                                 int(params["size"]), int(params["replicas"]))
+                self.served["hold"] += 1
+                return await _answer(send, 200, orjson.dumps({"bytes": fetched}))
             opened = await self._serve_open(params["bucket"], params["key"], params["vid"], int(params["index"]))
         except PeerRefused as refused:
             self.served["refused"] += 1

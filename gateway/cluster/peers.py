@@ -6,6 +6,10 @@ Routes (GET, on the S3 port, only when the fleet is on):
 - `/_peer/v1/block?bucket&key&etag&vid&size&index`: one block of the object version
   named by its ETag and version id (`vid`, may be empty) and size; the owner answers
   from its cache or fetches it from the origin once (single-flight) and keeps it.
+- `/_peer/v1/hold?bucket&key&etag&vid&size&replicas`: a load (`gateway load`). The node
+  fetches every block of the object version that it owns among `replicas` owners and
+  does not hold yet (from the owners ranked above it, or the origin), keeps them, and
+  answers `{"bytes": <bytes it fetched>}`.
 - `/_peer/v1/open?bucket&key&vid&index`: a cold read. The owner of block `index` of an
   object whose metadata the asking node does not know fetches it with the metadata in
   one ranged GET (as a node alone does); the answer carries the block as its body and
@@ -43,6 +47,7 @@ __all__ = ["PEER_PREFIX", "PeerClient", "PeerError", "PeerRefused", "sign", "ver
 PEER_PREFIX = "/_peer/"
 BLOCK_PATH = "/_peer/v1/block"
 OPEN_PATH = "/_peer/v1/open"
+HOLD_PATH = "/_peer/v1/hold"
 AUTH_HEADER = "x-gateway-peer"
 META_HEADER = "x-gateway-meta"
 MAX_SKEW = 300  # seconds a signature stays valid, for clocks that differ between nodes
@@ -168,8 +173,27 @@ class PeerClient:
         except ValueError:
             raise PeerError(f"{peer.id} sent unreadable metadata") from None
 
-    async def _get(self, peer: Member, path: str, params: list[tuple[str, str]],
-                   limit: int, budget: Budget | None = None) -> tuple[int, dict[str, str], bytes]:
+    async def hold(self, peer: Member, bucket: str, key: str, etag: str, version_id: str | None,
+                   size: int, replicas: int, blocks: int) -> int:
+        """Have `peer` keep the blocks of the object version it owns among `replicas` owners;
+        the bytes it fetched. `blocks`: how many it will fetch at most, which bounds the wait
+        (one read timeout per block, plus one)."""
+        params = [("bucket", bucket), ("key", key), ("etag", etag), ("vid", version_id or ""),
+                  ("size", str(size)), ("replicas", str(replicas))]
+        wait = aiohttp.ClientTimeout(total=None, sock_connect=self.settings.peer_connect_timeout,
+                                     sock_read=self.settings.peer_read_timeout * (blocks + 1))
+        status, _, body = await self._get(peer, HOLD_PATH, params, 1024, timeout=wait)
+        try:
+            fetched = orjson.loads(body)["bytes"] if status == 200 else None
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            fetched = None
+        if not isinstance(fetched, int):
+            raise PeerError(f"{peer.id} answered {status} to a hold")
+        return fetched
+
+    async def _get(self, peer: Member, path: str, params: list[tuple[str, str]], limit: int,
+                   budget: Budget | None = None, *, timeout: aiohttp.ClientTimeout | None = None,
+                   ) -> tuple[int, dict[str, str], bytes]:
         try:
             query = encode_query(params)
         except UnicodeEncodeError:  # not a key a client could have sent; the origin is asked instead
@@ -179,7 +203,8 @@ class PeerClient:
             headers = {AUTH_HEADER: sign(self._secret, "GET", path, query)}
             self.requests += 1
             try:
-                async with self._client().get(target, headers=headers, allow_redirects=False) as response:
+                async with self._client().get(target, headers=headers, allow_redirects=False,
+                                              **({"timeout": timeout} if timeout is not None else {})) as response:
                     length = response.content_length
                     if length is None or length > limit + _MAX_ERROR:  # never more than a block
                         raise PeerError(f"{peer.id} answered {response.status} with a body of {length} bytes")

@@ -10,17 +10,19 @@ import httpx
 import redis
 
 from gateway.cluster.placement import owners, placement_name
-from tests.integration.test_fleet import (  # noqa: F401  (make_fleet is a fixture)
+from tests.integration import test_fleet
+from tests.integration.test_fleet import (
     BLOCK,
     TOKEN,
     _blocks,
     engine,
-    make_fleet,
     node_id,
     origin_requests,
     wait_for,
 )
 from tests.support import RunningGateway, client
+
+make_fleet = test_fleet.make_fleet  # the fleet fixture, shared
 
 ADMIN_AUTH = {"authorization": f"Bearer {TOKEN}"}
 FAST = {"heat_interval": 0.2, "heat_half_life": 60.0, "hot_threshold": 6.0}

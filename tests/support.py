@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from botocore.config import Config
 from gateway.app import create_app
 from gateway.config import AuthSettings, Grant, OriginSettings, ServerSettings, Settings, User
 from gateway.demo import free_port
+from gateway.httpserver import uvicorn_options
 
 ADMIN = ("AKIAADMIN0000000001", "admin-secret-0000000000000000000000000001")
 READER = ("AKIAREADER000000001", "reader-secret-000000000000000000000000001")
@@ -50,14 +52,16 @@ def base_settings(origin_endpoint: str) -> Settings:
 
 
 class RunningGateway:
-    """A gateway served by uvicorn in a thread of this process."""
+    """A gateway served by uvicorn in a thread of this process; `guarded`: with the limits of
+    `gateway serve` (gateway.httpserver: server.max_connections, head and stall timeouts)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, guarded: bool = False) -> None:
         port = free_port()
         self.settings = dataclasses.replace(settings, server=dataclasses.replace(settings.server, port=port))
         self.endpoint = f"http://127.0.0.1:{port}"
+        options = uvicorn_options(self.settings.server) if guarded else {"http": "httptools"}
         config = uvicorn.Config(create_app(self.settings), host="127.0.0.1", port=port, loop="asyncio",
-                                http="httptools", lifespan="on", access_log=False, log_level="warning")
+                                lifespan="on", access_log=False, log_level="warning", **options)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -174,10 +178,15 @@ class GatewayProcess:
                         GATEWAY_AUTH_USERS=json.dumps([{"access_key": ADMIN[0], "secret_key": ADMIN[1], "admin": True}]),
                         **env)
         self.proc: subprocess.Popen[str] | None = None
+        self._output: deque[str] = deque(maxlen=20_000)  # its last lines (read all along: a full pipe would block it)
+        self._reader: threading.Thread | None = None
 
     def start(self, ready: Callable[[], object] | None = None, timeout: float = 30) -> GatewayProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve"], env=self.env, text=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self._output.clear()
+        self._reader = threading.Thread(target=self._output.extend, args=(self.proc.stdout,), daemon=True)
+        self._reader.start()
         probe = ready or (lambda: socket.create_connection(("127.0.0.1", self.port), timeout=1).close())
         deadline = time.monotonic() + timeout
         while True:
@@ -196,9 +205,23 @@ class GatewayProcess:
             return ""
         if self.proc.poll() is None:
             self.proc.terminate()
-        output = self.proc.communicate(timeout=30)[0]
+        self.proc.wait(timeout=30)
+        self._gone()
+        return "".join(self._output)
+
+    def kill(self) -> None:
+        """SIGKILL it and wait for it to be gone (`start` runs it again, on the same port)."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+            self._gone()
+
+    def _gone(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        if self._reader is not None:
+            self._reader.join(timeout=10)
+        self.proc.stdout.close()
         self.proc = None
-        return output
 
     def __enter__(self) -> GatewayProcess:
         return self.start()

@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from gateway.admin.node import Node
+from gateway.httpserver import GuardedProtocol
 from gateway.s3api.stats import LATENCY_BUCKETS, SOURCE_NAMES
 
 __all__ = ["CONTENT_TYPE_LATEST", "NodeCollector", "registry_for", "render"]
@@ -35,6 +36,33 @@ class NodeCollector(Collector):
         yield from self._origin()
         yield from self._shared()
         yield from self._shadow()
+        yield from self._server()
+
+    def _server(self) -> Iterator[Metric]:
+        # The connection figures are the process's (gateway serve: one node per process).
+        yield GaugeMetricFamily("gateway_connections_open", "Client connections open (gateway serve).",
+                                value=GuardedProtocol.connections)
+        cut = CounterMetricFamily(
+            "gateway_connections_cut_total", "Client connections the server closed on a limit: refused "
+            "(server.max_connections), head_timeout, head_too_large (server.max_head_size), stalled "
+            "(server.stall_timeout).", labels=["reason"])
+        for reason, count in (("refused", GuardedProtocol.refused), ("head_timeout", GuardedProtocol.head_timeouts),
+                              ("head_too_large", GuardedProtocol.heads_too_large), ("stalled", GuardedProtocol.stalls)):
+            cut.add_metric([reason], count)
+        yield cut
+        reads = self.node.engine.reads
+        yield GaugeMetricFamily("gateway_read_buffer_used_bytes", "Bytes of blocks held by reads in flight "
+                                "(cache.read_buffer).", value=reads.budget.used)
+        yield GaugeMetricFamily("gateway_read_buffer_limit_bytes", "cache.read_buffer.", value=reads.budget.limit)
+        yield CounterMetricFamily("gateway_read_buffer_waits_total", "Block reads that waited for the read buffer.",
+                                  value=reads.budget.waits)
+        yield CounterMetricFamily("gateway_read_buffer_overdrawn_total", "Block reads that went past the read "
+                                  "buffer after waiting for it too long.", value=reads.budget.overdrawn)
+        peers = reads.fleet.peers if reads.fleet is not None else None
+        yield CounterMetricFamily("gateway_peer_requests_total", "Block requests sent to peers (each attempt).",
+                                  value=0 if peers is None else peers.requests)
+        yield CounterMetricFamily("gateway_peer_failures_total", "Peer requests that got no usable answer "
+                                  "(unreachable, timed out, reset).", value=0 if peers is None else peers.failures)
 
     def _shadow(self) -> Iterator[Metric]:
         shadow = self.node.shadow

@@ -153,7 +153,13 @@ class RedisClusterServers:
             node.client().flushall()
 
     def masters(self) -> list[redis.Redis]:
+        """A client of each master, by itself (KEYS and DBSIZE see that master's keys only)."""
         return [n.client() for n in self.nodes]
+
+    def client(self) -> redis.RedisCluster:
+        """A client of the whole cluster (each command goes to its key's master)."""
+        return redis.RedisCluster(startup_nodes=[redis.cluster.ClusterNode("127.0.0.1", n.port) for n in self.nodes],
+                                  socket_timeout=2)
 
     def shutdown(self) -> None:
         for node in self.nodes:
@@ -165,7 +171,8 @@ class RedisSentinelServers:
     second or two of the master going down.
 
     `url` is the `redis+sentinel://` URL; `fail_over()` kills the master, waits until the
-    Sentinel promoted the replica, and brings the old master back as the new one's replica.
+    Sentinel promoted the replica, and brings the old master back as the new one's replica
+    (`master.stop()` and `promoted()` do it in two steps).
     """
 
     name = "gw-master"
@@ -211,8 +218,13 @@ class RedisSentinelServers:
         wait_until(ready, "the Sentinel did not see the master and an in-sync replica")
 
     def fail_over(self) -> None:
+        self.master.stop()
+        self.promoted()
+
+    def promoted(self) -> None:
+        """After the master was stopped: wait until the Sentinel promoted the replica, then
+        start the old master again as the new one's replica."""
         old, new = self.master, self.replica
-        old.stop()
         sentinel = self.sentinel.client()
         wait_until(lambda: int(sentinel.sentinel_get_master_addr_by_name(self.name)[1]) == new.port,
                    "the Sentinel did not promote the replica")

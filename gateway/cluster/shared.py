@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 import orjson
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from gateway import log
 from gateway.cluster.connection import AnyRedis, redis_client
@@ -261,12 +262,34 @@ class SharedMetadata:
             generation = self._note_generation(bucket, await self._client.incr(self._generation_key(bucket)))
             message["g"] = generation
             await self._pages_forget(keys=[self._index_key(bucket)], args=[self._page_prefix(bucket), "*"])
-            await self._client.publish(self._channel, orjson.dumps(message))
+            await self._publish(orjson.dumps(message))
             return True
         meta_key = await self._meta_key(bucket, key)
         await self._pages_forget(keys=[self._index_key(bucket)], args=[self._page_prefix(bucket), "=" + key])
-        await self._meta_forget(keys=[meta_key], args=[self._channel, orjson.dumps(message)])
+        if isinstance(self._client, RedisCluster):  # the message goes to the channel's node, below
+            await self._client.delete(meta_key)
+            await self._publish(orjson.dumps(message))
+        else:
+            await self._meta_forget(keys=[meta_key], args=[self._channel, orjson.dumps(message)])
         return True
+
+    async def _publish(self, message: bytes) -> None:
+        """On a cluster, to the master of the channel's slot, where the nodes listen unless it
+        failed them: delivered from there at once, not after a hop over the cluster bus
+        (which still brings it to those listening elsewhere)."""
+        client = self._client
+        if isinstance(client, RedisCluster):
+            home = client.get_node_from_key(self._channel)
+            try:
+                await client.publish(self._channel, message, target_nodes=home)
+                return
+            except (ConnectionError, RedisConnectionError):  # that node is down: any other one
+                others = [node for node in client.get_nodes() if node.name != home.name]
+                if not others:
+                    raise
+                await client.publish(self._channel, message, target_nodes=random.choice(others))
+        else:
+            await client.publish(self._channel, message)
 
     def _bound_pending(self) -> None:
         if len(self._pending) > _MAX_PENDING:  # a long outage under writes: whole buckets instead
@@ -334,12 +357,14 @@ class SharedMetadata:
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))
 
     async def _pubsub(self) -> PubSub:
-        """A pub/sub connection. On a cluster, to one node, the next one after each failure:
-        a classic PUBLISH reaches every node of a cluster, so any live node will do."""
+        """A pub/sub connection. On a cluster, to the master of the channel's slot, where
+        invalidations are published; after each failure to the next node: a classic PUBLISH
+        reaches every node of a cluster, so any live node will do."""
         client = self._client
         if isinstance(client, RedisCluster):
             await client.initialize()  # reads the slot map again if a node failed since
-            nodes = client.get_nodes()
+            home = client.get_node_from_key(self._channel)
+            nodes = [home, *(node for node in client.get_nodes() if node.name != home.name)]
             return client.pubsub(node=nodes[self._pubsub_turn % len(nodes)])
         return client.pubsub()
 

@@ -677,16 +677,28 @@ class BlockReader:
             return
         block_size = self.cache_settings.block_size
         version = version_id if version_id and version_id != "null" else etag
+        fleet = self.fleet
+        # In a fleet, a node keeps the blocks it owns (and others only as passive copies):
+        # a block kept anywhere else would never be asked for.
+        everything = fleet is None or fleet.settings.passive_cache
+        kept = 0
+
+        async def keep(index: int, data: bytes) -> None:
+            nonlocal kept
+            if everything or fleet.owns(bucket, key, index):  # type: ignore[union-attr]
+                await self.store.put(BlockId(bucket, key, version, index), data)  # type: ignore[union-attr]
+                kept += 1
+
         pending, index = bytearray(), 0
         async for piece in chunks:
             pending += piece
             while len(pending) >= block_size:
-                await self.store.put(BlockId(bucket, key, version, index), bytes(pending[:block_size]))
+                await keep(index, bytes(pending[:block_size]))
                 del pending[:block_size]
                 index += 1
         if pending:
-            await self.store.put(BlockId(bucket, key, version, index), bytes(pending))
-        self.stats["cache_through_blocks"] += index + (1 if pending else 0)
+            await keep(index, bytes(pending))
+        self.stats["cache_through_blocks"] += kept
 
 
 async def _prepend(head: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

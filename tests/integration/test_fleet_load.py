@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import Counter
 
@@ -90,3 +91,23 @@ def test_replicas_is_checked(make_fleet, start_gateway):
     for bad in ("0", "x", "-1", "1001"):
         assert httpx.post(url, params={"bucket": "bkt", "replicas": bad}, headers=auth, timeout=10).status_code == 400
     assert load(fleet.nodes[0].endpoint, "--replicas", "0").exit_code == 2  # click refuses it first
+
+
+def test_cache_through_in_a_fleet_keeps_only_the_writers_own_blocks(make_fleet, direct):
+    fleet = make_fleet(hot_replication=False)
+    for node in fleet.nodes:  # cache.cache_through on, as a node would be configured
+        reads = node.server.config.app.s3.engine.reads
+        reads.cache_settings = dataclasses.replace(reads.cache_settings, cache_through=True)
+    body = os.urandom(8 * BLOCK)
+    writer = fleet.nodes[0]
+    client(writer.endpoint).put_object(Bucket="bkt", Key="w", Body=body)
+    mine = {i for i, ids in keepers_of("w", 8, fleet).items() if node_id(writer) in ids}
+    assert {b.index for b in _blocks(writer) if b.key == "w"} == mine
+    for node in fleet.nodes[1:]:
+        assert not [b for b in _blocks(node) if b.key == "w"]
+    assert client(fleet.nodes[1].endpoint).get_object(Bucket="bkt", Key="w")["Body"].read() == body
+
+
+def keepers_of(key: str, blocks: int, fleet) -> dict[int, set[str]]:  # type: ignore[no-untyped-def]
+    ids = [node_id(n) for n in fleet.nodes]
+    return {i: set(owners(placement_name("bkt", key, i), ids, 1)) for i in range(blocks)}

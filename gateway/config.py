@@ -434,6 +434,9 @@ class ClusterSettings:
     peer_connect_timeout: float = setting(2.0, "Timeout for connecting to a peer; past it the next owner, then "
                                                "the origin, is asked.")
     peer_read_timeout: float = setting(10.0, "Timeout for each read from a peer connection.")
+    peer_ca_file: str = setting("", "PEM file of the CA certificates that signed the other nodes' TLS "
+                                    "certificates, for peers reached over https (the nodes serve TLS: "
+                                    "`server.tls_cert_file`); empty: the system's CAs.")
     replicas: int = setting(1, "Owners per block: the nodes that keep it and may fetch it from the origin.")
     passive_cache: bool = setting(False, "A node that is not a block's owner keeps a copy of the blocks it "
                                          "read from peers (more hits here, less room in the fleet).")

@@ -276,6 +276,16 @@ class GuardedProtocol(HttpToolsProtocol):
         if self.transport.get_write_buffer_size() and self._send_timer is None:
             self._send_timer = self.loop.call_later(self.limits.stall_timeout, self._stalled, "did not read")
 
+    def shutdown(self) -> None:
+        """SIGTERM: an idle TLS connection is aborted, not closed. Closing TLS waits for the
+        client's close_notify, which an idle pooled client (a peer's, an SDK's) never reads
+        to send: the drain would wait server.shutdown_timeout for nothing."""
+        idle = self.cycle is None or self.cycle.response_complete
+        if idle and self.transport.get_extra_info("sslcontext") is not None:
+            self.transport.abort()
+            return
+        super().shutdown()
+
     def _stalled(self, what: str) -> None:
         self._send_timer = None
         GuardedProtocol.stalls += 1

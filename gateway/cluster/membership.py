@@ -53,13 +53,15 @@ class Member:
 
 def identity(settings: Settings) -> Member:
     """This node as the fleet sees it: `cluster.node_id` and `cluster.advertise_url`, or
-    what they default to (`http://<server.host>:<server.port>`, and its host:port)."""
+    what they default to (`http(s)://<server.host>:<server.port>`, https when the node
+    serves TLS, and its host:port)."""
     url = settings.cluster.advertise_url.rstrip("/")
     if not url:
         host = settings.server.host
         if host in ("", "0.0.0.0", "::"):  # listening everywhere: peers need a name
             host = socket.gethostname()
-        url = f"http://{host}:{settings.server.port}"
+        scheme = "https" if settings.server.tls_cert_file else "http"
+        url = f"{scheme}://{host}:{settings.server.port}"
     return Member(settings.cluster.node_id or urlsplit(url).netloc, url)
 
 

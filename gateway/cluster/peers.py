@@ -30,6 +30,7 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import ssl
 import time
 from typing import Protocol
 from urllib.parse import parse_qsl, quote, urlencode
@@ -123,6 +124,9 @@ class PeerClient:
         self._secret = settings.secret.encode()
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        # Peers over https: verified against cluster.peer_ca_file, else the system's CAs.
+        self._tls: ssl.SSLContext | bool = (ssl.create_default_context(cafile=settings.peer_ca_file)
+                                            if settings.peer_ca_file else True)
         self.requests = 0
         self.failures = 0
 
@@ -131,7 +135,8 @@ class PeerClient:
             self._session = aiohttp.ClientSession(
                 # Idle connections are closed before the peer's server would (uvicorn: 5 s),
                 # so a request rarely meets a connection that is being closed under it.
-                connector=aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0, keepalive_timeout=3.0),
+                connector=aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0, keepalive_timeout=3.0,
+                                               ssl=self._tls),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.settings.peer_connect_timeout,
                                               sock_read=self.settings.peer_read_timeout),
                 auto_decompress=False,

@@ -495,15 +495,16 @@ class BlockReader:
         await asyncio.gather(*(ask(member, count) for member, count in
                                fleet.owners_of_object(bucket, key, blocks, replicas).items()))
 
-    async def drop_unowned(self, objects: set[tuple[str, str]]) -> int:
-        """Remove the blocks of `objects` this node holds but no longer owns (their replica
-        count went down), unless passive copies are kept or the block is pinned; returns
-        how many were removed."""
+    async def drop_unowned(self, bucket: str, key: str, meta: ObjectMeta) -> int:
+        """Remove the blocks of the object version that this node holds but no longer owns
+        (its replica count went down), unless passive copies are kept or the block is
+        pinned; returns how many were removed. Blocks of older versions age out."""
         if self.store is None or self.fleet is None or self.fleet.settings.passive_cache:
             return 0
-        dropped = 0
-        for block in self.store.blocks_of(objects):
-            if not self.store.is_pinned(block) and not self.fleet.owns(block.bucket, block.key, block.index):
+        size, version, dropped = self.cache_settings.block_size, _version(meta), 0
+        for index in range((meta.size + size - 1) // size):
+            block = BlockId(bucket, key, version, index)
+            if block in self.store and not self.store.is_pinned(block) and not self.fleet.owns(bucket, key, index):
                 dropped += await self.store.remove(block)
         self.stats["replica_drop_blocks"] += dropped
         return dropped

@@ -63,8 +63,9 @@ class Engine:
             metadata.max_entries, ttl=metadata.ttl, negative_ttl=metadata.negative_ttl)
         self.listing_cache: ListingCache[_Page] = ListingCache(listing.max_entries, ttl=listing.ttl)
         self.stats: Counter[str] = Counter()
-        self._fills: OrderedDict[tuple[str, str], None] = OrderedDict()  # objects to fill, in order
-        self._filler: asyncio.Task[None] | None = None
+        # Objects whose replica count changed, to fill (True) or drop (False), in order.
+        self._rebalancing: OrderedDict[tuple[str, str], bool] = OrderedDict()
+        self._rebalancer: asyncio.Task[None] | None = None
         self.reads = BlockReader(origin, store, cache or CacheSettings(), self.stats, self.invalidate, fleet=fleet)
         self.read_object = self.reads.read_object
         self.cache_written = self.reads.cache_written
@@ -74,10 +75,10 @@ class Engine:
         self._flights: dict[tuple[MetaKey, int, tuple[int, int]], asyncio.Future[ObjectHead]] = {}
 
     async def aclose(self) -> None:
-        if self._filler is not None:
-            self._filler.cancel()
+        if self._rebalancer is not None:
+            self._rebalancer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._filler
+                await self._rebalancer
         await self.origin.aclose()
         if self.store is not None:
             await self.store.aclose()
@@ -326,27 +327,28 @@ class Engine:
         self.reads.forget_opens(bucket, key)
 
     async def rebalance(self, changes: Iterable[Change]) -> None:
-        """Replica counts changed (the replication controller): drop now the blocks this
-        node no longer owns, and fill those it now owns in the background, one object
-        after another."""
-        changes = list(changes)
-        await self.reads.drop_unowned({c.name for c in changes if c.now < c.was})
+        """Replica counts changed (the replication controller): in the background, one
+        object after another, fill the blocks this node now owns and drop those it no
+        longer owns."""
         for change in changes:
-            if change.now > change.was and change.name not in self._fills:
-                self._fills[change.name] = None
-        if self._fills and (self._filler is None or self._filler.done()):
-            self._filler = asyncio.create_task(self._fill(), name="gateway-replica-fill")
+            self._rebalancing[change.name] = change.now > change.was  # the latest change wins
+            self._rebalancing.move_to_end(change.name)
+        if self._rebalancing and (self._rebalancer is None or self._rebalancer.done()):
+            self._rebalancer = asyncio.create_task(self._rebalance(), name="gateway-replica-rebalance")
 
-    async def _fill(self) -> None:
-        while self._fills:
-            (bucket, key), _ = self._fills.popitem(last=False)
+    async def _rebalance(self) -> None:
+        while self._rebalancing:
+            (bucket, key), raised = self._rebalancing.popitem(last=False)
             try:
                 head = await self.head_object(bucket, key)
-                await self.reads.hold(bucket, key, head.meta)
-            except S3Error as err:  # gone, or the origin failing: the next raise tries again
-                log.cluster.info("replica of /%s/%s not filled: %s", bucket, key, err.code)
+                if raised:
+                    await self.reads.hold(bucket, key, head.meta)
+                else:
+                    await self.reads.drop_unowned(bucket, key, head.meta)
+            except S3Error as err:  # gone, or the origin failing: the next change tries again
+                log.cluster.info("replicas of /%s/%s not changed: %s", bucket, key, err.code)
             except Exception:  # one object must not stop the others
-                log.cluster.exception("replica of /%s/%s not filled", bucket, key)
+                log.cluster.exception("replicas of /%s/%s not changed", bucket, key)
 
     async def changed(self, changes: Iterable[tuple[str, str]]) -> None:
         """Objects changed behind the gateway (an S3 event): forget what we knew of them.

@@ -164,16 +164,6 @@ class TieredStore:
         self.expired += expired
         return expired
 
-    def blocks_of(self, objects: set[tuple[str, str]]) -> list[BlockId]:
-        """The blocks held of the (bucket, key) `objects`, any version, each once (one pass)."""
-        found = {
-            block_id.name: block_id
-            for tier in self.levels
-            for block_id in tier
-            if (block_id.bucket, block_id.key) in objects
-        }
-        return list(found.values())
-
     async def evict_prefix(self, bucket: str, prefix: str) -> int:
         """Remove every block of keys under bucket/prefix from every level (admin purge, pins
         included); returns how many distinct blocks were removed."""

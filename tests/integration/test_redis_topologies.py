@@ -14,6 +14,7 @@ import pytest
 
 from gateway.config import RedisSettings
 from tests.integration import test_fleet as on_one_redis
+from tests.integration import test_fleet_load, test_replication
 from tests.integration.test_fleet import (
     BLOCK,
     engine,
@@ -29,6 +30,11 @@ test_a_cold_object_read_through_every_node_costs_one_origin_get_per_block = (
     on_one_redis.test_a_cold_object_read_through_every_node_costs_one_origin_get_per_block)
 test_a_write_through_the_fleet_is_read_back_at_once_by_every_node = (
     on_one_redis.test_a_write_through_the_fleet_is_read_back_at_once_by_every_node)
+# Hot-object replication (its lease, heat and counts share the {ctl} tag) and a fleet load.
+test_a_hot_object_ends_up_on_every_node_and_a_cold_one_on_one = (
+    test_replication.test_a_hot_object_ends_up_on_every_node_and_a_cold_one_on_one)
+test_load_with_replicas_keeps_each_block_on_that_many_nodes = (
+    test_fleet_load.test_load_with_replicas_keeps_each_block_on_that_many_nodes)
 
 
 @pytest.fixture

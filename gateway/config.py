@@ -535,7 +535,7 @@ _DURATION_FIELDS = {
     ("metadata", "ttl"), ("metadata", "negative_ttl"), ("metadata", "stale_if_error"), ("listing", "ttl"),
     ("redis", "socket_timeout"), ("redis", "retry_interval"),
     ("cluster", "heartbeat_interval"), ("cluster", "member_ttl"), ("cluster", "peer_connect_timeout"),
-    ("cluster", "peer_read_timeout"),
+    ("cluster", "peer_read_timeout"), ("cluster", "heat_interval"), ("cluster", "heat_half_life"),
 }
 
 

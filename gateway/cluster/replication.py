@@ -17,7 +17,7 @@ lives under one hash tag (`{ctl}`), so each call touches one Redis Cluster slot.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import orjson
@@ -62,18 +62,29 @@ class Change:
 
 OnChange = Callable[[list[Change]], Awaitable[None]]
 
+HYSTERESIS = 1.5  # a replica earned at heat h is kept down to heat h / 1.5
 
-def replica_counts(heat: Iterable[tuple[ObjectKey, float]], members: int, settings: ClusterSettings) -> dict[ObjectKey, int]:
+
+def replica_counts(heat: Iterable[tuple[ObjectKey, float]], members: int, settings: ClusterSettings,
+                   previous: Mapping[ObjectKey, int] | None = None) -> dict[ObjectKey, int]:
     """The owners each hot object gets: ceil(members * heat / hot_threshold), at most
     `max_replicas` (0: every member) and only for the `hot_objects` hottest. Objects that
-    would get no more than `replicas` are left out (they have the default)."""
+    would get no more than `replicas` are left out (they have the default).
+
+    Hysteresis: an object keeps its `previous` count until its heat falls a third below
+    what earned it (HYSTERESIS), so heat wavering around a step does not fill and drop
+    the same blocks round after round.
+    """
     ceiling = min(members, settings.max_replicas or members)
+    previous = previous or {}
     hottest = sorted(heat, key=lambda item: item[1], reverse=True)[:settings.hot_objects]
     counts: dict[ObjectKey, int] = {}
     for name, value in hottest:
-        wanted = min(ceiling, math.ceil(members * value / settings.hot_threshold))
-        if wanted > settings.replicas:
-            counts[name] = wanted
+        wanted = math.ceil(members * value / settings.hot_threshold)
+        kept = min(previous.get(name, 0), math.ceil(members * value * HYSTERESIS / settings.hot_threshold))
+        n = min(ceiling, max(wanted, kept))
+        if n > settings.replicas:
+            counts[name] = n
     return counts
 
 
@@ -172,7 +183,7 @@ class Replication:
                     heat[(bucket, key)] = heat.get((bucket, key), 0) + count
             except (orjson.JSONDecodeError, ValueError, TypeError):
                 log.cluster.warning("unreadable heat from %s ignored", member)
-        counts = replica_counts(heat.items(), len(members), self.settings)
+        counts = replica_counts(heat.items(), len(members), self.settings, previous=self._fleet.hot)
         payload = orjson.dumps([[bucket, key, n] for (bucket, key), n in counts.items()])
         life = max(1, int(10 * self.settings.heat_interval * 1000))  # no controller for long: defaults again
         await self._shared.call("replication", lambda: client.set(self._counts_key, payload, px=life))

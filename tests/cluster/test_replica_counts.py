@@ -37,3 +37,15 @@ def test_counts_stay_in_bounds_follow_heat_and_cover_only_the_hottest(heat, memb
         for b, value in heat.items():
             if value >= heat[a]:
                 assert counts.get(b, replicas) >= n or len(heat) > settings.hot_objects
+
+
+def test_a_replica_is_kept_until_the_heat_falls_a_third_below_what_earned_it():
+    earned = replica_counts([(("b", "k"), 100.0)], 4, SETTINGS)
+    assert earned == {("b", "k"): 4}
+    # Heat 70: would be 3 owners from scratch, keeps 4 (70 x 1.5 > 75, the step to 4).
+    assert replica_counts([(("b", "k"), 70.0)], 4, SETTINGS, previous=earned) == {("b", "k"): 4}
+    assert replica_counts([(("b", "k"), 70.0)], 4, SETTINGS) == {("b", "k"): 3}
+    # Heat 40: 40 x 1.5 = 60 earns only 3, so down to 3 (from scratch: 2).
+    assert replica_counts([(("b", "k"), 40.0)], 4, SETTINGS, previous=earned) == {("b", "k"): 3}
+    # Rising never waits.
+    assert replica_counts([(("b", "k"), 100.0)], 4, SETTINGS, previous={("b", "k"): 2}) == {("b", "k"): 4}

@@ -7,6 +7,7 @@ module receives the Settings (or one section of it) through its constructor.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import tomllib
@@ -50,6 +51,8 @@ def parse_size(value: int | str, name: str = "size") -> int:
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(value))
     if not match or match.group(2).lower() not in _SIZE_UNITS:
         raise ConfigError(f"{name}: not a size: {value!r} (try 512MiB or 2GiB)")
+    if len(match.group(1)) > 64:  # Fraction() of more than 4300 digits raises ValueError
+        raise ConfigError(f"{name}: not a size: {str(value)[:80]!r}... (too many digits)")
     # Exact for any size: Fraction, not float (a float loses bytes above 2**53).
     return int(Fraction(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
 
@@ -61,7 +64,10 @@ def parse_duration(value: int | float | str, name: str = "duration") -> float:
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(value))
     if not match or match.group(2).lower() not in _DURATION_UNITS:
         raise ConfigError(f"{name}: not a duration: {value!r} (try 30s, 5m or 250ms)")
-    return float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
+    seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
+    if not math.isfinite(seconds):  # float() of 309 digits or more is inf
+        raise ConfigError(f"{name}: not a duration: {str(value)[:80]!r}... (too large)")
+    return seconds
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,9 +59,12 @@ def _pairs(records: list[object]) -> list[Change]:
         try:
             s3 = record["s3"]  # type: ignore[index]
             bucket = s3["bucket"]["name"]
-            key = unquote_plus(s3["object"]["key"])
+            key = s3["object"]["key"]
         except (KeyError, TypeError):
             raise EventError("a record without s3.bucket.name and s3.object.key") from None
+        if not isinstance(key, str):  # unquote_plus of a number raises AttributeError
+            raise EventError("a record whose s3.object.key is not a string")
+        key = unquote_plus(key)
         if not isinstance(bucket, str) or not bucket:
             raise EventError("a record with an empty bucket name")
         changes.append((bucket, key))

@@ -128,3 +128,11 @@ def test_parse_duration():
     assert parse_duration("30s") == 30 and parse_duration("5m") == 300 and parse_duration("250ms") == 0.25
     with pytest.raises(ConfigError):
         parse_duration("soon")
+
+
+@pytest.mark.parametrize("parse, text", [(parse_size, "1" * 5000), (parse_size, "1." + "0" * 5000 + "GiB"),
+                                         (parse_duration, "1" * 400), (parse_duration, "9" * 320 + "d")])
+def test_huge_numbers_are_config_errors(parse, text):
+    # Found by fuzz/fuzz_config.py: Fraction() of 4300+ digits raised ValueError, float() of 309+ gave inf.
+    with pytest.raises(ConfigError):
+        parse(text)

@@ -47,3 +47,10 @@ def test_any_json_yields_changes_or_an_event_error(document):
     except EventError:
         return
     assert all(isinstance(b, str) and isinstance(k, str) for b, k in changes)
+
+
+@pytest.mark.parametrize("key", [0, 1.5, None, True, [], {}])
+def test_a_key_that_is_not_a_string_is_an_event_error(key):
+    # Found by fuzz/fuzz_events.py: unquote_plus(0) raised AttributeError.
+    with pytest.raises(EventError):
+        parse_s3_event(orjson.dumps({"Records": [{"s3": {"bucket": {"name": "b"}, "object": {"key": key}}}]}))

@@ -39,3 +39,9 @@ def test_stale_missing_and_malformed_signatures():
     for bad in (None, "", "v1", "v2 1000000 ab", "v1 soon ab", "AWS4-HMAC-SHA256 Credential=x"):
         assert verify(SECRET, bad, "GET", "/_peer/v1/block", "a=1", now=1_000_000) == 401
     assert verify(SECRET, "v1 1000000 \u00e9\u00e9", "GET", "/_peer/v1/block", "a=1", now=1_000_000) == 403
+
+
+def test_a_timestamp_of_non_ascii_digits_is_malformed():
+    # Found by fuzz/fuzz_peers.py: "³".isdigit() is true, int("³") raised ValueError out of the peer API.
+    for when in ("\u00b380", "\u0661\u0662", "1" * 5000):
+        assert verify(SECRET, f"v1 {when} ab", "GET", "/_peer/v1/block", "a=1", now=1_000_000) == 401

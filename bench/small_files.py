@@ -20,6 +20,11 @@ and prints seconds per pass and the speedup over the origin, and writes a PNG ch
 
     .venv/bin/python bench/small_files.py                       # batches 50,500 (~4 minutes)
     .venv/bin/python bench/small_files.py --batches 50,500,5000 --chart docs/img/small_files.png
+    .venv/bin/python bench/small_files.py --batches 5000 --moto-key-buffer 1 --disk-quota 12GiB --modes on
+
+The 5000-file batch is 10 GB: --moto-key-buffer 1 has moto spool every object to a temp
+file (else it keeps objects under 5 MiB in memory), and --disk-quota gives the gateway a
+disk tier under the run's temp folder (else a warm pass finds only the last 2 GiB).
 
 Needs matplotlib (.venv/bin/pip install matplotlib). Results: docs/benchmarks.md.
 """
@@ -28,7 +33,9 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -91,37 +98,62 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", default="80MB", help="origin: bytes/s per connection each way")
     parser.add_argument("--ttl", default="10m", help="metadata.ttl and listing.ttl when caching is ON")
     parser.add_argument("--memory-quota", default="2GiB", help="the gateway's cache.memory_quota")
+    parser.add_argument("--disk-quota", default="",
+                        help="add a disk tier of this size under the run's temp folder (e.g. 12GiB, for batches that"
+                             " do not fit in --memory-quota); default: memory only")
+    parser.add_argument("--modes", default="on,off", help="caching modes to run: on, off or both (default on,off)")
+    parser.add_argument("--moto-key-buffer", default="",
+                        help="moto's MOTO_S3_DEFAULT_KEY_BUFFER_SIZE: objects larger than this many bytes are spooled"
+                             " to a temp file instead of kept in moto's memory (moto's default: 5 MiB - 1 KiB);"
+                             " 1 spools every object (the 5000-file batch is 10 GB)")
     parser.add_argument("--chart", default="", help="PNG path (default: small_files.png in a temp folder)")
     args = parser.parse_args(argv)
     batches = [int(b) for b in args.batches.split(",") if b.strip()]
     size = cs.parse_size(args.file_size, "--file-size")
+    chosen = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not chosen or set(chosen) - {"on", "off"}:
+        parser.error("--modes: on, off or on,off")
 
     tmp = Path(tempfile.mkdtemp(prefix="gateway-smallfiles-"))
     chart = Path(args.chart) if args.chart else tmp / "small_files.png"
     version = wl.header("bench/small_files.py: small files aggregated per date (list each date prefix, read every file)",
               args.latency, args.rate,
               f"files of {size:,} bytes over {args.dates} date prefixes; {args.clients} reader threads (boto3, SigV4); "
-              f"caching ON: metadata.ttl = listing.ttl = {args.ttl}; OFF: both 0; cache.memory_quota {args.memory_quota},"
-              " default block size (1 MiB) and readahead")
+              f"caching ON: metadata.ttl = listing.ttl = {args.ttl}; OFF: both 0; cache.memory_quota {args.memory_quota}"
+              f"{f', a disk tier of {args.disk_quota}' if args.disk_quota else ''}, default block size (1 MiB) and"
+              f" readahead; modes {','.join(chosen)}"
+              + (f"; moto MOTO_S3_DEFAULT_KEY_BUFFER_SIZE={args.moto_key_buffer} (larger objects spooled to disk)"
+                 if args.moto_key_buffer else ""))
     code = wl.snapshot_code(tmp)
     modes = {"on": {"GATEWAY_METADATA_TTL": args.ttl, "GATEWAY_LISTING_TTL": args.ttl},
              "off": {"GATEWAY_METADATA_TTL": "0", "GATEWAY_LISTING_TTL": "0"}}
+    modes = {m: env for m, env in modes.items() if m in chosen}
+    moto_env = {}
+    if args.moto_key_buffer:
+        spool = tmp / "moto-spool"  # moto's spooled objects (unlinked temp files: gone when moto exits)
+        spool.mkdir()
+        moto_env = {"MOTO_S3_DEFAULT_KEY_BUFFER_SIZE": str(cs.parse_size(args.moto_key_buffer, "--moto-key-buffer")),
+                    "TMPDIR": str(spool)}
     rows = []
     with ExitStack() as stack:
-        moto, origin = stack.enter_context(wl.shaped_moto(tmp, args.latency, args.rate))
+        moto, origin = stack.enter_context(wl.shaped_moto(tmp, args.latency, args.rate, moto_env=moto_env))
         moto_s3 = wl.client(moto, cs.ORIGIN_CREDENTIALS, attempts=5)  # setup only: moto may drop a connection
         moto_s3.create_bucket(Bucket=wl.BUCKET)
         for n in batches:
             t0 = time.monotonic()
             by_date = create_batch(moto_s3, n, size, args.dates)
-            print(f"== {n} files ({n * size / 1e6:,.0f} MB) created in {time.monotonic() - t0:.0f}s", flush=True)
+            print(f"== {n} files ({n * size / 1e6:,.0f} MB) created in {time.monotonic() - t0:.0f}s; {wl.loadavg()}",
+                  flush=True)
             with wl.Cpu() as cpu:
                 direct, _ = aggregate(origin, by_date, size, args.clients)
             print(f"   origin directly: {direct:7.2f} s  (CPU: ours {cpu.own:.1f} s, other load {cpu.other:.2f})",
                   flush=True)
             rows.append((n, "-", "origin", direct, 1.0, "-", "-", cpu.own, cpu.other))
             for mode, env in modes.items():
-                gw = wl.gateway(f"gw-{n}-{mode}", origin, tmp, code, {**env, "GATEWAY_CACHE_MEMORY_QUOTA":
+                disk = tmp / f"disk-{n}-{mode}"
+                tiers = {"GATEWAY_CACHE_DISK": json.dumps([{"path": str(disk), "quota": args.disk_quota}])} \
+                    if args.disk_quota else {}
+                gw = wl.gateway(f"gw-{n}-{mode}", origin, tmp, code, {**env, **tiers, "GATEWAY_CACHE_MEMORY_QUOTA":
                                                                       str(cs.parse_size(args.memory_quota, "--memory-quota"))})
                 gw.start()
                 try:
@@ -136,11 +168,12 @@ def main(argv: list[str] | None = None) -> int:
                                      cpu.other))
                 finally:
                     gw.stop()
+                    shutil.rmtree(disk, ignore_errors=True)
 
     print("\n" + wl.markdown(["files", "metadata+listing cache", "setup", "seconds", "speedup vs origin",
                               "x-cache answers", "gateway CPU s", "all our CPU s", "other load"], rows))
     print("\n'all our CPU s': CPU seconds of every process of this benchmark (client threads, gateway, proxy, moto);"
-          " 'other load': cores used meanwhile by processes outside it.")
+          f" 'other load': cores used meanwhile by processes outside it. At the end: {wl.loadavg()}")
     groups = [f"{n} files\ncache {mode}" for n in batches for mode in modes]
     series: dict[str, list[float]] = {"origin": [], "gw cold": [], "gw warm": []}
     for n in batches:

@@ -32,10 +32,65 @@ ROOT = cs.ROOT
 BUCKET = cs.BUCKET
 
 
+# moto's S3 server, run by this script (instead of gateway.demo.moto_server) so that it can start with
+# objects already in it and with moto's own settings in its environment.
+_MOTO_LAUNCHER = """\
+import json, sys, time
+spec = json.load(open(sys.argv[2]))
+if spec:
+    from moto.s3.models import s3_backends
+    backend = s3_backends["123456789012"]["aws"]
+    t0 = time.monotonic()
+    for bucket, keys in spec.items():
+        backend.create_bucket(bucket, "us-east-1")
+        for key in keys:
+            backend.put_object(bucket, key, b"")
+    print(f"preloaded {sum(map(len, spec.values()))} keys in {time.monotonic() - t0:.1f}s", flush=True)
+from moto.server import main
+main(["-H", "127.0.0.1", "-p", sys.argv[1]])
+"""
+
+
 @contextmanager
-def shaped_moto(workdir: Path, latency: str, rate: str) -> Iterator[tuple[str, str]]:
+def moto_process(workdir: Path, preload: dict[str, Sequence[str]] | None = None,
+                 env: dict[str, str] | None = None) -> Iterator[str]:
+    """moto's S3 server as a subprocess on loopback; yields its endpoint.
+
+    `preload`: {bucket: keys} created as 0-byte objects inside moto before it serves (100,000 keys
+    in seconds, where PUTs over HTTP took 8 minutes). `env`: moto settings, e.g.
+    MOTO_S3_DEFAULT_KEY_BUFFER_SIZE (objects larger than it are spooled to a temp file)."""
+    port = cs.free_port()
+    spec = workdir / "moto-preload.json"
+    spec.write_text(json.dumps({b: list(keys) for b, keys in (preload or {}).items()}))
+    log = workdir / "moto.log"
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen([sys.executable, "-c", _MOTO_LAUNCHER, str(port), str(spec)],
+                                stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120  # preloading takes a while
+        while True:
+            try:
+                httpx.get(endpoint + "/moto-api/", timeout=1)
+                break
+            except httpx.HTTPError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("moto server did not start\n" + log.read_text(errors="replace")[-3000:]) from None
+                time.sleep(0.2)
+        yield endpoint
+    finally:
+        # Empty moto first: holding 100k keys it took more than 10 s to exit.
+        if proc.poll() is None:
+            with contextlib.suppress(httpx.HTTPError):
+                httpx.post(endpoint + "/moto-api/reset", timeout=120)
+        cs._stop(proc)
+
+
+@contextmanager
+def shaped_moto(workdir: Path, latency: str, rate: str, preload: dict[str, Sequence[str]] | None = None,
+                moto_env: dict[str, str] | None = None) -> Iterator[tuple[str, str]]:
     """moto's S3 server and bench/shaped_proxy.py in front of it; yields (moto, shaped) endpoints."""
-    with cs.moto_server() as moto:
+    with moto_process(workdir, preload, moto_env) as moto:
         port = cs.free_port()
         log = workdir / "shaped-proxy.log"
         with open(log, "wb") as fh:
@@ -48,16 +103,12 @@ def shaped_moto(workdir: Path, latency: str, rate: str) -> Iterator[tuple[str, s
             yield moto, shaped
         finally:
             cs._stop(proc)
-            # Empty moto first: holding 100k keys it took more than the 10 s that
-            # moto_server waits for it to exit.
-            with contextlib.suppress(httpx.HTTPError):
-                httpx.post(moto + "/moto-api/reset", timeout=120)
 
 
-def tidy(tmp: Path, chart: Path) -> None:
-    """Remove the run's temp folder, except the chart when it was written there."""
+def tidy(tmp: Path, *keep: Path) -> None:
+    """Remove the run's temp folder, except the charts when they were written there."""
     for entry in tmp.iterdir():
-        if entry != chart:
+        if entry not in keep:
             shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
     if not any(tmp.iterdir()):
         tmp.rmdir()
@@ -95,7 +146,7 @@ def header(what: str, latency: str, rate: str, extra: str = "") -> str:
     print(f"{what}")
     print(f"machine: {cs.machine()}")
     print(f"gateway code: {version}")
-    print(f"date: {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}")
+    print(f"date: {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; {loadavg()}")
     print(f"origin: moto {_moto_version()} S3 server behind bench/shaped_proxy.py: +{latency} before the first byte "
           f"of every answer, {rate}/s per connection each way (moto closes the connection after each answer)")
     if extra:
@@ -103,6 +154,12 @@ def header(what: str, latency: str, rate: str, extra: str = "") -> str:
     print(f"NOTE: client, gateway, proxy and moto share these {os.cpu_count()} cores over loopback;"
           " 'other load' is CPU (cores) taken meanwhile by processes outside this benchmark.\n", flush=True)
     return version
+
+
+def loadavg() -> str:
+    """The machine's load averages, as `uptime` prints them (other sessions' work included)."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} (1, 5, 15 min)"
 
 
 def _moto_version() -> str:
@@ -147,7 +204,7 @@ def bar_chart(path: Path, title: str, groups: Sequence[str], series: dict[str, S
     ax.legend(fontsize=8)
     if note:
         fig.text(0.01, 0.01, note, fontsize=7, alpha=0.8)
-    fig.tight_layout(rect=(0, 0.05 if note else 0, 1, 1))
+    fig.tight_layout(rect=(0, 0.05 * (note.count("\n") + 1) if note else 0, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

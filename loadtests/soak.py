@@ -103,6 +103,7 @@ class Figures:
     short_listings: int = 0  # own-prefix listings without a key acknowledged before they were asked
     stale: int = 0
     stale_at: list[float] = field(default_factory=list)  # when (monotonic) each stale read began
+    live_errors: list[tuple[float, int, str, str]] = field(default_factory=list)  # (monotonic, node, op, kind)
 
     def add(self, op: str, *, error: tuple[str, str] | None = None, wrong: int = 0, bad: bool = False,
             short: bool = False, stale: bool = False) -> None:
@@ -214,6 +215,9 @@ class Soak:
                 kind = exc.response["Error"]["Code"] if isinstance(exc, ClientError) else type(exc).__name__
                 where = "down" if node in self.down or (kind in _DOWN and node in self._recently_down()) else "live"
                 self.figures.add(op, error=(where, kind))
+                if where == "live":
+                    with self.figures.lock:
+                        self.figures.live_errors.append((time.monotonic(), node, op, kind))
                 self.stop.wait(0.05)
 
     def _recently_down(self) -> set[int]:
@@ -379,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\nfaults:", "; ".join(f"{at:.0f} s {event}" for at, event in soak.events))
     print("requests by operation:", dict(f.requests))
     print("errors at a live node:", dict(Counter({k: n for (w, k), n in f.errors.items() if w == "live"})) or "none")
+    for at, node, op, kind in f.live_errors[:20]:
+        print(f"  {at - soak.started:.1f} s: node {node} {op} {kind}")
     print("errors at a node that was down:",
           dict(Counter({k: n for (w, k), n in f.errors.items() if w == "down"})) or "none")
     print(f"wrong bytes: {f.wrong_bytes} (wrong answers by operation: {dict(f.wrong) or 'none'})")

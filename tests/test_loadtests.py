@@ -151,3 +151,38 @@ def test_a_changed_object_is_reported_as_wrong_bytes(prepared: RunningGateway, c
     errors = done.stderr.split("Error report", 1)[1]  # locust's table: occurrences, "<type> <name>: <error>"
     assert re.search(rf"^{failed}\s+GET zipf: wrong bytes\s*$", errors, re.MULTILINE), errors
     assert "wrong bytes: s3://loadtest/lt/objects/000000 [0, " in done.stderr  # the log line naming the object
+
+
+# --- bench/locust_compare.py: how it reads Locust's results (its runs take minutes) --------------------
+
+
+def test_locust_compare_reads_percentiles_and_the_error_report() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_locust_compare", ROOT / "bench" / "locust_compare.py")
+    assert spec is not None and spec.loader is not None
+    compare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare)
+
+    histogram = {"10": 50, "20": 45, "300": 4, "1000": 1}  # as in Locust's --json: rounded ms -> count
+    assert compare.percentile(histogram, 50) == 10 and compare.percentile(histogram, 95) == 20
+    assert compare.percentile(histogram, 99) == 300 and compare.percentile(histogram, 100) == 1000
+    stderr = ("[2026-11-30 22:00:00,000] host/ERROR/loadtests: wrong bytes: s3://b/k [0, 9): byte 3 differs\n"
+              "Error report\n# occurrences      Error\n------------------|------\n"
+              "3                  GET zipf: wrong bytes\n1                  LIST dashboard: wrong listing\n"
+              "1                  REFRESH dashboard: a request of the refresh failed\n"
+              "2                  PUT metadata: SlowDown (503)\n------------------|------\n\n")
+    errors = compare.error_report(stderr)
+    assert errors == {"GET zipf: wrong bytes": 3, "LIST dashboard: wrong listing": 1,
+                      "REFRESH dashboard: a request of the refresh failed": 1, "PUT metadata: SlowDown (503)": 2}
+    entry = {"start_time": 100.0, "last_request_timestamp": 110.0, "total_content_length": 5_000_000}
+    entries = [{**entry, "method": "GET", "name": "zipf", "num_requests": 90, "num_failures": 3,
+                "response_times": {"10": 90}},
+               {**entry, "method": "LIST", "name": "dashboard", "num_requests": 10, "num_failures": 1,
+                "response_times": {"50": 10}},
+               {**entry, "method": "REFRESH", "name": "dashboard", "num_requests": 10, "num_failures": 1,
+                "response_times": {"900": 10}}]
+    row = compare.summarise(entries, errors)
+    assert row["requests"] == 100 and row["rps"] == 10.0 and row["failures"] == 4  # REFRESH left out
+    assert row["p50"] == 10 and row["p99"] == 50
+    assert row["wrong bytes"] == 3 and row["wrong other"] == 1

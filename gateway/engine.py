@@ -192,8 +192,17 @@ class Engine:
             return None
         return _Known(value, head_start=age), age
 
+    def _deaf(self) -> bool:
+        """Shared, but not listening to the invalidation channel (Redis down, or not yet
+        subscribed again): another node's write may have gone unheard, so nothing cached
+        is answered without asking the origin until the channel is back (and the caches
+        were purged, `on_resync`)."""
+        return self.shared is not None and not self.shared.subscribed.is_set()
+
     def _usable(self, found: tuple[_Known, float], checksums: bool = False) -> bool:
         """Whether an entry of this age may be answered without asking the origin."""
+        if self._deaf():
+            return False
         known, age = found
         if known.missing:
             return age <= self.settings.negative_ttl
@@ -283,7 +292,7 @@ class Engine:
         params = dict(query)
         cache_key: ListingKey = (bucket, params.pop("prefix", ""), tuple(sorted(params.items())))
         page = self.listing_cache.get(cache_key)
-        if page is not None and time.monotonic() < page.expires:
+        if page is not None and time.monotonic() < page.expires and not self._deaf():
             self.stats["list_hit"] += 1
             return page.body
         epoch = self._epoch(bucket)

@@ -354,8 +354,13 @@ class BlockReader:
         held = await self.budget.take(expected)  # now that the size is known
         try:
             data = await response.read_at_most(expected)
+        except S3Error:  # cut off mid-body: ask with a HEAD, then fetch the block (retried)
+            data = b""
         finally:
             self.budget.give(held)
+        if len(data) < expected:
+            self.stats["origin_open_cut"] += 1
+            return None
         if len(data) != expected:
             raise S3Error("ServiceUnavailable", "The origin sent a block of the wrong size; retry the request.")
         meta = meta_from_ranged_get(response.header_items, total)
@@ -409,29 +414,41 @@ class BlockReader:
             fetch.exception()  # retrieved: a failed fetch nobody waited for is not an error to log
 
     async def _fetch_block(self, block: BlockId, meta: ObjectMeta) -> bytes:
+        """One block from the origin (ranged GET, If-Match the version), stored. An answer
+        cut off mid-body is asked for again, `origin.retries` times (the block is held
+        whole before a byte of it is sent, so a retry is invisible to the client)."""
         assert self.store is not None
         first, last = block_bounds(block.index, self.cache_settings.block_size, meta.size)
         query = [("versionId", meta.version_id)] if meta.version_id and meta.version_id != "null" else []
-        response = await self.origin.send(
-            "GET", block.bucket, block.key, query=query,
-            headers={"range": f"bytes={first}-{last}", "if-match": meta.etag},
-        )
-        if response.status == 412:
-            await response.aclose()
-            await self._on_changed(block.bucket, block.key)
-            raise ObjectChanged()
-        if response.status >= 300:
-            raise await self.origin.error_from(response, resource=f"/{block.bucket}/{block.key}")
         expected = last - first + 1
-        if response.status != 206 and expected != meta.size:
-            await response.aclose()
-            raise S3Error("ServiceUnavailable", "The origin ignored a byte range; the block was not cached.")
-        data = await response.read_at_most(expected)  # never more than one block, whatever is sent
-        if len(data) != expected:
-            raise S3Error("ServiceUnavailable", "The origin sent a block of the wrong size; retry the request.")
-        self.stats["origin_block_fetch"] += 1
-        await self.store.put(block, data)
-        return data
+        for attempt in range(self.origin.settings.retries + 1):
+            response = await self.origin.send(
+                "GET", block.bucket, block.key, query=query,
+                headers={"range": f"bytes={first}-{last}", "if-match": meta.etag},
+            )
+            if response.status == 412:
+                await response.aclose()
+                await self._on_changed(block.bucket, block.key)
+                raise ObjectChanged()
+            if response.status >= 300:
+                raise await self.origin.error_from(response, resource=f"/{block.bucket}/{block.key}")
+            if response.status != 206 and expected != meta.size:
+                await response.aclose()
+                raise S3Error("ServiceUnavailable", "The origin ignored a byte range; the block was not cached.")
+            try:
+                data = await response.read_at_most(expected)  # never more than one block, whatever is sent
+            except S3Error:  # cut off mid-body
+                data = b""
+            if len(data) == expected:
+                self.stats["origin_block_fetch"] += 1
+                await self.store.put(block, data)
+                return data
+            if len(data) > expected:
+                break
+            self.stats["origin_block_retry"] += 1
+            log.engine.info("block %d of /%s/%s cut off at %d of %d bytes (attempt %d)",
+                            block.index, block.bucket, block.key, len(data), expected, attempt + 1)
+        raise S3Error("ServiceUnavailable", "The origin sent a block of the wrong size; retry the request.")
 
     # --- the fleet ---------------------------------------------------------------------
 

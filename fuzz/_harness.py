@@ -76,15 +76,19 @@ def write_corpus(target: str, seeds: dict[str, bytes]) -> None:
         (folder / name).write_bytes(data)
 
 
-def main(target: str, test_one_input: Callable[[bytes], None], seeds: Callable[[], dict[str, bytes]]) -> None:
+def main(target: str, test_one_input: Callable[[bytes], None], seeds: Callable[[], dict[str, bytes]],
+         defaults: tuple[str, ...] = ()) -> None:
     """`python fuzz/fuzz_<target>.py [libFuzzer flags] [corpus dirs]`; `--write-corpus` (re)writes
     fuzz/corpus/<target>/ from the harness's seeds. With no corpus dir given, libFuzzer reads
     the seed folder and keeps the inputs it finds in a fresh temporary folder (it writes new
-    inputs into the first folder it is given), so a run never edits the checkout."""
+    inputs into the first folder it is given), so a run never edits the checkout. `defaults` are
+    libFuzzer flags the target wants unless the command line sets them."""
     if "--write-corpus" in sys.argv:
         write_corpus(target, seeds())
         return
     args = list(sys.argv)
+    given = {a.partition("=")[0] for a in args[1:]}
+    args[1:1] = [flag for flag in defaults if flag.partition("=")[0] not in given]
     if not any(not a.startswith("-") for a in args[1:]):
         args += [tempfile.mkdtemp(prefix=f"fuzz-{target}-"), str(CORPUS / target)]
     atheris.Setup(args, test_one_input)

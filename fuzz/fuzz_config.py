@@ -43,5 +43,6 @@ def seeds() -> dict[str, bytes]:
 
 
 if __name__ == "__main__":
-    main("config", test_one_input, seeds)
+    # Longer than libFuzzer's default 4096 bytes: Python's int() limit is 4300 digits.
+    main("config", test_one_input, seeds, defaults=("-max_len=8192",))
     sys.exit(0)

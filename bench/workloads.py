@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -202,9 +203,11 @@ def bar_chart(path: Path, title: str, groups: Sequence[str], series: dict[str, S
         ax.set_yscale("log")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
-    if note:
+    if note:  # wrapped to the figure's width (~18 characters of 7 pt per inch at 110 dpi)
+        width = int(fig.get_figwidth() * 18)
+        note = "\n".join(textwrap.fill(line, width) for line in note.splitlines())
         fig.text(0.01, 0.01, note, fontsize=7, alpha=0.8)
-    fig.tight_layout(rect=(0, 0.05 * (note.count("\n") + 1) if note else 0, 1, 1))
+    fig.tight_layout(rect=(0, 0.01 + 0.035 * (note.count("\n") + 1) if note else 0, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -5,6 +5,7 @@ per size (32, 32, 4 connections), it measures GETs against these setups:
 
   origin          moto's S3 server, straight (the origin the next four are in front of)
   nginx           apt nginx with `proxy_cache` (on disk) in front of the same moto, warmed
+  nginx-tmpfs     the same with its cache folder on tmpfs (/dev/shm), warmed
   gw-mem          the gateway, warm, served from its memory tier
   gw-disk         the gateway, warm, served from a disk tier (cache.memory_quota = 0)
   gw-cold         the gateway, every read a first read: distinct keys that were never read,
@@ -228,7 +229,7 @@ http {{
     fastcgi_temp_path {dir}/fastcgi_temp;
     uwsgi_temp_path {dir}/uwsgi_temp;
     scgi_temp_path {dir}/scgi_temp;
-    proxy_cache_path {dir}/cache levels=1:2 keys_zone=bench:64m max_size=16g inactive=1h use_temp_path=off;
+    proxy_cache_path {cache} levels=1:2 keys_zone=bench:64m max_size=16g inactive=1h use_temp_path=off;
     upstream origin {{
         server {origin};
         keepalive 64;
@@ -254,17 +255,19 @@ http {{
 
 
 @contextmanager
-def nginx_process(origin: str, workdir: Path, workers: str) -> Iterator[tuple[str, Path]]:
-    """apt nginx as a subprocess with a generated nginx.conf; yields (endpoint, conf path)."""
+def nginx_process(origin: str, workdir: Path, workers: str, *, name: str = "nginx",
+                  cache: Path | None = None) -> Iterator[tuple[str, Path]]:
+    """apt nginx as a subprocess with a generated nginx.conf; yields (endpoint, conf path).
+    `cache`: the proxy_cache folder (default: in `workdir`, on disk; /dev/shm/... for tmpfs)."""
     if shutil.which("nginx") is None:
         raise SystemExit("nginx not found: apt-get install -y nginx")
-    root = workdir / "nginx"
+    root = workdir / name
     root.mkdir()
     port = free_port()
     conf = root / "nginx.conf"
     user = "user root;\n" if os.geteuid() == 0 else ""  # workers may write the cache in our temp folder
     conf.write_text(NGINX_CONF.format(user=user, workers=workers, dir=root, port=port,
-                                      origin=urlsplit(origin).netloc))
+                                      cache=cache or root / "cache", origin=urlsplit(origin).netloc))
     proc = subprocess.Popen(["nginx", "-c", str(conf), "-p", str(root), "-e", str(root / "error.log")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     endpoint = f"http://127.0.0.1:{port}"
@@ -877,6 +880,11 @@ def main(argv: list[str] | None = None) -> int:
             stack.callback(shutil.rmtree, tmp, True)
         origin = stack.enter_context(moto_server())
         nginx, nginx_conf = stack.enter_context(nginx_process(origin, tmp, args.nginx_workers))
+        # The same nginx with its cache on tmpfs (memory), like the gateway's memory tier.
+        shm = Path(tempfile.mkdtemp(prefix="gateway-serving-nginx-", dir="/dev/shm"))
+        stack.callback(shutil.rmtree, shm, True)
+        nginx_tmpfs, _ = stack.enter_context(nginx_process(origin, tmp, args.nginx_workers, name="nginx-tmpfs",
+                                                           cache=shm / "cache"))
         origin_s3 = s3_client(origin, ORIGIN_CREDENTIALS)
         origin_s3.create_bucket(Bucket=BUCKET)
         shaped = shaped_root = None
@@ -966,7 +974,8 @@ def main(argv: list[str] | None = None) -> int:
                 return min(count, max(4 * conns, int(4 * 10**9 // plan.size)))  # at most ~4 GB of objects
 
             measure("origin", origin, warm_keys, None)
-            for setup, endpoint, expect in (("nginx", nginx, "HIT"), ("gw-mem", gw_mem.endpoint, "hit-mem"),
+            for setup, endpoint, expect in (("nginx", nginx, "HIT"), ("nginx-tmpfs", nginx_tmpfs, "HIT"),
+                                            ("gw-mem", gw_mem.endpoint, "hit-mem"),
                                             ("gw-disk", gw_disk.endpoint, "hit-disk")):
                 served = warm(endpoint, warm_keys, plan.size, conns)
                 if set(served) != {expect}:

@@ -179,8 +179,16 @@ def test_access_log_line_has_the_request_and_no_secrets(admin_gateway, caplog):
     answer["Body"].read()
     presigned = s3.generate_presigned_url("get_object", Params={"Bucket": "bkt", "Key": "dir/k"})
     assert httpx.get(presigned, timeout=10).status_code == 200
-    lines = [line for line in (orjson.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.access")
-             if line["operation"] == "GetObject"]
+
+    def get_lines() -> list[dict]:  # type: ignore[type-arg]
+        return [line for line in (orjson.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.access")
+                if line["operation"] == "GetObject"]
+
+    # A request's line is written just after its answer was sent: wait for the second one.
+    deadline = time.monotonic() + 5
+    while len(get_lines()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    lines = get_lines()
     request_id = answer["ResponseMetadata"]["HTTPHeaders"]["x-amz-request-id"]
     entry = next(line for line in lines if line["request_id"] == request_id)
     assert entry["user"] == ADMIN[0] and entry["operation"] == "GetObject"

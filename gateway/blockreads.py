@@ -498,7 +498,7 @@ class BlockReader:
         async def ask(member: Member, count: int) -> int:
             if member == fleet.me:
                 return await self.hold(bucket, key, meta, replicas=replicas)
-            n = fleet.replicas(bucket, key) if replicas is None else replicas
+            n = fleet.replicas(bucket, key, replicas)
             try:
                 return await fleet.peers.hold(member, bucket, key, meta.etag, meta.version_id, meta.size, n, count)
             except PeerRefused as refused:

@@ -40,18 +40,19 @@ class Fleet:
     def me(self) -> Member:
         return self.membership.me
 
-    def replicas(self, bucket: str, key: str) -> int:
-        """How many owners each block of the object has (more for hot objects)."""
-        return self.hot.get((bucket, key), self.settings.replicas)
+    def replicas(self, bucket: str, key: str, override: int | None = None) -> int:
+        """How many owners each block of the object has (more for hot objects); `override`,
+        when given, instead (a load with `--replicas`)."""
+        return override if override is not None else self.hot.get((bucket, key), self.settings.replicas)
 
     def owns(self, bucket: str, key: str, index: int, replicas: int | None = None) -> bool:
         """Whether this node is one of the block's owners (with `replicas` owners, if given)."""
-        n = self.replicas(bucket, key) if replicas is None else replicas
+        n = self.replicas(bucket, key, replicas)
         return self.me.id in owners(placement_name(bucket, key, index), self.membership.ids, n)
 
     def owners_of_object(self, bucket: str, key: str, blocks: int, replicas: int | None = None) -> dict[Member, int]:
         """Every live member that owns blocks of the object's first `blocks`, with how many."""
-        n = self.replicas(bucket, key) if replicas is None else replicas
+        n = self.replicas(bucket, key, replicas)
         counts: dict[Member, int] = {}
         for index in range(blocks):
             for member_id in owners(placement_name(bucket, key, index), self.membership.ids, n):
@@ -69,7 +70,7 @@ class Fleet:
         instead of the object's count (a load with `--replicas`).
         """
         members = self.membership
-        n = self.replicas(bucket, key) if replicas is None else replicas
+        n = self.replicas(bucket, key, replicas)
         ranked = owners(placement_name(bucket, key, index), members.ids, n)
         me = members.me.id
         if me in ranked:

@@ -92,8 +92,6 @@ def replica_counts(heat: Iterable[tuple[ObjectKey, float]], members: int, settin
 class ReplicationStats:
     rounds: int = 0
     leader: bool = False  # this node was the controller in its last round
-    raised: int = 0  # objects whose replica count went up (as this node saw it)
-    lowered: int = 0  # objects whose replica count went down
 
 
 class Replication:
@@ -145,8 +143,6 @@ class Replication:
         changes = [Change(name, before.get(name, default), counts.get(name, default))
                    for name in sorted(before.keys() | counts.keys()) if before.get(name) != counts.get(name)]
         if changes:
-            self.stats.raised += sum(1 for c in changes if c.now > c.was)
-            self.stats.lowered += sum(1 for c in changes if c.now < c.was)
             await self._on_change(changes)
 
     async def run(self) -> None:

@@ -52,6 +52,16 @@ _SIGV2_EXTRA_SUBRESOURCES = frozenset(
     )
 )
 
+# Parameters that SigV2 does not sign and that a SigV2 request may still carry: they page or
+# shape a listing or name the SDK call; none chooses the operation or the object.
+_SIGV2_UNSIGNED_ALLOWED = frozenset(
+    (
+        "prefix", "delimiter", "marker", "max-keys", "encoding-type", "list-type", "continuation-token",
+        "start-after", "fetch-owner", "key-marker", "version-id-marker", "upload-id-marker", "max-uploads",
+        "max-parts", "part-number-marker", "x-id",
+    )
+)
+
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 _AMZ_DATE = re.compile(r"\d{8}T\d{6}Z")
 _DATE8 = re.compile(r"\d{8}")
@@ -484,16 +494,18 @@ def _verify_v2(
     )
     provided_b = provided.strip().encode("utf-8", "surrogateescape")
     key = secret.encode("utf-8")
-    for resource in _v2_resources(view, bucket_from_host):
+    for resource, signed in _v2_resources(view, bucket_from_host):
         for date_line in dict.fromkeys(date_lines):
             to_sign = f"{view.method.upper()}\n{content_md5}\n{content_type}\n{date_line}\n{amz}{resource}"
             digest = hmac.new(key, to_sign.encode("utf-8", "surrogateescape"), hashlib.sha1).digest()
             if hmac.compare_digest(base64.b64encode(digest), provided_b):
+                _check_all_query_signed_v2(view, signed)
                 return
     raise S3Error("SignatureDoesNotMatch", extra={"AWSAccessKeyId": access_key})
 
 
-def _v2_resources(view: RequestView, bucket_from_host: str | None) -> list[str]:
+def _v2_resources(view: RequestView, bucket_from_host: str | None) -> list[tuple[str, frozenset[str]]]:
+    """The canonicalized resources a SigV2 client may have signed, each with the query names it covers."""
     raw = view.raw_path or "/"
     paths = dict.fromkeys((raw, uri_encode(_percent_decode(raw), keep_slash=True)))
     if not bucket_from_host and raw.count("/") == 1 and raw != "/":
@@ -504,7 +516,7 @@ def _v2_resources(view: RequestView, bucket_from_host: str | None) -> list[str]:
     subresource_sets = [SIGV2_SUBRESOURCES]
     if any(name in _SIGV2_EXTRA_SUBRESOURCES for name, _, _ in raw_pairs):
         subresource_sets.append(SIGV2_SUBRESOURCES | _SIGV2_EXTRA_SUBRESOURCES)
-    out: list[str] = []
+    out: dict[str, frozenset[str]] = {}
     for allowed in subresource_sets:
         # Sub-resource values are signed decoded; names are plain ASCII and sorted by name only.
         subs = sorted(
@@ -512,8 +524,25 @@ def _v2_resources(view: RequestView, bucket_from_host: str | None) -> list[str]:
             key=lambda t: t[0],
         )
         suffix = "?" + "&".join(f"{n}{s}{v}" for n, s, v in subs) if subs else ""
-        out.extend(f"{prefix}{path}{suffix}" for path in paths)
-    return list(dict.fromkeys(out))
+        for path in paths:
+            out.setdefault(f"{prefix}{path}{suffix}", frozenset(n for n, _, _ in subs))
+    return list(out.items())
+
+
+def _check_all_query_signed_v2(view: RequestView, signed: frozenset[str]) -> None:
+    """A SigV2 signature covers only its sub-resources: any other parameter that could choose
+    the operation or the object (`?retention`, `?legal-hold`, an escaped `%76ersionId`, ...)
+    would be sent on with the gateway's own credentials, so it must have been signed."""
+    unsigned = sorted({
+        name for name, _ in _parse_query(view.query_string)
+        if name not in signed and name not in _V2_QUERY_PARAMS and name not in _SIGV2_UNSIGNED_ALLOWED
+        and not name.lower().startswith("x-amz-") and name.lower() not in ("content-md5", "content-type")
+    })
+    if unsigned:
+        raise S3Error(
+            "AccessDenied", "There were query parameters present in the request which were not signed",
+            extra={"ParametersNotSigned": ", ".join(unsigned)[:256]},
+        )
 
 
 # --- shared helpers --------------------------------------------------------------------------------

@@ -60,7 +60,8 @@ class Context:
         self.app.policy.check(req.user, action, bucket, key)
 
     def origin_query(self, drop: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
-        return [(k, v) for k, v in self.req.query_pairs if k not in _AUTH_QUERY and k not in drop]
+        """The request's query as the origin receives it: the one parsed query, less authentication."""
+        return [(k, v) for k, v in self.req.query.items() if k not in _AUTH_QUERY and k not in drop]
 
     async def relay(self, response: OriginResponse, *, headers: dict[str, str] | None = None) -> Response:
         """Send the origin's answer on: its status, object headers and (streamed) body."""

@@ -34,13 +34,17 @@ _METHODS = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE"})
 
 @dataclass(slots=True)
 class S3Request:
-    """One parsed request. `query` keeps the first value of each name; `query_pairs` all of them."""
+    """One parsed request.
+
+    `query` is the request's query decided once: each name with the first value the client
+    gave it (S3 also takes the first of a repeated parameter). It is what is authorized, what
+    keys every cache and what the origin receives; only signature checks read the raw query.
+    """
 
     method: str
     bucket: str | None
     key: str | None
     query: dict[str, str]
-    query_pairs: list[tuple[str, str]]
     headers: dict[str, str]
     view: RequestView
     host_bucket: str | None
@@ -192,7 +196,7 @@ def parse_request(scope: Scope, receive: Receive, request_id: str, domain: str) 
     for name, value in query_pairs:
         query.setdefault(name, value)
     return S3Request(
-        method=scope["method"], bucket=bucket, key=key, query=query, query_pairs=query_pairs,
+        method=scope["method"], bucket=bucket, key=key, query=query,
         headers=headers, view=view, host_bucket=bucket_from_host, request_id=request_id, receive=receive,
     )
 

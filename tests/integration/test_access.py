@@ -160,6 +160,18 @@ def test_presigned_put(gateway, shared):
     assert shared.get_object(Bucket="shared", Key="team/up.txt")["Body"].read() == b"uploaded"
 
 
+def test_sigv2_presigned_put_cannot_become_another_operation(gateway, shared, direct):
+    """`?retention` (not a SigV2 sub-resource, so not signed) appended to a presigned SigV2 PUT."""
+    signer = client(gateway.endpoint, ADMIN, signature_version="s3")
+    url = signer.generate_presigned_url("put_object", Params={"Bucket": "shared", "Key": "team/up.txt"}, ExpiresIn=60)
+    body = b"<Retention><Mode>GOVERNANCE</Mode><RetainUntilDate>2030-01-01T00:00:00Z</RetainUntilDate></Retention>"
+    for extra in ("&retention", "&legal-hold", "&%74agging"):
+        response = httpx.put(url + extra, content=body)
+        assert response.status_code == 403 and "not signed" in response.text, response.text
+    assert "Contents" not in direct.list_objects_v2(Bucket="shared", Prefix="team/up")
+    assert httpx.put(url, content=b"uploaded").status_code == 200
+
+
 def test_presigned_url_does_not_widen_grants(gateway, shared):
     team = client(gateway.endpoint, TEAM)
     url = team.generate_presigned_url("get_object", Params={"Bucket": "shared", "Key": "secret/plan.txt"}, ExpiresIn=60)

@@ -400,6 +400,12 @@ class RedisSettings:
     key_prefix: str = setting("gw:", "Every key and the pub/sub channel start with it.")
     socket_timeout: float = setting(0.5, "A Redis call taking longer counts as Redis being down.")
     retry_interval: float = setting(1.0, "After a failure, how long the node runs without Redis before trying again.")
+    invalidation_timeout: float = setting(
+        1.0, "A write is acknowledged once every node listening on the invalidation channel confirmed it "
+             "dropped what the write changed, or after this long; a node trusts its cached metadata and "
+             "listings only while the channel answered a PING sent less than this long ago, so a node "
+             "that did not confirm in time no longer answers from its caches (it asks the origin) when "
+             "the write is acknowledged. Also bounds how long a hung Redis can hide a write.")
 
     @property
     def target(self) -> RedisTarget:
@@ -411,8 +417,8 @@ class RedisSettings:
         if kind == "cluster" and ("{" in self.key_prefix or "}" in self.key_prefix):
             raise ConfigError("redis.key_prefix: no braces with redis+cluster:// (a hash tag in the "
                               "prefix would put every key in one slot, on one master)")
-        if self.socket_timeout <= 0 or self.retry_interval <= 0:
-            raise ConfigError("redis.socket_timeout and redis.retry_interval must be positive")
+        if self.socket_timeout <= 0 or self.retry_interval <= 0 or self.invalidation_timeout <= 0:
+            raise ConfigError("redis.socket_timeout, redis.retry_interval and redis.invalidation_timeout must be positive")
 
 
 @dataclass(frozen=True, slots=True)
@@ -539,7 +545,7 @@ _DURATION_FIELDS = {
     ("server", "head_timeout"), ("server", "keepalive_timeout"), ("server", "stall_timeout"),
     ("server", "shutdown_timeout"),
     ("metadata", "ttl"), ("metadata", "negative_ttl"), ("metadata", "stale_if_error"), ("listing", "ttl"),
-    ("redis", "socket_timeout"), ("redis", "retry_interval"),
+    ("redis", "socket_timeout"), ("redis", "retry_interval"), ("redis", "invalidation_timeout"),
     ("cluster", "heartbeat_interval"), ("cluster", "member_ttl"), ("cluster", "peer_connect_timeout"),
     ("cluster", "peer_read_timeout"), ("cluster", "heat_interval"), ("cluster", "heat_half_life"),
 }

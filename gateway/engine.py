@@ -193,11 +193,12 @@ class Engine:
         return _Known(value, head_start=age), age
 
     def _deaf(self) -> bool:
-        """Shared, but not listening to the invalidation channel (Redis down, or not yet
-        subscribed again): another node's write may have gone unheard, so nothing cached
-        is answered without asking the origin until the channel is back (and the caches
-        were purged, `on_resync`)."""
-        return self.shared is not None and not self.shared.subscribed.is_set()
+        """Shared, but not known to have heard every invalidation acknowledged writes sent
+        (Redis down or hung, not yet subscribed again, or the listener behind: see
+        SharedMetadata.listening): another node's write may have gone unheard, so nothing
+        cached is answered without asking the origin until the channel is back (after a
+        new subscription the caches were purged, `on_resync`)."""
+        return self.shared is not None and not self.shared.listening()
 
     def _usable(self, found: tuple[_Known, float], checksums: bool = False) -> bool:
         """Whether an entry of this age may be answered without asking the origin."""
@@ -318,14 +319,19 @@ class Engine:
 
     async def invalidate(self, bucket: str, key: str | None = None) -> None:
         """Forget cached metadata and listings a write to `key` (or to the bucket) may have
-        changed: in Redis and on every node when shared, and here."""
+        changed: in Redis and on every node when shared, and here. Returns once every
+        node applied it or stopped trusting its caches (SharedMetadata.invalidate), so the
+        write may then be acknowledged."""
         self._epochs[bucket] += 1  # answers being fetched now are no longer cached
+        confirmation = None
         try:
             if self.shared is not None:
                 # Shared entries first: a miss here meanwhile must not refill from them.
-                await self.shared.invalidate(bucket, key)
+                confirmation = await self.shared.invalidate(bucket, key)
         finally:
             self.invalidate_local(bucket, key)
+        if confirmation is not None and not await confirmation.wait():
+            self.stats["invalidation_unconfirmed"] += 1
 
     def invalidate_local(self, bucket: str, key: str | None = None) -> None:
         """Forget what this node cached about `key` (the bucket when None); another node's

@@ -18,7 +18,18 @@ connection). What keeps every use cluster-safe, here and in the modules that use
   namespaces (metadata is not tagged, so it spreads over the masters).
 - No KEYS or SCAN over the keyspace (on a cluster they see one master); keep an index.
 - PUBLISH and SUBSCRIBE are classic pub/sub: on a cluster a message reaches every node.
+
+Read-after-write across nodes (`invalidate`, `listening`): a write is acknowledged once every
+node subscribed to the invalidation channel when it was published confirmed it applied it (an
+ack on the writer's own channel), or after `redis.invalidation_timeout`. A node trusts what it
+cached only while the channel answered a PING it sent less than that long ago: Redis delivers
+a subscriber's messages and PING replies in order on its one connection, so a node whose last
+PONG answers a PING sent at t has applied every invalidation published before t. A node that
+did not confirm within the deadline (held back, hung, cut off) has therefore stopped trusting
+its caches by the time the write is acknowledged; a node killed meanwhile costs the writer the
+deadline at most.
 """
+
 
 from __future__ import annotations
 
@@ -44,7 +55,7 @@ from gateway.cluster.connection import AnyRedis, redis_client
 from gateway.config import RedisSettings
 from gateway.store.meta import ListingKey, MetaKey
 
-__all__ = ["SharedMetadata"]
+__all__ = ["Confirmation", "SharedMetadata"]
 
 T = TypeVar("T")
 OnInvalidate = Callable[[str, "str | None"], None]
@@ -119,16 +130,66 @@ for i = 1, #entries, 2 do
 end
 return dropped
 """
-# Drop an object's metadata and tell the other nodes, in this order (ARGV: channel, message).
+# Drop an object's metadata and tell the other nodes, in this order (ARGV: channel, message);
+# returns how many subscribers the message reached.
 _META_FORGET = """
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[1], ARGV[2])
-return 1
+return redis.call('PUBLISH', ARGV[1], ARGV[2])
 """
 
 _MAX_PENDING = 10_000  # invalidations waiting for Redis; beyond it, whole buckets
 _MAX_GENERATIONS = 10_000
-_HEARTBEAT = 5.0  # a silent invalidation channel is PINGed after this many seconds
+_PINGS_PER_DEADLINE = 4  # PINGs through the channel per redis.invalidation_timeout
+_BACK_HOME_AFTER = 4  # on a cluster: retry_intervals on another node before trying the channel's master again
+
+
+class Confirmation:
+    """The nodes' confirmations that they applied one invalidation. Event loop only.
+
+    `expected` is how many subscribers the message reached (None: it was not sent, Redis
+    being unreachable); `wait()` returns once that many confirmed, or at `until` (monotonic
+    time), whichever comes first, True when every node confirmed.
+    """
+
+    __slots__ = ("expected", "confirmed", "until", "_event", "_done")
+
+    def __init__(self, done: Callable[[bool], None] = lambda complete: None) -> None:
+        self.expected: int | None = None
+        self.confirmed = 0
+        self.until = 0.0
+        self._event = asyncio.Event()
+        self._done = done
+
+    def expect(self, expected: int | None, until: float) -> None:
+        self.expected, self.until = expected, until
+        self._check()
+
+    def add(self) -> None:
+        self.confirmed += 1
+        self._check()
+
+    def _check(self) -> None:
+        if self.expected is not None and self.confirmed >= self.expected:
+            self._event.set()
+
+    @property
+    def complete(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self) -> bool:
+        try:
+            left = self.until - time.monotonic()
+            if not self._event.is_set() and left > 0:
+                with suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        await self._event.wait()
+            return self._event.is_set()
+        finally:
+            self._done(self._event.is_set())
+
+
+class _BackHome(Exception):
+    """On a cluster: listening on another node than the channel's master for long enough."""
 
 
 class SharedMetadata:
@@ -170,6 +231,13 @@ class SharedMetadata:
         self._sequence = itertools.count()
         self._down_since: float | None = None
         self._retry_at = 0.0
+        self._ack_channel = self._acks_of(self.node_id)
+        self._ids = itertools.count()
+        self._waiting: dict[str, Confirmation] = {}  # invalidation id -> its confirmations
+        self._current_until = 0.0  # monotonic: cached answers may be trusted until then
+        self.confirmations: Counter[str] = Counter()  # confirmed, unconfirmed, unsent
+        # For tests and drills: the listener handles nothing until this time.monotonic().
+        self.hold_listener_until = 0.0
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -238,58 +306,91 @@ class SharedMetadata:
 
     # --- invalidation -----------------------------------------------------------------
 
-    async def invalidate(self, bucket: str, key: str | None) -> None:
+    async def invalidate(self, bucket: str, key: str | None) -> Confirmation:
         """Drop the shared metadata of `key` (of the whole bucket when None) and every
         listing page that can contain it, then tell the other nodes to do the same.
 
         The shared entries go before the message, so a node that refills its own cache
         on receiving it cannot find the old entry here. Without Redis the invalidation
         waits (bounded) and the listener replays it when Redis is back.
+
+        Returns the nodes' confirmations: the write may be acknowledged once its `wait()`
+        returned (see the module docstring). Unsent (Redis unreachable from here), it
+        waits until `invalidation_timeout` after this node found Redis unreachable: by
+        then no node still trusts its caches, unless Redis answers it but not this node.
         """
-        done = None
+        ident = str(next(self._ids))
+        confirmation = Confirmation(lambda complete: self._settled(ident, complete))
+        self._waiting[ident] = confirmation
+        reached: int | None = None
         try:
-            done = await self._call("invalidate", lambda: self._invalidate_now(bucket, key))
+            # Tried even while the circuit is open, as long as the channel is heard: a
+            # skipped invalidation would leave the other nodes trusting what it changes.
+            reached = await self._call("invalidate", lambda: self._invalidate_now(bucket, key, ident),
+                                       probe=self.listening())
         finally:  # also when cancelled: the write it follows may have happened
-            if done:
+            now = time.monotonic()
+            deadline = self.settings.invalidation_timeout
+            if reached is not None:
                 self._pending.pop((bucket, key), None)  # an older one waiting is done with it
+                confirmation.expect(reached, now + deadline)
             else:
                 self._pending[(bucket, key)] = next(self._sequence)
                 self._bound_pending()
+                self.confirmations["unsent"] += 1
+                confirmation.expect(None, (self._down_since if self._down_since is not None else now) + deadline)
+        return confirmation
 
-    async def _invalidate_now(self, bucket: str, key: str | None) -> bool:
-        message: dict[str, Any] = {"n": self.node_id, "b": bucket, "k": key}
+    async def _invalidate_now(self, bucket: str, key: str | None, ident: str) -> int:
+        """Returns how many subscribers the message reached."""
+        message: dict[str, Any] = {"n": self.node_id, "b": bucket, "k": key, "i": ident}
         if key is None:
             generation = self._note_generation(bucket, await self._client.incr(self._generation_key(bucket)))
             message["g"] = generation
             await self._pages_forget(keys=[self._index_key(bucket)], args=[self._page_prefix(bucket), "*"])
-            await self._publish(orjson.dumps(message))
-            return True
+            return await self._publish(self._channel, orjson.dumps(message))
         meta_key = await self._meta_key(bucket, key)
         await self._pages_forget(keys=[self._index_key(bucket)], args=[self._page_prefix(bucket), "=" + key])
         if isinstance(self._client, RedisCluster):  # the message goes to the channel's node, below
             await self._client.delete(meta_key)
-            await self._publish(orjson.dumps(message))
-        else:
-            await self._meta_forget(keys=[meta_key], args=[self._channel, orjson.dumps(message)])
-        return True
+            return await self._publish(self._channel, orjson.dumps(message))
+        return int(await self._meta_forget(keys=[meta_key], args=[self._channel, orjson.dumps(message)]))
 
-    async def _publish(self, message: bytes) -> None:
-        """On a cluster, to the master of the channel's slot, where the nodes listen unless it
-        failed them: delivered from there at once, not after a hop over the cluster bus
-        (which still brings it to those listening elsewhere)."""
+    async def _publish(self, channel: str, message: bytes | str) -> int:
+        """On a cluster, to the master of the invalidation channel's slot, where the nodes
+        listen unless it failed them: delivered from there at once, not after a hop over the
+        cluster bus (which still brings it to those listening elsewhere). Returns how many
+        subscribers it reached (on a cluster: on the node it was published on)."""
         client = self._client
         if isinstance(client, RedisCluster):
             home = client.get_node_from_key(self._channel)
             try:
-                await client.publish(self._channel, message, target_nodes=home)
-                return
+                return int(await client.publish(channel, message, target_nodes=home))
             except (ConnectionError, RedisConnectionError):  # that node is down: any other one
                 others = [node for node in client.get_nodes() if node.name != home.name]
                 if not others:
                     raise
-                await client.publish(self._channel, message, target_nodes=random.choice(others))
-        else:
-            await client.publish(self._channel, message)
+                await client.publish(channel, message, target_nodes=random.choice(others))
+                return 0  # whoever hears it there: not on the master, so not trusting their caches
+        return int(await client.publish(channel, message))
+
+    def listening(self) -> bool:
+        """Whether this node has applied every invalidation published more than
+        `invalidation_timeout` ago: subscribed, and the channel answered a PING sent less
+        than that long ago (on a cluster, through the channel's master, where writes
+        publish). While not, cached metadata and listings must not be answered unasked."""
+        return self.subscribed.is_set() and time.monotonic() < self._current_until
+
+    def _settled(self, ident: str, complete: bool) -> None:
+        confirmation = self._waiting.pop(ident, None)
+        if confirmation is not None and confirmation.expected is not None:
+            self.confirmations["confirmed" if complete else "unconfirmed"] += 1
+            if not complete:
+                log.cluster.info("invalidation %s: %d of %d nodes confirmed within %.1f s", ident,
+                                 confirmation.confirmed, confirmation.expected, self.settings.invalidation_timeout)
+
+    def _acks_of(self, node: str) -> str:
+        return f"{self._prefix}ack:{node}"
 
     def _bound_pending(self) -> None:
         if len(self._pending) > _MAX_PENDING:  # a long outage under writes: whole buckets instead
@@ -299,48 +400,36 @@ class SharedMetadata:
     async def _replay(self) -> None:
         for item, sequence in list(self._pending.items()):
             bucket, key = item
-            if not await self._call("invalidate", lambda: self._invalidate_now(bucket, key)):  # noqa: B023 (awaited here)
+            ident = f"r{next(self._ids)}"  # nobody waits for it: its acks are dropped
+            if await self._call("invalidate", lambda: self._invalidate_now(bucket, key, ident)) is None:  # noqa: B023
                 return
             if self._pending.get(item) == sequence:  # not failed again meanwhile
                 del self._pending[item]
 
     async def listen(self, on_invalidate: OnInvalidate, on_resync: Callable[[], None] | None = None) -> None:
-        """Call `on_invalidate(bucket, key)` for every invalidation published by another node.
+        """Call `on_invalidate(bucket, key)` for every invalidation published by another node,
+        and confirm it to that node once applied.
 
-        Runs until cancelled, resubscribing with backoff whenever the connection fails.
-        `on_resync` is called each time the subscription is (re)established: messages may
-        have been missed before it, so the caller should drop what they could have
-        invalidated. Pending invalidations of this node are replayed from here.
+        Runs until cancelled, resubscribing with backoff whenever the connection fails or
+        stops answering the PINGs sent through it (`listening`). `on_resync` is called each
+        time the subscription is (re)established: messages may have been missed before it,
+        so the caller should drop what they could have invalidated. Pending invalidations of
+        this node are replayed from here.
         """
         failures = 0
-        loop = asyncio.get_running_loop()
-        tick = min(1.0, self.settings.socket_timeout)
         while True:
             pubsub: PubSub | None = None
             try:
                 async with asyncio.timeout(self.settings.socket_timeout):
-                    pubsub = await self._pubsub()
-                    await pubsub.subscribe(self._channel)
-                heard, pinged = loop.time(), None
-                while True:
-                    if self.subscribed.is_set() and self._pending and self._usable():
-                        await self._replay()
-                    message = await pubsub.get_message(timeout=tick)
-                    now = loop.time()
-                    if message is not None:
-                        heard, pinged = now, None
-                        if message["type"] == "subscribe":
-                            failures = 0
-                            self._subscribed(on_resync)
-                        elif message["type"] == "message":
-                            self._deliver(message["data"], on_invalidate)
-                    elif pinged is not None:
-                        if now - pinged > self.settings.socket_timeout + tick:
-                            raise TimeoutError("Redis did not answer a PING on the invalidation channel")
-                    elif now - heard > _HEARTBEAT:
-                        async with asyncio.timeout(self.settings.socket_timeout):
-                            await pubsub.ping()
-                        pinged = now
+                    pubsub, home = await self._pubsub()
+                    asked = time.monotonic()
+                    # The acks channel first: confirmed by the time writes can come from here.
+                    await pubsub.subscribe(self._ack_channel, self._channel)
+                await self._hear(pubsub, home, asked, on_invalidate, on_resync)
+            except _BackHome:
+                self.subscribed.clear()
+                self._pubsub_turn = 0
+                failures = 0
             except Exception as exc:  # any failure: resubscribe after a pause
                 self.subscribed.clear()
                 self._failed("listen", exc)
@@ -352,21 +441,81 @@ class SharedMetadata:
                     with suppress(Exception):
                         async with asyncio.timeout(self.settings.socket_timeout):
                             await pubsub.aclose()
-            # Jittered exponential backoff, capped low: a reconnect attempt is cheap.
-            delay = min(self.settings.retry_interval * 2 ** (failures - 1), 4 * self.settings.retry_interval)
-            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            if failures:
+                # Jittered exponential backoff, capped low: a reconnect attempt is cheap.
+                delay = min(self.settings.retry_interval * 2 ** (failures - 1), 4 * self.settings.retry_interval)
+                await asyncio.sleep(delay * random.uniform(0.5, 1.0))
 
-    async def _pubsub(self) -> PubSub:
-        """A pub/sub connection. On a cluster, to the master of the channel's slot, where
-        invalidations are published; after each failure to the next node: a classic PUBLISH
-        reaches every node of a cluster, so any live node will do."""
+    async def _hear(self, pubsub: PubSub, home: bool, asked: float, on_invalidate: OnInvalidate,
+                    on_resync: Callable[[], None] | None) -> None:
+        """One subscription's life: messages, acks, and PINGs through the channel every
+        quarter of the deadline; raises when it fails or stops answering."""
+        deadline = self.settings.invalidation_timeout
+        every = deadline / _PINGS_PER_DEADLINE
+        give_up = deadline + self.settings.socket_timeout  # a PING unanswered this long: reconnect
+        sent: dict[int, float] = {}  # PINGs in flight: number -> time.monotonic() when sent
+        numbers = itertools.count()
+        connected = next_ping = time.monotonic()
+        while True:
+            held = self.hold_listener_until - time.monotonic()
+            if held > 0:
+                await asyncio.sleep(held)
+                continue
+            if self.subscribed.is_set() and self._pending and self._usable():
+                await self._replay()
+            now = time.monotonic()
+            if now >= next_ping:
+                if sent and now - min(sent.values()) > give_up:
+                    raise TimeoutError("Redis did not answer a PING on the invalidation channel")
+                number = next(numbers)
+                sent[number] = now
+                async with asyncio.timeout(self.settings.socket_timeout):
+                    await pubsub.ping(str(number))
+                next_ping = now + every
+            if not home and now - connected > _BACK_HOME_AFTER * self.settings.retry_interval:
+                raise _BackHome
+            message = await pubsub.get_message(timeout=max(0.0, next_ping - time.monotonic()))
+            if message is None:
+                continue
+            kind = message["type"]
+            if kind == "message":
+                if _text(message["channel"]) == self._ack_channel:
+                    waiting = self._waiting.get(_text(message["data"]))
+                    if waiting is not None:
+                        waiting.add()
+                else:
+                    await self._deliver(message["data"], on_invalidate)
+            elif kind == "pong":
+                try:
+                    number = int(_text(message["data"]))
+                except ValueError:
+                    continue
+                at = sent.pop(number, None)
+                for older in [n for n in sent if n < number]:
+                    del sent[older]
+                if at is not None:
+                    self._recovered()
+                    if home:
+                        self._current_until = max(self._current_until, at + deadline)
+            elif kind == "subscribe" and _text(message["channel"]) == self._channel:
+                self._subscribed(on_resync)
+                if home:
+                    self._current_until = asked + deadline
+
+    async def _pubsub(self) -> tuple[PubSub, bool]:
+        """A pub/sub connection, and whether it is to where invalidations are published. On a
+        cluster, to the master of the channel's slot; after each failure to the next node: a
+        classic PUBLISH reaches every node of a cluster, so any live node will do to hear
+        them, but only on the master are they ordered with this node's PINGs (elsewhere the
+        node hears them but does not trust its caches, and goes back to the master later)."""
         client = self._client
         if isinstance(client, RedisCluster):
             await client.initialize()  # reads the slot map again if a node failed since
             home = client.get_node_from_key(self._channel)
             nodes = [home, *(node for node in client.get_nodes() if node.name != home.name)]
-            return client.pubsub(node=nodes[self._pubsub_turn % len(nodes)])
-        return client.pubsub()
+            turn = self._pubsub_turn % len(nodes)
+            return client.pubsub(node=nodes[turn]), turn == 0
+        return client.pubsub(), True
 
     def _subscribed(self, on_resync: Callable[[], None] | None) -> None:
         self._generations.clear()
@@ -378,24 +527,31 @@ class SharedMetadata:
             except Exception:
                 log.cluster.exception("resync after subscribing to %s failed", self._channel)
 
-    def _deliver(self, data: bytes, on_invalidate: OnInvalidate) -> None:
+    async def _deliver(self, data: bytes, on_invalidate: OnInvalidate) -> None:
+        """Apply another node's invalidation, then confirm it to that node (this node's own
+        confirm themselves: its engine invalidated before publishing)."""
         try:
             message = orjson.loads(data)
             node, bucket, key = message["n"], message["b"], message["k"]
             if not isinstance(bucket, str) or not (key is None or isinstance(key, str)):
                 raise TypeError(bucket, key)
-            generation = message.get("g")
+            generation, ident = message.get("g"), message.get("i")
         except (orjson.JSONDecodeError, KeyError, TypeError):
             self.errors["bad_message"] += 1
             return
         if node == self.node_id:
+            waiting = self._waiting.get(ident) if isinstance(ident, str) else None
+            if waiting is not None:
+                waiting.add()
             return
         if isinstance(generation, int):
             self._note_generation(bucket, generation)
         try:
             on_invalidate(bucket, key)
-        except Exception:
+        except Exception:  # confirmed anyway: nothing better will come of not confirming
             log.cluster.exception("invalidating %s/%s on a message from %s failed", bucket, key, node)
+        if isinstance(ident, str) and isinstance(node, str):
+            await self._call("ack", lambda: self._publish(self._acks_of(node), ident), probe=True)
 
     # --- keys -------------------------------------------------------------------------
 
@@ -431,9 +587,10 @@ class SharedMetadata:
     def _usable(self) -> bool:
         return self._down_since is None or time.monotonic() >= self._retry_at
 
-    async def _call(self, op: str, work: Callable[[], Awaitable[T]]) -> T | None:
-        """`work()` within the timeout, or None when Redis is down or the call failed."""
-        if self._down_since is not None:
+    async def _call(self, op: str, work: Callable[[], Awaitable[T]], *, probe: bool = False) -> T | None:
+        """`work()` within the timeout, or None when Redis is down or the call failed;
+        `probe`: tried even while the circuit is open."""
+        if self._down_since is not None and not probe:
             now = time.monotonic()
             if now < self._retry_at:
                 self.skipped += 1
@@ -467,12 +624,17 @@ class SharedMetadata:
         if isinstance(self._client, RedisCluster):
             return
         with suppress(Exception):
-            await self._client.connection_pool.disconnect(inuse_connections=False)
+            async with asyncio.timeout(self.settings.socket_timeout):
+                await self._client.connection_pool.disconnect(inuse_connections=False)
 
     def _recovered(self) -> None:
         if self._down_since is not None:
             log.cluster.warning("Redis available again after %.1f s", time.monotonic() - self._down_since)
             self._down_since = None
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _ms(seconds: float) -> int:

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Build the real-SDK clients of tests/integration/test_sdk_clients.py into a cache folder:
+#   bash tests/clients/build.sh [js] [go] [java]      (no argument: all three)
+# $S3GW_CLIENTS_CACHE (default ~/.cache/s3gw-clients) gets
+#   js/node_modules        npm ci of tests/clients/js/package-lock.json (AWS SDK for JavaScript v3)
+#   go/minio-scenario      go build of tests/clients/go (minio-go; modules in Go's module cache)
+#   java/scenario.jar, java/lib/*.jar   mvn package of tests/clients/java (AWS SDK for Java v2; ~/.m2)
+# Each is rebuilt only when its sources changed (a stamp of their hash), so a later run costs a
+# second. Exit 2 when a toolchain is missing (node/npm, go, mvn/java), with what to install.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+cache="${S3GW_CLIENTS_CACHE:-$HOME/.cache/s3gw-clients}"
+mkdir -p "$cache"
+
+need() {
+    for tool in "$@"; do
+        if ! command -v "$tool" >/dev/null 2>&1; then
+            echo "build.sh: $tool is not installed (Debian: apt-get install nodejs npm | golang-go | maven openjdk-17-jdk-headless)" >&2
+            exit 2
+        fi
+    done
+}
+
+# The sources' hash; the build is skipped when the stamp in $1 holds it and the artefact $2 exists.
+fresh() {
+    local stamp="$1" artefact="$2" sum
+    shift 2
+    sum="$(cd "$here" && cat "$@" | sha256sum | cut -d' ' -f1)"
+    if [ -e "$artefact" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$sum" ]; then
+        return 0
+    fi
+    echo "$sum" > "$stamp.new"
+    return 1
+}
+
+build_js() {
+    need node npm
+    local out="$cache/js"
+    mkdir -p "$out"
+    fresh "$out/.stamp" "$out/node_modules/@aws-sdk/client-s3/package.json" js/package.json js/package-lock.json && return 0
+    cp "$here/js/package.json" "$here/js/package-lock.json" "$out/"
+    (cd "$out" && npm ci --no-audit --no-fund --loglevel=error)
+    mv "$out/.stamp.new" "$out/.stamp"
+}
+
+build_go() {
+    need go
+    local out="$cache/go"
+    mkdir -p "$out"
+    fresh "$out/.stamp" "$out/minio-scenario" go/go.mod go/go.sum go/main.go && return 0
+    (cd "$here/go" && go build -mod=readonly -o "$out/minio-scenario" .)
+    mv "$out/.stamp.new" "$out/.stamp"
+}
+
+build_java() {
+    need mvn java
+    local out="$cache/java"
+    mkdir -p "$out"
+    fresh "$out/.stamp" "$out/scenario.jar" java/pom.xml java/src/main/java/s3gw/Scenario.java && return 0
+    rm -rf "$out/lib" "$out/scenario.jar"
+    mvn -q -B -Dstyle.color=never package -f "$here/java/pom.xml" -Dclients.build="$out"
+    mv "$out/.stamp.new" "$out/.stamp"
+}
+
+targets=("$@")
+[ ${#targets[@]} -eq 0 ] && targets=(js go java)
+for target in "${targets[@]}"; do
+    case "$target" in
+        js) build_js ;;
+        go) build_go ;;
+        java) build_java ;;
+        *) echo "build.sh: unknown client $target (js, go, java)" >&2; exit 64 ;;
+    esac
+done

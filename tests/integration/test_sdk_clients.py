@@ -155,15 +155,21 @@ def test_aws_sdk_js_v3(gateway, s3, direct, files, tmp_path):
 
 # -------------------------------------------------------------------------- minio-go
 
-def _minio(gateway, bucket, tmp_path, phase):  # type: ignore[no-untyped-def]
-    return _scenario([str(CACHE / "go" / "minio-scenario")], gateway, bucket, tmp_path, phase)
+def _minio(gateway, bucket, tmp_path, phase, trailing):  # type: ignore[no-untyped-def]
+    command = [str(CACHE / "go" / "minio-scenario")]
+    args = [*command, gateway.endpoint, *ADMIN, bucket, str(tmp_path / "small.bin"), str(tmp_path / "big.bin"), phase]
+    out = run_client(args + (["trailing-headers"] if trailing else []), env=client_env()).stdout
+    return json.loads(out.decode().strip().splitlines()[-1])
 
 
-def test_minio_go(gateway, s3, direct, files, tmp_path):
+# minio-go's defaults, and Options.TrailingHeaders as MinIO's own tools set it: then every upload
+# carries CRC32C checksums, and CompleteMultipartUpload the object's composite x-amz-checksum-crc32c.
+@pytest.mark.parametrize("trailing", [False, True], ids=["default", "trailing-headers"])
+def test_minio_go(gateway, s3, direct, files, tmp_path, trailing):
     _need_client("go")
     s3.create_bucket(Bucket="sdk-minio")
     small, big = files["small"], files["big"]
-    out = _minio(gateway, "sdk-minio", tmp_path, "write-read")
+    out = _minio(gateway, "sdk-minio", tmp_path, "write-read", trailing)
 
     origin = _origin(direct, "sdk-minio")
     want = {"minio/known-small.bin": small, "minio/known-big.bin": big, "minio/unknown/big.bin": big}
@@ -191,7 +197,7 @@ def test_minio_go(gateway, s3, direct, files, tmp_path):
     assert out["top"] == ["minio/known-big.bin", "minio/known-small.bin", "minio/unknown/"]
     assert out["presigned"] == {"status": 200, "sha": _sha(small), "signed": True}
 
-    gone = _minio(gateway, "sdk-minio", tmp_path, "delete")
+    gone = _minio(gateway, "sdk-minio", tmp_path, "delete", trailing)
     assert gone == {"remove_errors": [], "left": []}
     assert _origin(direct, "sdk-minio") == {}
 
@@ -250,3 +256,87 @@ def test_aws_sdk_java_v2(gateway, s3, direct, files, tmp_path):
     gone = _java(gateway, "sdk-java", tmp_path, "delete")
     assert gone["deleted"] == sorted(want) and gone["delete_errors"] == [] and gone["left"] == []
     assert _origin(direct, "sdk-java") == {}
+
+
+# -------------------------------------------------------------------------- issue 14 items 10-12
+
+def _rclone(endpoint: str, key: tuple[str, str], tmp_path: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    binary = need_binary("rclone", "apt-get install rclone")
+    env = client_env(RCLONE_CONFIG=str(tmp_path / "rclone.conf"), RCLONE_CONFIG_GW_TYPE="s3", RCLONE_CONFIG_GW_PROVIDER="Other",
+                     RCLONE_CONFIG_GW_ENDPOINT=endpoint, RCLONE_CONFIG_GW_ACCESS_KEY_ID=key[0],
+                     RCLONE_CONFIG_GW_SECRET_ACCESS_KEY=key[1], RCLONE_CONFIG_GW_REGION=REGION,
+                     RCLONE_CONFIG_GW_FORCE_PATH_STYLE="true")
+    return subprocess.run([binary, *args, "-vv", "--retries", "1", "--low-level-retries", "1", "--contimeout", "5s",
+                           "--timeout", "30s", "--s3-upload-cutoff", "5M", "--s3-chunk-size", "5M"],
+                          env=env, capture_output=True, timeout=120, check=False)
+
+
+def _statuses(log: bytes) -> list[str]:
+    return [line.split(b"status code: ")[1].split(b",")[0].decode() for line in log.splitlines() if b"status code: " in line]
+
+
+def test_rclone_multipart_unversioned_head_version_null(gateway, s3, direct, clean_origin, files, tmp_path):
+    """Issue 14 item 10: after a multipart upload to an unversioned bucket rclone reads the object
+    back with `HEAD ?versionId=null` (moto, unlike S3, answers CompleteMultipartUpload there with
+    `x-amz-version-id: null`, and that HEAD with a bare 400). The gateway must give the client the
+    origin's answer, never turn it into a 503 that rclone retries; or answer as S3 does (200)."""
+    s3.create_bucket(Bucket="rclone-plain")
+    source = tmp_path / "big.bin"
+    straight = _rclone(clean_origin, ("origin-key", "origin-secret"), tmp_path, "copyto", str(source), "gw:rclone-plain/direct/big.bin")
+    through = _rclone(gateway.endpoint, ADMIN, tmp_path, "copyto", str(source), "gw:rclone-plain/gw/big.bin")
+    log = through.stderr.decode(errors="replace")[-4000:]
+    assert "503" not in _statuses(through.stderr), log
+    origin = _origin(direct, "rclone-plain")
+    assert origin["gw/big.bin"]["bytes"] == files["big"]  # the upload itself went through
+    assert _is_multipart(origin["gw/big.bin"]["etag"])
+    if through.returncode != 0:  # as rclone fails straight against this origin, with the origin's status
+        assert straight.returncode != 0, log
+        assert _statuses(through.stderr)[-1:] == _statuses(straight.stderr)[-1:], log
+    # Directly: the gateway's answer to HEAD ?versionId=null is the origin's, or S3's 200.
+    head = httpx.head(f"{clean_origin}/rclone-plain/gw/big.bin", params={"versionId": "null"})
+    try:
+        s3.head_object(Bucket="rclone-plain", Key="gw/big.bin", VersionId="null")
+        status = 200
+    except ClientError as exc:
+        status = exc.response["ResponseMetadata"]["HTTPStatusCode"]
+    assert status in (200, head.status_code if head.status_code != 403 else 400), status
+
+
+def _multipart(client, bucket: str, key: str, data: bytes) -> tuple[str, list[dict]]:  # type: ignore[no-untyped-def,type-arg]
+    upload = client.create_multipart_upload(Bucket=bucket, Key=key, ChecksumAlgorithm="CRC32C")["UploadId"]
+    parts = []
+    for number, start in enumerate(range(0, len(data), PART), 1):
+        part = client.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=number,
+                                  Body=data[start:start + PART], ChecksumAlgorithm="CRC32C")
+        parts.append({"PartNumber": number, "ETag": part["ETag"], "ChecksumCRC32C": part["ChecksumCRC32C"]})
+    return upload, parts
+
+
+def test_complete_multipart_retried(s3, direct, files):
+    """Issue 14 item 11: a client that lost the answer to CompleteMultipartUpload sends it again;
+    S3 (and moto) answer the retry of an upload that just completed with the same result."""
+    s3.create_bucket(Bucket="retried")
+    upload, parts = _multipart(s3, "retried", "k.bin", files["big"])
+    first = s3.complete_multipart_upload(Bucket="retried", Key="k.bin", UploadId=upload, MultipartUpload={"Parts": parts})
+    again = s3.complete_multipart_upload(Bucket="retried", Key="k.bin", UploadId=upload, MultipartUpload={"Parts": parts})
+    assert again["ETag"] == first["ETag"] == direct.head_object(Bucket="retried", Key="k.bin")["ETag"]
+    assert _origin(direct, "retried")["k.bin"]["bytes"] == files["big"]
+
+
+def test_get_object_attributes(s3, direct, files):
+    """Issue 14 item 12: GetObjectAttributes' request headers (x-amz-object-attributes,
+    x-amz-max-parts, x-amz-part-number-marker) reach the origin, so its answer is the origin's."""
+    s3.create_bucket(Bucket="attributes")
+    upload, parts = _multipart(s3, "attributes", "k.bin", files["big"])
+    s3.complete_multipart_upload(Bucket="attributes", Key="k.bin", UploadId=upload, MultipartUpload={"Parts": parts})
+    s3.put_object(Bucket="attributes", Key="small.bin", Body=files["small"], ChecksumAlgorithm="CRC32")
+    asked = {"ObjectAttributes": ["ETag", "Checksum", "ObjectParts", "ObjectSize"]}
+    for key, extra in (("k.bin", {}), ("k.bin", {"MaxParts": 2}), ("k.bin", {"MaxParts": 1, "PartNumberMarker": 1}),
+                       ("small.bin", {})):
+        through = s3.get_object_attributes(Bucket="attributes", Key=key, **asked, **extra)
+        straight = direct.get_object_attributes(Bucket="attributes", Key=key, **asked, **extra)
+        through.pop("ResponseMetadata")
+        straight.pop("ResponseMetadata")
+        assert through == straight, (key, extra)
+        assert through["ObjectSize"] == len(files["big" if key == "k.bin" else "small"])
+        assert "Checksum" in through and through["ETag"] == straight["ETag"]

@@ -1,6 +1,9 @@
 // The minio-go scenario of tests/integration/test_sdk_clients.py, run against the gateway.
 //
-// Usage: scenario ENDPOINT ACCESS_KEY SECRET_KEY BUCKET SMALL_FILE BIG_FILE PHASE
+// Usage: scenario ENDPOINT ACCESS_KEY SECRET_KEY BUCKET SMALL_FILE BIG_FILE PHASE [trailing-headers]
+//
+// "trailing-headers" sets minio-go's Options.TrailingHeaders, as MinIO's own mc sets it: uploads
+// then carry CRC32C checksums (per part, and the composite one on CompleteMultipartUpload).
 //
 // It uploads the two files as minio-go uploads them (PutObject of known size, single PUT and
 // multipart; PutObject of unknown size, a multipart upload whose CompleteMultipartUpload carries
@@ -57,8 +60,8 @@ type onlyReader struct{ r io.Reader }
 func (o onlyReader) Read(p []byte) (int, error) { return o.r.Read(p) }
 
 func main() {
-	if len(os.Args) != 8 {
-		fail(fmt.Errorf("usage: scenario ENDPOINT ACCESS_KEY SECRET_KEY BUCKET SMALL_FILE BIG_FILE PHASE"))
+	if len(os.Args) != 8 && (len(os.Args) != 9 || os.Args[8] != "trailing-headers") {
+		fail(fmt.Errorf("usage: scenario ENDPOINT ACCESS_KEY SECRET_KEY BUCKET SMALL_FILE BIG_FILE PHASE [trailing-headers]"))
 	}
 	endpoint := must(url.Parse(os.Args[1]))
 	key, secret, bucket := os.Args[2], os.Args[3], os.Args[4]
@@ -68,11 +71,12 @@ func main() {
 	defer cancel()
 
 	client := must(minio.New(endpoint.Host, &minio.Options{
-		Creds:        credentials.NewStaticV4(key, secret, ""),
-		Secure:       endpoint.Scheme == "https",
-		Region:       "us-east-1",
-		BucketLookup: minio.BucketLookupPath,
-		MaxRetries:   1,
+		Creds:           credentials.NewStaticV4(key, secret, ""),
+		Secure:          endpoint.Scheme == "https",
+		Region:          "us-east-1",
+		BucketLookup:    minio.BucketLookupPath,
+		MaxRetries:      1,
+		TrailingHeaders: len(os.Args) == 9,
 	}))
 
 	out := map[string]any{}
@@ -93,6 +97,10 @@ func writeRead(ctx context.Context, client *minio.Client, bucket string, small, 
 	record := func(name string, info minio.UploadInfo) {
 		uploads[name] = map[string]any{"etag": info.ETag, "size": info.Size, "crc32c": info.ChecksumCRC32C}
 	}
+	step = "PutObject unknown size (-1), multipart"
+	// Unknown size (-1): a streamed multipart upload, CompleteMultipartUpload with x-amz-checksum-crc32c.
+	record("unknown-big", must(client.PutObject(ctx, bucket, "minio/unknown/big.bin", onlyReader{bytes.NewReader(big)},
+		-1, minio.PutObjectOptions{PartSize: partSize})))
 	step = "PutObject known size, small"
 	// Known size below the part size: one PutObject.
 	record("known-small", must(client.PutObject(ctx, bucket, "minio/known-small.bin", bytes.NewReader(small),
@@ -101,10 +109,6 @@ func writeRead(ctx context.Context, client *minio.Client, bucket string, small, 
 	// Known size above it: a multipart upload of parts of known length.
 	record("known-big", must(client.PutObject(ctx, bucket, "minio/known-big.bin", bytes.NewReader(big),
 		int64(len(big)), minio.PutObjectOptions{PartSize: partSize})))
-	step = "PutObject unknown size (-1), multipart"
-	// Unknown size (-1): a streamed multipart upload, CompleteMultipartUpload with x-amz-checksum-crc32c.
-	record("unknown-big", must(client.PutObject(ctx, bucket, "minio/unknown/big.bin", onlyReader{bytes.NewReader(big)},
-		-1, minio.PutObjectOptions{PartSize: partSize})))
 	out["uploads"] = uploads
 
 	// Whole reads, with the checksum mode on (minio-go checks a full-object checksum it is given).

@@ -23,7 +23,7 @@ from gateway.cluster.peers import PeerError, PeerRefused
 from gateway.config import CacheSettings
 from gateway.errors import S3Error
 from gateway.objects import ObjectChanged, ObjectMeta, decode_meta, encode_meta, meta_from_ranged_get
-from gateway.origin import Origin
+from gateway.origin import Origin, OriginResponse
 from gateway.store.blocks import BlockId, block_bounds, block_span, slice_for
 from gateway.store.tiers import TieredStore
 
@@ -37,18 +37,34 @@ _RECENT_OPENS = 1024
 _RECENT_OPEN = 2.0
 
 
-@dataclass(frozen=True, slots=True)
 class ObjectRead:
     """The bytes of a read, and how it is served: hit-mem | hit-disk | hit-peer | partial | miss.
 
-    A read within one block is `body`, in hand (no stream to run), and `release` (when set)
-    is to be called once it was sent; otherwise `chunks`.
+    A read within one block is `body`, in hand (no stream to run); otherwise `chunks`. Either
+    way the read owns what it holds (a share of the read buffer, an origin response) until it
+    is closed: `async with read:` or `await read.aclose()`, on every path, sent or not.
+    Closing twice is harmless.
     """
 
-    source: str
-    chunks: AsyncIterator[bytes] | None = None
-    body: bytes | None = None
-    release: Callable[[], None] | None = None
+    __slots__ = ("source", "chunks", "body", "_close")
+
+    def __init__(self, source: str, *, chunks: AsyncIterator[bytes] | None = None, body: bytes | None = None,
+                 close: Callable[[], Awaitable[None]] | None = None) -> None:
+        self.source = source
+        self.chunks = chunks
+        self.body = body
+        self._close = close
+
+    async def aclose(self) -> None:
+        close, self._close = self._close, None
+        if close is not None:
+            await close()
+
+    async def __aenter__(self) -> ObjectRead:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +137,8 @@ class BlockReader:
         broken stream. `first`: a block already fetched for this read (see `open`).
         """
         if headers or self.store is None or meta.size == 0:
-            return ObjectRead("miss", chunks=await self._origin_read(bucket, key, meta, start, end, headers))
+            response = await self._origin_read(bucket, key, meta, start, end, headers)
+            return ObjectRead("miss", chunks=response.iter_bytes(), close=response.aclose)
         if start is None or end is None:
             start, end = 0, meta.size - 1
         size = self.cache_settings.block_size
@@ -157,7 +174,7 @@ class BlockReader:
                 raise
             lo, hi = slice_for(blocks[0].index, size, start, end)
             return ObjectRead(source, body=data if (lo, hi) == (0, len(data)) else data[lo:hi],
-                              release=functools.partial(self.budget.give, held) if held else None)
+                              close=functools.partial(self._give_back, held) if held else None)
         held = await self.budget.take(first_length)
         # Readahead: the next blocks are fetched while the first one is awaited and sent.
         ahead: deque[tuple[asyncio.Future[bytes], int]] = deque()
@@ -169,10 +186,13 @@ class BlockReader:
             self._drop(ahead)
             raise
         chunks = self._stream(blocks, meta, start, end, head_data, held, ahead)
-        # Started here, so that its `finally` (which gives the budget back) runs even if the
-        # response never asks for a byte: a started generator is closed when dropped.
+        # Started here, so that closing the read runs its `finally` (which gives the budget
+        # back) even if the response never asks for a byte: an unstarted generator's is not run.
         head = await anext(chunks)
-        return ObjectRead(source, chunks=_prepend(head, chunks))
+        return ObjectRead(source, chunks=_prepend(head, chunks), close=chunks.aclose)
+
+    async def _give_back(self, held: int) -> None:
+        self.budget.give(held)
 
     def _describe(self, blocks: list[BlockId], *, fetched: bool = False) -> str:
         """The x-cache value: where the blocks of this read are, as it starts (`fetched`:
@@ -669,7 +689,7 @@ class BlockReader:
 
     async def _origin_read(
         self, bucket: str, key: str, meta: ObjectMeta, start: int | None, end: int | None, headers: dict[str, str] | None
-    ) -> AsyncIterator[bytes]:
+    ) -> OriginResponse:
         request_headers = dict(headers or {})
         # If-Match pins the version we described to the client: an object replaced
         # between HEAD and GET must not be served under the old ETag.
@@ -684,7 +704,7 @@ class BlockReader:
             raise ObjectChanged()
         if response.status >= 300:
             raise await self.origin.error_from(response, resource=f"/{bucket}/{key}")
-        return response.iter_bytes()
+        return response
 
     async def cache_written(
         self, bucket: str, key: str, *, etag: str, version_id: str | None, chunks: AsyncIterator[bytes], size: int

@@ -23,7 +23,7 @@ from gateway.cluster.shared import SharedMetadata
 from gateway.config import CacheSettings, ListingSettings, MetadataSettings
 from gateway.errors import S3Error
 from gateway.objects import Missing, ObjectChanged, ObjectMeta, decode_meta, encode_meta, meta_from_headers
-from gateway.origin import BodyFactory, Origin, OriginResponse
+from gateway.origin import BodyFactory, Origin, OriginResponse, error_for_status
 from gateway.store.meta import ListingCache, ListingKey, MetadataCache, MetaKey
 from gateway.store.tiers import TieredStore
 
@@ -283,10 +283,13 @@ class Engine:
         if status < 400:
             return S3Error("PreconditionFailed" if status == 412 else "InternalError", status=status, resource=resource)
         response = await self.origin.send("GET", bucket, key, query=query, headers=dict(headers, range="bytes=0-0"))
-        if response.status < 300:  # it appeared meanwhile; the caller may simply ask again
-            await response.aclose()
-            return S3Error("ServiceUnavailable", "The object changed while it was being read; retry the request.")
-        return await self.origin.error_from(response, resource=resource)
+        if response.status == status:
+            return await self.origin.error_from(response, resource=resource)
+        # The GET was answered otherwise (the object appeared meanwhile, or an origin refuses a
+        # HEAD it serves as a GET, as moto does with ?versionId=null): the HEAD's own error is
+        # the answer, never one of the gateway's making.
+        await response.aclose()
+        return error_for_status(status, resource)
 
     async def list_objects(self, bucket: str, query: list[tuple[str, str]]) -> bytes:
         """An origin listing body for exactly these parameters, from the listing cache while fresh."""

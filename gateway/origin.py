@@ -200,8 +200,7 @@ class Origin:
 
     async def error_from(self, response: OriginResponse, resource: str | None = None) -> S3Error:
         """Turn an origin error response into an S3Error with the origin's code and status."""
-        fallback = "BadRequest" if 400 <= response.status < 500 else "InternalError"
-        code, message, extra = _STATUS_CODES.get(response.status, fallback), None, {}
+        code, message, extra = _code_for(response.status), None, {}
         try:
             body = await response.read_at_most(_MAX_ERROR_BODY)
         except S3Error:
@@ -228,6 +227,15 @@ class Origin:
         if bucket is None:
             return self._netloc, "/"
         return self._netloc, f"/{bucket}" + (f"/{key}" if key is not None else "")
+
+
+def error_for_status(status: int, resource: str | None = None) -> S3Error:
+    """The S3 error of an origin answer that had no error document (a HEAD's)."""
+    return S3Error(_code_for(status), status=status, resource=resource)
+
+
+def _code_for(status: int) -> str:
+    return _STATUS_CODES.get(status, "BadRequest" if 400 <= status < 500 else "InternalError")
 
 
 def _resource(bucket: str | None, key: str | None) -> str:

@@ -67,15 +67,13 @@ async def load_prefix(engine: Engine, bucket: str, prefix: str, *, replicas: int
 
     async def read_through(key: str) -> None:
         head = await engine.head_object(bucket, key, read_from=0)
-        read = await engine.read_object(bucket, key, head.meta, first=head.first)
-        if read.body is not None:
-            progress.bytes += len(read.body)
-            if read.release is not None:
-                read.release()
-        else:
-            assert read.chunks is not None
-            async for chunk in read.chunks:
-                progress.bytes += len(chunk)
+        async with await engine.read_object(bucket, key, head.meta, first=head.first) as read:
+            if read.body is not None:
+                progress.bytes += len(read.body)
+            else:
+                assert read.chunks is not None
+                async for chunk in read.chunks:
+                    progress.bytes += len(chunk)
 
     async def worker() -> None:
         while (key := await keys.get()) is not None:

@@ -69,6 +69,8 @@ class Context:
             raise await self.app.engine.error_from(response, resource=self.req.resource)
         out = hdrs.from_origin(response.header_items)
         out.update(headers or {})
+        if response.status == 206 and "content-range" in response.headers:
+            out["content-range"] = response.headers["content-range"]
         if "content-length" in response.headers and response.status not in (204, 304):
             out["content-length"] = response.headers["content-length"]
         if self.req.method == "HEAD" or response.status in (204, 304):
@@ -214,7 +216,7 @@ async def passthrough(ctx: Context) -> Response:
         if body:
             headers["content-md5"] = base64.b64encode(bytes.fromhex(verified.md5_hex)).decode()
     else:
-        headers = hdrs.for_origin_read(req.headers, conditionals=True) if req.method in ("GET", "HEAD") else hdrs.for_origin_write(req.headers)
+        headers = hdrs.for_origin_subresource_read(req.headers) if req.method in ("GET", "HEAD") else hdrs.for_origin_write(req.headers)
     response = await ctx.app.engine.forward(req.method, req.bucket, req.key, query=ctx.origin_query(), headers=headers, body=body)
     return await ctx.relay(response)
 
@@ -235,7 +237,7 @@ async def get_object(ctx: Context) -> Response:
 async def _get_object(ctx: Context) -> Response:
     req = ctx.req
     bucket, key = req.bucket or "", req.key or ""
-    overrides = {name: value for name, value in req.query.items() if name in _RESPONSE_OVERRIDES}
+    overrides = {name: _checked_override(name, value) for name, value in req.query.items() if name in _RESPONSE_OVERRIDES}
     if overrides and req.user is None:
         raise S3Error("InvalidRequest", "Request specific response headers cannot be used for anonymous GET requests.")
     if "partNumber" in req.query:
@@ -281,9 +283,10 @@ async def _get_object(ctx: Context) -> Response:
                                                 headers=read_headers, first=head.first)
     else:
         read = await ctx.app.engine.read_object(bucket, key, meta, headers=read_headers, first=head.first)
+    await req.held.enter_async_context(read)
     out[X_CACHE] = read.source
     if read.body is not None:
-        return body_response(read.body, req.request_id, status=status, headers=out, on_sent=read.release)
+        return body_response(read.body, req.request_id, status=status, headers=out)
     assert read.chunks is not None
     return stream_response(read.chunks, req.request_id, status=status, headers=out)
 
@@ -367,22 +370,29 @@ async def create_multipart_upload(ctx: Context) -> Response:
 
 
 async def complete_multipart_upload(ctx: Context) -> Response:
+    """The parts list is checked and rendered anew; the client's x-amz-checksum-* headers
+    describe the object (its composite or full-object checksum) and go on for the origin to
+    check. The origin answers every call, a retry of an upload it just completed too."""
     ctx.check()
     req = ctx.req
-    _, data = await ctx.app.small_body(req)
+    _, data = await ctx.app.small_body(req, object_checksums=True)
     parts = xml.parse_complete_multipart(data, limit=ctx.app.settings.server.max_xml_size)
-    # The upload must exist before we ask the origin to assemble it (some origins
-    # answer an unknown upload with a 500 rather than NoSuchUpload).
     upload_id = req.query.get("uploadId", "")
     if not upload_id:
         raise S3Error("NoSuchUpload", resource=req.resource)
-    probe = await ctx.app.engine.forward("GET", req.bucket, req.key, query=[("uploadId", upload_id), ("max-parts", "1")])
-    if probe.status >= 300:
-        raise await ctx.app.engine.error_from(probe, resource=req.resource)
-    await probe.aclose()
     payload = xml.render_complete_multipart_request(parts)
     headers = _rewritten_xml_headers(req.headers, payload)
+    headers.update(hdrs.object_checksums(req.headers))
     response = await ctx.app.engine.forward("POST", req.bucket, req.key, query=ctx.origin_query(), headers=headers, body=payload)
+    if response.status >= 500:
+        # Some origins (moto) answer an upload they do not know with a 500: a ListParts tells
+        # that apart from a real failure, which stays the answer.
+        error = await ctx.app.engine.error_from(response, resource=req.resource)
+        probe = await ctx.app.engine.forward("GET", req.bucket, req.key, query=[("uploadId", upload_id), ("max-parts", "1")])
+        if probe.status == 404:
+            raise await ctx.app.engine.error_from(probe, resource=req.resource)
+        await probe.aclose()
+        raise error
     if response.status >= 300:
         raise await ctx.app.engine.error_from(response, resource=req.resource)
     out = hdrs.from_origin(response.header_items)
@@ -430,6 +440,23 @@ def _validators(meta: ObjectMeta) -> dict[str, str]:
     if "last-modified" in meta.headers:
         out["Last-Modified"] = meta.headers["last-modified"]
     return out
+
+
+def _checked_override(name: str, value: str) -> str:
+    """A response-* value as a header can carry it: ISO-8859-1 (S3's rule) without control
+    characters (CR or LF would end the header; S3 never sends them)."""
+    if any(c in _CONTROL for c in value):
+        raise S3Error("InvalidArgument", "Header value cannot contain control characters.",
+                      extra={"ArgumentName": name, "ArgumentValue": value.encode("unicode_escape").decode()[:256]})
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        raise S3Error("InvalidArgument", "Header value cannot be represented using ISO-8859-1.",
+                      extra={"ArgumentName": name, "ArgumentValue": value[:256]}) from None
+    return value
+
+
+_CONTROL = frozenset(chr(c) for c in (*range(0x20), 0x7F)) - {"\t"}
 
 
 def _override_headers(overrides: dict[str, str]) -> dict[str, str]:

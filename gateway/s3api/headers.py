@@ -21,13 +21,14 @@ _PRIVATE_AMZ = frozenset({
     "x-amz-trailer", "x-amz-te", "x-amz-user-agent",
 })
 # Checksum values: replaced by the values the gateway verified itself (header or trailer).
-_CHECKSUM_VALUES = frozenset(
+CHECKSUM_VALUES = frozenset(
     f"x-amz-checksum-{alg}" for alg in ("crc32", "crc32c", "crc64nvme", "sha1", "sha256")
 )
 # Origin response headers that describe the origin's hop, not the object.
 _HOP_HEADERS = frozenset({
     "connection", "keep-alive", "transfer-encoding", "content-length", "date", "server",
     "x-amz-request-id", "x-amz-id-2", "proxy-connection", "upgrade", "content-range",
+    "content-md5",  # an upload's digest, replayed by some origins; S3 never answers a read with it
 })
 # x-amz headers that make a read the caller's own (encryption keys, payer, owner check):
 # such a read goes to the origin and its answer is not shared through the cache.
@@ -37,13 +38,27 @@ _PERSONAL_READ_AMZ = (
 _OBJECT_READ_AMZ = (*_PERSONAL_READ_AMZ, "x-amz-checksum-mode")
 
 
+def as_sent(name: str, value: str) -> str:
+    """A client's header value (its wire bytes, read as latin-1) as the text whose UTF-8 is
+    exactly those bytes: the origin client sends and signs header text as UTF-8, so the
+    origin receives the bytes the client sent (`café` stays `café`, not `cafÃ©`). Bytes
+    that are not UTF-8 cannot be sent on as they came, so they are refused."""
+    if value.isascii():
+        return value
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        raise S3Error("InvalidArgument", "Header value is not valid UTF-8.",
+                      extra={"ArgumentName": name}) from None
+
+
 def for_origin_write(headers: Mapping[str, str]) -> dict[str, str]:
     """Headers of a client write (PUT/POST/DELETE) to send on to the origin."""
     out: dict[str, str] = {}
     for name, value in headers.items():
         if name in _WRITE_HEADERS or (name.startswith("x-amz-") and name not in _PRIVATE_AMZ
-                                      and name not in _CHECKSUM_VALUES):
-            out[name] = value
+                                      and name not in CHECKSUM_VALUES):
+            out[name] = as_sent(name, value)
     encoding = out.get("content-encoding")
     if encoding is not None:
         # aws-chunked is the framing of this hop only; a stored object never keeps it.
@@ -65,18 +80,33 @@ def check_user_metadata(headers: Mapping[str, str]) -> None:
 
 def personal_read_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """The headers of a GET/HEAD that the origin must see and that keep it out of the cache."""
-    return {name: value for name, value in headers.items() if name.startswith(_PERSONAL_READ_AMZ)}
+    return {name: as_sent(name, value) for name, value in headers.items() if name.startswith(_PERSONAL_READ_AMZ)}
 
 
 def wants_checksums(headers: Mapping[str, str]) -> bool:
     return headers.get("x-amz-checksum-mode", "").upper() == "ENABLED"
 
 
+def for_origin_subresource_read(headers: Mapping[str, str]) -> dict[str, str]:
+    """Headers of a read the origin answers and the cache never keeps (a sub-resource, such
+    as ?attributes with its x-amz-object-attributes and x-amz-max-parts): every signed
+    x-amz-* header of the client's own, and the conditionals."""
+    out = {name: as_sent(name, value) for name, value in headers.items()
+           if name.startswith("x-amz-") and name not in _PRIVATE_AMZ}
+    out.update((name, as_sent(name, value)) for name, value in headers.items() if name in _READ_HEADERS)
+    return out
+
+
+def object_checksums(headers: Mapping[str, str]) -> dict[str, str]:
+    """The x-amz-checksum-<algorithm> values of a request, as sent."""
+    return {name: as_sent(name, value) for name, value in headers.items() if name in CHECKSUM_VALUES}
+
+
 def for_origin_read(headers: Mapping[str, str], *, conditionals: bool) -> dict[str, str]:
     """Headers of a client read (GET/HEAD) to send on to the origin."""
-    out = {name: value for name, value in headers.items() if name.startswith(_OBJECT_READ_AMZ)}
+    out = {name: as_sent(name, value) for name, value in headers.items() if name.startswith(_OBJECT_READ_AMZ)}
     if conditionals:
-        out.update((name, value) for name, value in headers.items() if name in _READ_HEADERS)
+        out.update((name, as_sent(name, value)) for name, value in headers.items() if name in _READ_HEADERS)
     return out
 
 

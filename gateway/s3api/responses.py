@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 
 from starlette.responses import Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
 
 from gateway.errors import S3Error
 from gateway.s3api import xml
@@ -46,28 +45,11 @@ def empty_response(request_id: str, *, status: int = 200, headers: Mapping[str, 
     return response
 
 
-def body_response(body: bytes, request_id: str, *, status: int, headers: Mapping[str, str],
-                  on_sent: Callable[[], None] | None = None) -> Response:
-    """A body already in hand: no task to run, nothing to cancel. `on_sent` is called once
-    the answer was sent (or the client went away)."""
+def body_response(body: bytes, request_id: str, *, status: int, headers: Mapping[str, str]) -> Response:
+    """A body already in hand: no task to run, nothing to cancel."""
     out = dict(headers)
     out["x-amz-request-id"] = request_id
-    if on_sent is None:
-        return Response(body, status_code=status, headers=out)
-    return _SentCallbackResponse(body, status_code=status, headers=out, on_sent=on_sent)
-
-
-class _SentCallbackResponse(Response):
-    def __init__(self, body: bytes, *, status_code: int, headers: Mapping[str, str],
-                 on_sent: Callable[[], None]) -> None:
-        super().__init__(body, status_code=status_code, headers=headers)
-        self._on_sent = on_sent
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._on_sent()
+    return Response(body, status_code=status, headers=out)
 
 
 def stream_response(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from contextlib import AsyncExitStack
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -19,6 +20,7 @@ from gateway.config import Settings, User
 from gateway.engine import Engine
 from gateway.errors import S3Error
 from gateway.s3api import handlers
+from gateway.s3api import headers as hdrs
 from gateway.s3api.access import AccessPolicy
 from gateway.s3api.auth import Identity, RequestView, authenticate
 from gateway.s3api.body import VerifiedBody, receive_verified_body
@@ -54,6 +56,9 @@ class S3Request:
     identity: Identity | None = None
     user: User | None = None
     _body: VerifiedBody | None = field(default=None, repr=False)
+    # What the answer holds until it was sent (object reads: buffer shares, origin responses),
+    # closed when the request ends, whatever happened.
+    held: AsyncExitStack = field(default_factory=AsyncExitStack, repr=False)
     body_received: bool = False  # the last body message arrived (even if the body then failed a check)
 
     @property
@@ -112,8 +117,10 @@ class S3App:
         try:
             await response(scope, receive, counting_send)
         finally:
-            if req is not None and req._body is not None:
-                await req._body.aclose()
+            if req is not None:
+                await req.held.aclose()
+                if req._body is not None:
+                    await req._body.aclose()
             seconds = time.perf_counter() - started
             self.stats.record(
                 req.operation.name if req is not None and req.operation is not None else "unknown",
@@ -138,21 +145,30 @@ class S3App:
         handler = handlers.HANDLERS.get(req.operation.name, handlers.passthrough)
         return await handler(handlers.Context(req, self))
 
-    async def body(self, req: S3Request, *, max_size: int | None = None) -> VerifiedBody:
-        """The request body, received whole and verified (signature, digests, lengths)."""
+    async def body(self, req: S3Request, *, max_size: int | None = None,
+                   object_checksums: bool = False) -> VerifiedBody:
+        """The request body, received whole and verified (signature, digests, lengths).
+
+        `object_checksums`: the request's x-amz-checksum-* headers describe the object it
+        makes, not its body (CompleteMultipartUpload), so the body is not checked against them.
+        """
         if req._body is None:
             assert req.identity is not None
             server = self.settings.server
+            headers = req.headers
+            if object_checksums:
+                headers = {n: v for n, v in headers.items()
+                           if n not in hdrs.CHECKSUM_VALUES and n != "x-amz-sdk-checksum-algorithm"}
             req._body = await receive_verified_body(
-                _body_chunks(req), req.headers, req.identity.payload,
+                _body_chunks(req), headers, req.identity.payload,
                 max_size=server.max_object_size if max_size is None else max_size,
                 spool_memory=server.spool_memory, spool_dir=server.spool_dir or None,
             )
         return req._body
 
-    async def small_body(self, req: S3Request) -> tuple[VerifiedBody, bytes]:
+    async def small_body(self, req: S3Request, *, object_checksums: bool = False) -> tuple[VerifiedBody, bytes]:
         """A verified body that is an XML document: refused early above server.max_xml_size."""
-        body = await self.body(req, max_size=self.settings.server.max_xml_size)
+        body = await self.body(req, max_size=self.settings.server.max_xml_size, object_checksums=object_checksums)
         return body, await body.read_all()
 
 

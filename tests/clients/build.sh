@@ -6,7 +6,8 @@
 #   go/minio-scenario      go build of tests/clients/go (minio-go; modules in Go's module cache)
 #   java/scenario.jar, java/lib/*.jar   mvn package of tests/clients/java (AWS SDK for Java v2; ~/.m2)
 # Each is rebuilt only when its sources changed (a stamp of their hash), so a later run costs a
-# second. Exit 2 when a toolchain is missing (node/npm, go, mvn/java), with what to install.
+# second. Exit 2 when a toolchain is missing or too old (node >= 18, go >= 1.21 — it fetches the Go
+# release go.mod names from the Go module proxy —, mvn and a JDK >= 17), with what to install.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cache="${S3GW_CLIENTS_CACHE:-$HOME/.cache/s3gw-clients}"
@@ -33,8 +34,17 @@ fresh() {
     return 1
 }
 
+# Exit 2 unless "$1" (a version) is at least "$2".
+at_least() {
+    if [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -1)" != "$2" ]; then
+        echo "build.sh: $3 $1 is too old, $2 or newer is needed" >&2
+        exit 2
+    fi
+}
+
 build_js() {
     need node npm
+    at_least "$(node -p 'process.versions.node')" 18 node
     local out="$cache/js"
     mkdir -p "$out"
     fresh "$out/.stamp" "$out/node_modules/@aws-sdk/client-s3/package.json" js/package.json js/package-lock.json && return 0
@@ -45,6 +55,7 @@ build_js() {
 
 build_go() {
     need go
+    at_least "$(go env GOVERSION | sed 's/^go//')" 1.21 go
     local out="$cache/go"
     mkdir -p "$out"
     fresh "$out/.stamp" "$out/minio-scenario" go/go.mod go/go.sum go/main.go && return 0
@@ -53,7 +64,8 @@ build_go() {
 }
 
 build_java() {
-    need mvn java
+    need mvn java javac
+    at_least "$(javac -version 2>&1 | awk '{print $2}')" 17 javac
     local out="$cache/java"
     mkdir -p "$out"
     fresh "$out/.stamp" "$out/scenario.jar" java/pom.xml java/src/main/java/s3gw/Scenario.java && return 0

@@ -14,7 +14,8 @@ def _always(block_id: BlockId) -> bool:
 
 
 class MemoryTier:
-    """Event loop only: synchronous and lock-free, never awaits.
+    """Event loop only, lock-free. Its methods are those of every tier (gateway.store.tier.Tier),
+    asynchronous like a disk's, but none of them ever awaits: each runs to its end at once.
 
     Invariants: `used` (the sum of the held blocks' lengths) never exceeds `quota`; the
     policy holds exactly the names in the dict. A block larger than the quota, or one that
@@ -52,7 +53,16 @@ class MemoryTier:
     def __iter__(self) -> Iterator[BlockId]:
         return iter([block_id for block_id, _ in self._blocks.values()])
 
-    def get(self, block_id: BlockId) -> bytes | None:
+    def age(self, block_id: BlockId) -> float | None:
+        return None  # nothing in memory outlives the process, so no block's age is carried over
+
+    async def open(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+    async def get(self, block_id: BlockId) -> bytes | None:
         held = self._blocks.get(block_id.name)
         if held is None:
             self.stats.misses += 1
@@ -61,11 +71,25 @@ class MemoryTier:
         self.stats.hits += 1
         return held[1]
 
-    def put(self, block_id: BlockId, data: bytes) -> list[tuple[BlockId, bytes]]:
-        """Store a block; returns the blocks evicted to make room, for the caller to demote.
+    async def put(self, block_id: BlockId, data: bytes) -> list[BlockId]:
+        """Store a block; returns the ids evicted to make room."""
+        return [victim for victim, _ in self._put(block_id, data)]
 
-        A block already held is left as it is (blocks are immutable under their name).
-        """
+    async def put_demoting(self, block_id: BlockId, data: bytes) -> list[tuple[BlockId, bytes | None]]:
+        """Store a block; returns the evicted blocks with their bytes, to move down a tier."""
+        return list(self._put(block_id, data))
+
+    async def remove(self, block_id: BlockId) -> bool:
+        """Forget a block; True if it was held."""
+        held = self._blocks.pop(block_id.name, None)
+        if held is None:
+            return False
+        self._used -= len(held[1])
+        self.policy.remove(block_id.name)
+        return True
+
+    def _put(self, block_id: BlockId, data: bytes) -> list[tuple[BlockId, bytes]]:
+        """A block already held is left as it is (blocks are immutable under their name)."""
         name = block_id.name
         if name in self._blocks:
             return []
@@ -89,16 +113,6 @@ class MemoryTier:
         self._used += size
         self.policy.insert(name, size)
         return evicted
-
-    def remove(self, block: BlockId | str) -> bool:
-        """Forget a block (by BlockId or name); True if it was held."""
-        name = block if isinstance(block, str) else block.name
-        held = self._blocks.pop(name, None)
-        if held is None:
-            return False
-        self._used -= len(held[1])
-        self.policy.remove(name)
-        return True
 
     def _evictable_name(self, name: str) -> bool:
         return self.evictable(self._blocks[name][0])

@@ -7,10 +7,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from gateway.store.blocks import BlockId
-from gateway.store.disk import DiskTier
-from gateway.store.memory import MemoryTier
-
-Tier = MemoryTier | DiskTier
+from gateway.store.tier import Tier
 
 
 class TieredStore:
@@ -37,8 +34,8 @@ class TieredStore:
 
     def __init__(
         self,
-        memory: MemoryTier | None,
-        disks: Iterable[DiskTier],
+        memory: Tier | None,
+        disks: Iterable[Tier],
         *,
         promote: bool = True,
         pinned: tuple[tuple[str, str], ...] = (),
@@ -104,14 +101,14 @@ class TieredStore:
     # --- lifecycle --------------------------------------------------------------------------
 
     async def open(self) -> None:
-        """Open every disk tier (rebuilding its index) and learn the ages of what it holds."""
-        for disk in self.disks:
-            await disk.open()
+        """Open every tier (a disk rebuilds its index) and learn the ages of what they hold."""
+        for tier in self.levels:
+            await tier.open()
         self._seed_ages()
 
     async def aclose(self) -> None:
-        for disk in self.disks:
-            await disk.aclose()
+        for tier in self.levels:
+            await tier.aclose()
 
     # --- reads and writes -------------------------------------------------------------------
 
@@ -126,7 +123,7 @@ class TieredStore:
             self.misses += 1
             return None
         for level, tier in enumerate(self.levels):
-            data = tier.get(block_id) if isinstance(tier, MemoryTier) else await tier.get(block_id)
+            data = await tier.get(block_id)
             if data is None:
                 continue
             if self.promote and level > 0 and block_id not in self.levels[0]:
@@ -214,9 +211,7 @@ class TieredStore:
         tier = self.levels[level]
         last = level == len(self.levels) - 1
         victims: list[tuple[BlockId, bytes | None]]
-        if isinstance(tier, MemoryTier):
-            victims = list(tier.put(block_id, data))
-        elif last:
+        if last:  # the victims are freed: no need to read them back
             victims = [(victim, None) for victim in await tier.put(block_id, data)]
         else:
             victims = await tier.put_demoting(block_id, data)
@@ -232,10 +227,7 @@ class TieredStore:
 
     async def _remove_everywhere(self, block_id: BlockId) -> None:
         for tier in self.levels:
-            if isinstance(tier, MemoryTier):
-                tier.remove(block_id)
-            else:
-                await tier.remove(block_id)
+            await tier.remove(block_id)
         self._born.pop(block_id.name, None)
 
     # --- ages -------------------------------------------------------------------------------
@@ -261,10 +253,10 @@ class TieredStore:
 
     def _seed(self, block_id: BlockId) -> tuple[BlockId, float]:
         age = 0.0
-        for disk in self.disks:
-            disk_age = disk.age(block_id)
-            if disk_age is not None:
-                age = max(age, disk_age)
+        for tier in self.levels:
+            tier_age = tier.age(block_id)
+            if tier_age is not None:
+                age = max(age, tier_age)
         born = (block_id, self._clock() - age)
         self._born[block_id.name] = born
         return born

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -12,52 +12,8 @@ from gateway.store.blocks import BlockId
 from gateway.store.disk import DiskTier
 from gateway.store.memory import MemoryTier
 from gateway.store.policy import make_policy
-from gateway.store.stats import TierStats
+from gateway.store.tier import Tier
 from tests.store.helpers import bid, payload
-
-
-class Tier:
-    """The common shape of both tiers, with awaits, for the contract below."""
-
-    def __init__(self, tier: MemoryTier | DiskTier) -> None:
-        self.tier = tier
-
-    async def put(self, block_id: BlockId, data: bytes) -> list[BlockId]:
-        if isinstance(self.tier, MemoryTier):
-            return [victim for victim, _ in self.tier.put(block_id, data)]
-        return await self.tier.put(block_id, data)
-
-    async def get(self, block_id: BlockId) -> bytes | None:
-        if isinstance(self.tier, MemoryTier):
-            return self.tier.get(block_id)
-        return await self.tier.get(block_id)
-
-    async def remove(self, block_id: BlockId) -> bool:
-        if isinstance(self.tier, MemoryTier):
-            return self.tier.remove(block_id)
-        return await self.tier.remove(block_id)
-
-    @property
-    def used(self) -> int:
-        return self.tier.used
-
-    @property
-    def quota(self) -> int:
-        return self.tier.quota
-
-    @property
-    def stats(self) -> TierStats:
-        return self.tier.stats
-
-    def __contains__(self, block_id: BlockId) -> bool:
-        return block_id in self.tier
-
-    def __iter__(self) -> Iterator[BlockId]:
-        return iter(self.tier)
-
-    def __len__(self) -> int:
-        return len(self.tier)
-
 
 MakeTier = Callable[..., Awaitable[Tier]]
 
@@ -68,11 +24,11 @@ async def make_tier(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
 
     async def make(quota: int, policy: str = "lru") -> Tier:
         if request.param == "memory":
-            return Tier(MemoryTier(quota, make_policy(policy, quota)))
+            return MemoryTier(quota, make_policy(policy, quota))
         disk = DiskTier(str(tmp_path / f"disk{len(disks)}"), quota, make_policy(policy, quota), name=f"disk{len(disks)}")
         disks.append(disk)
         await disk.open()
-        return Tier(disk)
+        return disk
 
     yield make
     for disk in disks:
@@ -147,7 +103,7 @@ async def test_lru_eviction_order(make_tier: MakeTier) -> None:
 
 async def test_refused_blocks_are_never_evicted(make_tier: MakeTier) -> None:
     tier = await make_tier(30)
-    tier.tier.evictable = lambda block_id: not block_id.key.startswith("pin/")
+    tier.evictable = lambda block_id: not block_id.key.startswith("pin/")
     pinned = [bid("pin/1"), bid("pin/2")]
     for block in pinned:
         await tier.put(block, payload(block, 10))
@@ -195,3 +151,13 @@ async def test_the_tier_evicts_what_its_policy_chooses_and_stays_within_quota(ma
         assert await tier.put(block, payload(block, size)) == expected, step
         assert tier.used == sum(sizes.values()) <= quota
         assert set(tier) == set(sizes)
+
+
+async def test_put_demoting_hands_back_the_victims_with_their_bytes(make_tier: MakeTier) -> None:
+    tier = await make_tier(250)
+    a, b, c = bid("a"), bid("b"), bid("c")
+    await tier.put(a, payload(a, 100))
+    await tier.put(b, payload(b, 100))
+    assert await tier.put_demoting(c, payload(c, 200)) == [(a, payload(a, 100)), (b, payload(b, 100))]
+    assert list(tier) == [c] and tier.used == 200
+    assert tier.age(c) is None or tier.age(c) >= 0

@@ -214,7 +214,7 @@ async def test_pinned_blocks_are_pinned_in_every_tier(stores: MakeStore) -> None
     assert where(store, hot) == ["mem"]
     # Once in a disk tier (a purge of memory, say), it stays there too.
     assert store.memory is not None
-    store.memory.remove(hot)
+    await store.memory.remove(hot)
     await store.disks[0].put(hot, payload(hot, BLOCK))
     for i in range(20):
         await store.put(bid(f"c{i}"), payload(bid(f"c{i}"), BLOCK))

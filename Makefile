@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test install clean
+.PHONY: demo test test-engines install clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,11 @@ demo: install
 
 test: install
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest $(PYTEST_ARGS)
+
+# Real query engines against the gateway (tests/engines): Trino from Maven Central, cached in
+# ~/.cache/s3gw-engines ($S3GW_ENGINES_CACHE); left out of `make test` by the `engines` marker.
+test-engines: install
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -m engines tests/engines $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

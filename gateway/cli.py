@@ -3,44 +3,19 @@
 from __future__ import annotations
 
 import json
-import ssl
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import click
-import uvicorn
 
 from gateway import log
 from gateway.admin.client import AdminClient, AdminError
 from gateway.admin.summary import ProgressBar, size, summary
 from gateway.advisor.command import advise
 from gateway.config import ConfigError, Settings, load
-from gateway.tls import reload_on_sighup
 
 DEFAULT_URL = "http://127.0.0.1:8080"
-
-
-def run_server(settings: Settings) -> None:
-    from gateway.app import create_app
-    from gateway.httpserver import raise_open_files_limit, uvicorn_options
-
-    server = settings.server
-    tls = {"ssl_certfile": server.tls_cert_file, "ssl_keyfile": server.tls_key_file} if server.tls_cert_file else {}
-    raise_open_files_limit(server.max_connections)
-    config = uvicorn.Config(
-        create_app(settings), host=server.host, port=server.port,
-        loop="uvloop", lifespan="on", access_log=False, log_level="warning",
-        server_header=False, date_header=True, **uvicorn_options(server), **tls,  # type: ignore[arg-type]
-    )
-    if tls:
-        try:
-            config.load()  # builds the SSL context, which the server then uses as it is
-        except (OSError, ssl.SSLError) as exc:
-            raise click.ClickException(f"server.tls_cert_file / tls_key_file do not load: {exc}") from None
-        assert config.ssl is not None
-        reload_on_sighup(config.ssl, server.tls_cert_file, server.tls_key_file)
-    uvicorn.Server(config).run()
 
 
 def _load(path: str | None) -> Settings:
@@ -83,7 +58,12 @@ def serve(config_path: str | None, host: str | None, port: int | None, log_level
     log.configure(log_level.upper())
     scheme = "https" if server.tls_cert_file else "http"
     click.echo(f"gateway listening on {scheme}://{server.host}:{server.port} -> origin {settings.origin.endpoint}", err=True)
-    run_server(settings)
+    from gateway.run import run_server
+
+    try:
+        run_server(settings)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @main.command()

@@ -87,7 +87,7 @@ def demo_settings(origin_endpoint: str, port: int) -> Settings:
 
 
 def run_demo(port: int) -> None:
-    from gateway.cli import run_server
+    from gateway.run import run_server
 
     # uvicorn ends a SIGTERM'd run by raising the signal again; as an exception (not the
     # default handler's instant death) it lets the `with` below stop moto too.

@@ -34,6 +34,7 @@ import functools
 import logging
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,8 +42,6 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.config import ServerSettings
 from gateway.errors import S3_ERRORS
-from gateway.s3api import xml
-from gateway.s3api.responses import new_request_id
 
 __all__ = ["GuardedProtocol", "Limits", "protocol_factory", "raise_open_files_limit", "uvicorn_options"]
 
@@ -50,6 +49,12 @@ WRITE_HIGH_WATER = 64 * 1024  # the transport's write buffer: writing pauses abo
 WRITE_LOW_WATER = 16 * 1024  # ... and resumes below this
 _MARGIN_FILES = 1024  # open files besides client connections: origin and peer pools, Redis, disk blocks
 logger = logging.getLogger("gateway.server")
+
+
+ErrorPage = Callable[[str, "str | None"], tuple[str, bytes]]
+"""(S3 error code, resource) -> (request id, error document). The transport answers some
+errors itself (too many connections, a head too large or too slow) and renders them with
+the function it is given (gateway.s3api.responses.error_page), knowing nothing of S3's XML."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,18 +71,18 @@ class Limits:
         return cls(server.max_connections, server.head_timeout, server.max_head_size, server.stall_timeout)
 
 
-def uvicorn_options(server: ServerSettings) -> dict[str, Any]:
+def uvicorn_options(server: ServerSettings, error_page: ErrorPage) -> dict[str, Any]:
     """The uvicorn.Config arguments that carry `server.*` limits (with `protocol_factory`)."""
     return {
-        "http": protocol_factory(Limits.of(server)),
+        "http": protocol_factory(Limits.of(server), error_page),
         "timeout_keep_alive": server.keepalive_timeout,
         "timeout_graceful_shutdown": server.shutdown_timeout,
     }
 
 
-def protocol_factory(limits: Limits) -> Any:
+def protocol_factory(limits: Limits, error_page: ErrorPage) -> Any:
     """What uvicorn.Config takes as `http`: builds a GuardedProtocol with `limits`."""
-    return functools.partial(GuardedProtocol, limits=limits)
+    return functools.partial(GuardedProtocol, limits=limits, errors=_Errors(error_page))
 
 
 def raise_open_files_limit(max_connections: int) -> None:
@@ -97,35 +102,36 @@ def raise_open_files_limit(max_connections: int) -> None:
                           "LimitNOFILE=) or lower server.max_connections", soft, _MARGIN_FILES)
 
 
-def error_bytes(code: str, *, close: bool = True) -> bytes:
-    """A whole HTTP/1.1 answer carrying S3 error `code` (written by the protocol itself)."""
-    status, message = S3_ERRORS[code]
-    request_id = new_request_id()
-    body = xml.error_document(code, message, resource=None, request_id=request_id)
-    head = (f"HTTP/1.1 {status} {'Bad Request' if status == 400 else 'Service Unavailable'}\r\n"
-            f"content-type: application/xml\r\ncontent-length: {len(body)}\r\nx-amz-request-id: {request_id}\r\n"
-            f"date: {time.strftime('%a, %d %b %Y %H:%M:%S GMT', time.gmtime())}\r\n"
-            + ("connection: close\r\n" if close else "") + "\r\n")
-    return head.encode("ascii") + body
+class _Errors:
+    """The answers the protocol gives itself: whole HTTP messages, and ASGI apps that answer
+    in the application's place (with the connection closed)."""
 
+    def __init__(self, error_page: ErrorPage) -> None:
+        self.page = error_page
+        self.slow_down = self._refusal("SlowDown")
+        self.head_too_large = self._refusal("RequestHeaderSectionTooLarge")
 
-def _refusal(code: str) -> Any:
-    """An ASGI app that answers S3 error `code` and has the connection closed."""
-    status, message = S3_ERRORS[code]
+    def message(self, code: str) -> bytes:
+        """A whole HTTP/1.1 answer carrying S3 error `code`, closing the connection."""
+        status, _ = S3_ERRORS[code]
+        request_id, body = self.page(code, None)
+        head = (f"HTTP/1.1 {status} {'Bad Request' if status == 400 else 'Service Unavailable'}\r\n"
+                f"content-type: application/xml\r\ncontent-length: {len(body)}\r\nx-amz-request-id: {request_id}\r\n"
+                f"date: {time.strftime('%a, %d %b %Y %H:%M:%S GMT', time.gmtime())}\r\n"
+                "connection: close\r\n\r\n")
+        return head.encode("ascii") + body
 
-    async def refuse(scope: Any, receive: Any, send: Any) -> None:
-        request_id = new_request_id()
-        body = xml.error_document(code, message, resource=scope.get("path"), request_id=request_id)
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/xml"), (b"content-length", str(len(body)).encode()),
-                                (b"x-amz-request-id", request_id.encode()), (b"connection", b"close")]})
-        await send({"type": "http.response.body", "body": body})
+    def _refusal(self, code: str) -> Any:
+        status, _ = S3_ERRORS[code]
 
-    return refuse
+        async def refuse(scope: Any, receive: Any, send: Any) -> None:
+            request_id, body = self.page(code, scope.get("path"))
+            await send({"type": "http.response.start", "status": status,
+                        "headers": [(b"content-type", b"application/xml"), (b"content-length", str(len(body)).encode()),
+                                    (b"x-amz-request-id", request_id.encode()), (b"connection", b"close")]})
+            await send({"type": "http.response.body", "body": body})
 
-
-_SLOW_DOWN = _refusal("SlowDown")
-_HEAD_TOO_LARGE = _refusal("RequestHeaderSectionTooLarge")
+        return refuse
 
 
 class GuardedProtocol(HttpToolsProtocol):
@@ -142,9 +148,10 @@ class GuardedProtocol(HttpToolsProtocol):
     heads_too_large = 0
     stalls = 0
 
-    def __init__(self, *args: Any, limits: Limits, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, limits: Limits, errors: _Errors, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.limits = limits
+        self._errors = errors
         self._over_cap = False
         self._in_head = True  # between the end of a request (or connecting) and the end of the next head
         self._head_started = False  # a byte of that head arrived
@@ -198,8 +205,9 @@ class GuardedProtocol(HttpToolsProtocol):
             self._head_timer = None
         # The exact size now that it is whole (data_received counts only what is still incomplete).
         size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
-        refusal = _SLOW_DOWN if self._over_cap else _HEAD_TOO_LARGE if size > self.limits.max_head_size else None
-        if refusal is _HEAD_TOO_LARGE:
+        errors = self._errors
+        refusal = errors.slow_down if self._over_cap else errors.head_too_large if size > self.limits.max_head_size else None
+        if refusal is errors.head_too_large:
             GuardedProtocol.heads_too_large += 1
         if refusal is None:
             super().on_headers_complete()
@@ -237,7 +245,7 @@ class GuardedProtocol(HttpToolsProtocol):
         if self.cycle is not None and not self.cycle.response_complete:
             self.transport.abort()
             return
-        self.transport.write(error_bytes(code))
+        self.transport.write(self._errors.message(code))
         self.transport.close()
 
     # --- stalls -----------------------------------------------------------------------------

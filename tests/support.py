@@ -27,6 +27,7 @@ from gateway.app import create_app
 from gateway.config import AuthSettings, Grant, OriginSettings, ServerSettings, Settings, User
 from gateway.demo import free_port
 from gateway.httpserver import uvicorn_options
+from gateway.s3api.responses import error_page
 
 ADMIN = ("AKIAADMIN0000000001", "admin-secret-0000000000000000000000000001")
 READER = ("AKIAREADER000000001", "reader-secret-000000000000000000000000001")
@@ -59,7 +60,7 @@ class RunningGateway:
         port = free_port()
         self.settings = dataclasses.replace(settings, server=dataclasses.replace(settings.server, port=port))
         self.endpoint = f"http://127.0.0.1:{port}"
-        options = uvicorn_options(self.settings.server) if guarded else {"http": "httptools"}
+        options = uvicorn_options(self.settings.server, error_page) if guarded else {"http": "httptools"}
         config = uvicorn.Config(create_app(self.settings), host="127.0.0.1", port=port, loop="asyncio",
                                 lifespan="on", access_log=False, log_level="warning", **options)
         self.server = uvicorn.Server(config)

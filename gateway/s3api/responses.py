@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Mapping
 
 from starlette.responses import Response, StreamingResponse
 
-from gateway.errors import S3Error
+from gateway.errors import S3_ERRORS, S3Error
 from gateway.s3api import xml
 
 XML_TYPE = "application/xml"
@@ -16,6 +16,13 @@ XML_TYPE = "application/xml"
 def new_request_id() -> str:
     """16 upper-case hex characters, the shape of S3's x-amz-request-id."""
     return secrets.token_hex(8).upper()
+
+
+def error_page(code: str, resource: str | None) -> tuple[str, bytes]:
+    """(request id, S3's error document) for a known error `code`: what the transport below
+    the app renders its own refusals with (gateway.httpserver.ErrorPage)."""
+    request_id = new_request_id()
+    return request_id, xml.error_document(code, S3_ERRORS[code][1], resource=resource, request_id=request_id)
 
 
 def error_response(err: S3Error, request_id: str, *, method: str) -> Response:

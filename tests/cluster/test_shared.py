@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -20,9 +21,10 @@ async def make_shared(clean_redis) -> AsyncIterator[Callable[..., SharedMetadata
     made: list[SharedMetadata] = []
     listeners: list[asyncio.Task[None]] = []
 
-    def make(node_id: str, *, listen: Received | None = None, resyncs: list[float] | None = None) -> SharedMetadata:
-        shared = SharedMetadata(RedisSettings(url=clean_redis.url, socket_timeout=0.3, retry_interval=0.2),
-                                node_id=node_id)
+    def make(node_id: str, *, listen: Received | None = None, resyncs: list[float] | None = None,
+             deadline: float = 1.0) -> SharedMetadata:
+        shared = SharedMetadata(RedisSettings(url=clean_redis.url, socket_timeout=0.3, retry_interval=0.2,
+                                              invalidation_timeout=deadline), node_id=node_id)
         made.append(shared)
         if listen is not None:
             on_resync = (lambda: resyncs.append(time.monotonic())) if resyncs is not None else None
@@ -162,3 +164,73 @@ async def test_redis_down_means_no_shared_state_not_errors(make_shared, clean_re
         await asyncio.gather(listener, return_exceptions=True)
     await a.invalidate("bkt", "after")
     await eventually(lambda: ("bkt", "after") in got_b)
+
+
+async def test_an_answer_fetched_before_an_invalidation_is_not_shared_after_it(make_shared):
+    """A node that asked Redis, then the origin, stores what it learnt only if no invalidation
+    of the key (of the bucket, for listings) came in between: else it may predate the write."""
+    a, b = make_shared("a"), make_shared("b")
+    key, page = ("bkt", "k", ""), ("bkt", "", (("list-type", "2"),))
+    assert await a.get_meta(key) is None and await a.get_listing(page) is None
+    await b.invalidate("bkt", "k")  # a write lands while a asks the origin
+    await a.put_meta(key, b"from before the write", ttl=30)
+    await a.put_listing(page, b"listing from before the write", ttl=30)
+    assert await b.get_meta(key) is None and await b.get_listing(page) is None
+    assert a.errors["put_meta_raced"] == 1 and a.errors["put_listing_raced"] == 1
+    # With no invalidation in between, what was fetched is shared.
+    assert await a.get_meta(key) is None and await a.get_listing(page) is None
+    await a.put_meta(key, b"fresh", ttl=30)
+    await a.put_listing(page, b"fresh listing", ttl=30)
+    assert (await b.get_meta(key))[0] == b"fresh" and (await b.get_listing(page))[0] == b"fresh listing"
+    # A revalidation (the entry was there) is dropped the same way; and a bucket-wide
+    # invalidation counts for the bucket's listings.
+    assert (await a.get_meta(key))[0] == b"fresh" and (await a.get_listing(page))[0] == b"fresh listing"
+    await b.invalidate("bkt", "k")
+    await b.invalidate("bkt", None)
+    await a.put_meta(key, b"revalidated before the write", ttl=30)
+    await a.put_listing(page, b"listing revalidated before", ttl=30)
+    assert await b.get_meta(key) is None and await b.get_listing(page) is None
+
+
+async def test_a_write_waits_for_every_listening_node_to_confirm(make_shared):
+    got_b: Received = []
+    got_c: Received = []
+    a = make_shared("a", listen=[], deadline=0.5)
+    b, c = make_shared("b", listen=got_b, deadline=0.5), make_shared("c", listen=got_c, deadline=0.5)
+    await eventually(lambda: a.listening() and b.listening() and c.listening())
+    confirmation = await a.invalidate("bkt", "k")
+    assert confirmation.expected == 3  # a itself, b and c subscribed
+    assert await confirmation.wait() is True
+    assert ("bkt", "k") in got_b and ("bkt", "k") in got_c  # applied before they confirmed
+    assert a.confirmations["confirmed"] == 1
+
+    # c is held back: a waits the deadline, by the end of which c no longer trusts its caches.
+    c.hold_listener_until = time.monotonic() + 1.5
+    confirmation = await a.invalidate("bkt", "k2")
+    started = time.monotonic()
+    assert await confirmation.wait() is False
+    assert 0.3 < time.monotonic() - started < 0.6
+    assert confirmation.confirmed == 2 and a.confirmations["unconfirmed"] == 1
+    assert not c.listening() and b.listening()
+    assert ("bkt", "k2") not in got_c
+    await eventually(lambda: c.listening())  # released: it applied what it missed, and listens again
+    assert ("bkt", "k2") in got_c
+
+
+async def test_a_node_knows_within_the_deadline_that_redis_stopped_answering(make_shared, clean_redis):
+    b = make_shared("b", listen=[], deadline=0.5)
+    await eventually(lambda: b.listening())
+    clean_redis.proc.send_signal(signal.SIGSTOP)
+    try:
+        stopped = time.monotonic()
+        await eventually(lambda: not b.listening(), within=2)
+        assert time.monotonic() - stopped < 0.5 + 0.2  # its last PONG answered a PING sent before the stop
+        # A write during the hang, by a node that was listening too: unsent, it waits the
+        # deadline from when this node found Redis unreachable.
+        a = make_shared("a", deadline=0.5)
+        confirmation = await a.invalidate("bkt", "k")
+        assert confirmation.expected is None and a.confirmations["unsent"] == 1
+        assert await confirmation.wait() is False
+    finally:
+        clean_redis.proc.send_signal(signal.SIGCONT)
+    await eventually(lambda: b.listening(), within=5)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
 from collections.abc import Callable, Iterator
 
 import httpx
@@ -17,6 +19,23 @@ pytest_plugins = ["tests.redis_fixtures"]
 # The machine is shared: a slow example is not a failure (speed lives in bench/).
 hypothesis_settings.register_profile("gateway", deadline=None)
 hypothesis_settings.load_profile("gateway")
+
+
+# Programs some tests drive, beyond what `pip install -e '.[test]'` brings; what is missing is
+# named in one line at the start of the run (their tests skip). `bash .ci/run` installs them all.
+_PROGRAMS = {
+    "redis-server": "redis-server", "rclone": "rclone", "s3cmd": "s3cmd", "chromium": "chromium",
+    "chromedriver": "chromium-driver", "node": "nodejs npm", "go": "golang", "mvn": "maven",
+}
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    missing = [name for name in _PROGRAMS if shutil.which(name) is None and not os.path.exists(f"/usr/bin/{name}")]
+    if not missing:
+        return "every program the tests drive is installed"
+    packages = " ".join(dict.fromkeys(_PROGRAMS[name] for name in missing))
+    return (f"missing: {', '.join(missing)} (their tests skip or fail); "
+            f"apt-get install {packages}, or run bash .ci/run, which installs them")
 
 
 @pytest.fixture(scope="session")

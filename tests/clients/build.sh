@@ -16,7 +16,13 @@ mkdir -p "$cache"
 need() {
     for tool in "$@"; do
         if ! command -v "$tool" >/dev/null 2>&1; then
-            echo "build.sh: $tool is not installed (Debian: apt-get install nodejs npm | golang-go | maven openjdk-17-jdk-headless)" >&2
+            case "$tool" in
+                node | npm) how="apt-get install nodejs npm" ;;
+                go) how="a Go toolchain 1.21 or newer (Debian bookworm's golang-go, 1.19, is too old)" ;;
+                mvn) how="apt-get install maven" ;;
+                *) how="apt-get install openjdk-17-jdk-headless" ;;
+            esac
+            echo "build.sh: $tool is not installed: $how" >&2
             exit 2
         fi
     done

@@ -6,8 +6,9 @@
 #   go/minio-scenario      go build of tests/clients/go (minio-go; modules in Go's module cache)
 #   java/scenario.jar, java/lib/*.jar   mvn package of tests/clients/java (AWS SDK for Java v2; ~/.m2)
 # Each is rebuilt only when its sources changed (a stamp of their hash), so a later run costs a
-# second. Exit 2 when a toolchain is missing or too old (node >= 18, go >= 1.21 — it fetches the Go
-# release go.mod names from the Go module proxy —, mvn and a JDK >= 17), with what to install.
+# second and needs no toolchain. Exit 2 when a toolchain is missing or too old (node >= 18;
+# go >= 1.21, which fetches the Go release go.mod names from the Go module proxy; mvn and a
+# JDK >= 17), with what to install.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cache="${S3GW_CLIENTS_CACHE:-$HOME/.cache/s3gw-clients}"
@@ -49,32 +50,32 @@ at_least() {
 }
 
 build_js() {
-    need node npm
-    at_least "$(node -p 'process.versions.node')" 18 node
     local out="$cache/js"
     mkdir -p "$out"
     fresh "$out/.stamp" "$out/node_modules/@aws-sdk/client-s3/package.json" js/package.json js/package-lock.json && return 0
+    need node npm
+    at_least "$(node -p 'process.versions.node')" 18 node
     cp "$here/js/package.json" "$here/js/package-lock.json" "$out/"
     (cd "$out" && npm ci --no-audit --no-fund --loglevel=error)
     mv "$out/.stamp.new" "$out/.stamp"
 }
 
 build_go() {
-    need go
-    at_least "$(go env GOVERSION | sed 's/^go//')" 1.21 go
     local out="$cache/go"
     mkdir -p "$out"
     fresh "$out/.stamp" "$out/minio-scenario" go/go.mod go/go.sum go/main.go && return 0
+    need go
+    at_least "$(go env GOVERSION | sed 's/^go//')" 1.21 go
     (cd "$here/go" && go build -mod=readonly -o "$out/minio-scenario" .)
     mv "$out/.stamp.new" "$out/.stamp"
 }
 
 build_java() {
-    need mvn java javac
-    at_least "$(javac -version 2>&1 | awk '{print $2}')" 17 javac
     local out="$cache/java"
     mkdir -p "$out"
     fresh "$out/.stamp" "$out/scenario.jar" java/pom.xml java/src/main/java/s3gw/Scenario.java && return 0
+    need mvn java javac
+    at_least "$(javac -version 2>&1 | awk '{print $2}')" 17 javac
     rm -rf "$out/lib" "$out/scenario.jar"
     mvn -q -B -Dstyle.color=never package -f "$here/java/pom.xml" -Dclients.build="$out"
     mv "$out/.stamp.new" "$out/.stamp"

@@ -135,6 +135,54 @@ async def warm_gets(endpoint: str, readers: int, seconds: float) -> tuple[float,
         return done / (time.monotonic() - started), statistics.fmean(sorted(one)[:285]) * 1000
 
 
+LISTENER = """
+import asyncio, sys
+from gateway.cluster.shared import SharedMetadata
+from gateway.config import RedisSettings
+shared = None
+async def main():
+    shared = SharedMetadata(RedisSettings(url=sys.argv[1], key_prefix=sys.argv[2]), node_id=sys.argv[3])
+    await shared.listen(lambda bucket, key: None)
+asyncio.run(main())
+"""
+
+
+async def confirmation_times(url: str, others: int, count: int = 500) -> tuple[float, float]:
+    """(p50 ms of an invalidation sent, p50 ms of it sent and confirmed by `others` listening
+    processes plus this one): what a write pays for its confirmations, without the origin."""
+    from gateway.cluster.shared import SharedMetadata
+    from gateway.config import RedisSettings
+
+    prefix = f"c{others}:"
+    procs = [subprocess.Popen([sys.executable, "-c", LISTENER, url, prefix, f"listener-{i}"], cwd=ROOT)
+             for i in range(others)]
+    shared = SharedMetadata(RedisSettings(url=url, key_prefix=prefix), node_id="writer")
+    listening = asyncio.create_task(shared.listen(lambda bucket, key: None))
+    probe = redis.asyncio.Redis.from_url(url)
+    try:
+        deadline = time.monotonic() + 30
+        while (await probe.pubsub_numsub(f"{prefix}invalidate"))[0][1] < others + 1 or not shared.listening():
+            if time.monotonic() > deadline:
+                raise SystemExit("the listeners did not subscribe")
+            await asyncio.sleep(0.05)
+        sent, confirmed = [], []
+        for i in range(count):
+            started = time.perf_counter()
+            confirmation = await shared.invalidate("bkt", f"k{i % 50}")
+            sent.append(time.perf_counter() - started)
+            assert await confirmation.wait(), "not confirmed"
+            confirmed.append(time.perf_counter() - started)
+        return statistics.median(sent) * 1000, statistics.median(confirmed) * 1000
+    finally:
+        listening.cancel()
+        await asyncio.gather(listening, return_exceptions=True)
+        await shared.aclose()
+        await probe.aclose()
+        for proc in procs:
+            proc.terminate()
+            proc.wait(10)
+
+
 async def redis_round_trip(url: str, count: int = 2000) -> float:
     """Mean ms of one GET from redis-py asyncio, one at a time."""
     r = redis.asyncio.Redis.from_url(url)
@@ -180,6 +228,8 @@ def main() -> None:
                 for name in order[1:] if turn % 2 == 0 else order[:-1]:
                     gets[name].append(asyncio.run(warm_gets(started[name][0].endpoint, args.readers, args.seconds)))
             rtt = asyncio.run(redis_round_trip(server.url))
+            confirmations = {} if args.src else {
+                others + 1: asyncio.run(confirmation_times(server.url, others)) for others in (0, 1, 2)}
     finally:
         server.remove()
     rows = {name: summary(p.latencies) for name, p in putters.items()}
@@ -194,6 +244,11 @@ def main() -> None:
         rate = statistics.median(r for r, _ in results)
         one = statistics.median(o for _, o in results)
         print(f"  {name:28s} {rate:8.0f} req/s   {one:.3f} ms")
+    if confirmations:
+        print("\nan invalidation alone (SharedMetadata, no origin), p50 ms:   sent   sent and confirmed")
+        for nodes, (sent, confirmed) in confirmations.items():
+            print(f"  {nodes} node{'s' if nodes > 1 else ' '} listening                            {sent:6.3f}   "
+                  f"{confirmed:6.3f}")
     one_at_2 = statistics.median(o for _, o in gets["2 nodes on Redis"])
     print(f"\none Redis round trip (redis-py asyncio, GET): {rtt:.3f} ms "
           f"= {rtt / one_at_2 * 100:.0f}% of a warm GET at 2 nodes")

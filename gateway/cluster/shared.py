@@ -388,6 +388,9 @@ class SharedMetadata:
             # skipped invalidation would leave the other nodes trusting what it changes.
             reached = await self._call("invalidate", lambda: self._invalidate_now(bucket, key, ident),
                                        probe=self.listening())
+        except BaseException:  # cancelled: nobody will wait for it
+            self._waiting.pop(ident, None)
+            raise
         finally:  # also when cancelled: the write it follows may have happened
             now = time.monotonic()
             deadline = self.settings.invalidation_timeout

@@ -149,6 +149,14 @@ class NodeCollector(Collector):
         shared = self.node.engine.shared
         yield CounterMetricFamily("gateway_redis_errors_total", "Redis calls that failed or timed out (0 without Redis).",
                                   value=0 if shared is None else sum(shared.errors.values()))
+        confirmations = CounterMetricFamily(
+            "gateway_invalidation_confirmations_total",
+            "Writes through this node by how the other nodes confirmed the invalidation before the answer: "
+            "confirmed (all within redis.invalidation_timeout), unconfirmed (the deadline passed first), "
+            "unsent (Redis unreachable: the write waited the deadline).", labels=["outcome"])
+        for outcome in ("confirmed", "unconfirmed", "unsent"):
+            confirmations.add_metric([outcome], 0 if shared is None else shared.confirmations[outcome])
+        yield confirmations
         replication = CounterMetricFamily(
             "gateway_replication_actions_total",
             "Blocks this node filled (replicate) or dropped (drop) because the hot-object replication "

@@ -79,6 +79,7 @@ def test_metrics_count_requests_hits_bytes_and_tiers(admin_gateway):
     assert value(found, "gateway_singleflight_waits_total") == 0
     assert value(found, "gateway_origin_errors_total") == 0
     assert value(found, "gateway_redis_errors_total") == 0
+    assert value(found, "gateway_invalidation_confirmations_total", outcome="confirmed") == 0  # no Redis
     assert value(found, "gateway_replication_actions_total", action="replicate") == 0
     assert value(found, "gateway_origin_requests_total", method="GET") >= 1
     assert value(found, "gateway_origin_requests_total", method="PUT") == 2  # CreateBucket, PutObject
@@ -90,6 +91,25 @@ def test_each_gateway_has_its_own_metrics(admin_gateway, start_gateway):
     client(gateway.endpoint).list_objects_v2(Bucket="bkt")
     assert value(samples(gateway), "gateway_requests_total", operation="ListObjectsV2", status="200") == 1
     assert ("gateway_requests_total", frozenset({("operation", "ListObjectsV2"), ("status", "200")})) not in samples(other)
+
+
+def test_metrics_count_the_invalidation_confirmations_of_writes(start_gateway, clean_origin, clean_redis):
+    """Two nodes on one Redis: each write through A waits for both listeners to confirm."""
+    redis = RedisSettings(url=clean_redis.url, socket_timeout=0.5)
+    a, b = start_gateway(admin=ADMIN_ON, redis=redis), start_gateway(admin=ADMIN_ON, redis=redis)
+    for gateway in (a, b):
+        shared = gateway.server.config.app.s3.engine.shared
+        deadline = time.monotonic() + 10
+        while not shared.listening() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    s3 = client(a.endpoint)
+    s3.create_bucket(Bucket="bkt")
+    for n in range(3):
+        s3.put_object(Bucket="bkt", Key=f"k{n}", Body=b"x")
+    found = samples(a)
+    assert value(found, "gateway_invalidation_confirmations_total", outcome="confirmed") >= 3
+    assert value(found, "gateway_invalidation_confirmations_total", outcome="unsent") == 0
+    assert value(samples(b), "gateway_invalidation_confirmations_total", outcome="confirmed") == 0
 
 
 def test_stats_document(admin_gateway):

@@ -251,6 +251,7 @@ def test_aws_sdk_java_v2(gateway, s3, direct, files, tmp_path):
         total = BIG_SIZE if key.startswith("java/dir/") else SMALL_SIZE
         start, end = key.rsplit(":", 1)[1].split("-")
         assert got["content_range"] == f"bytes {start}-{end}/{total}", key
+    assert out["parallel"] == {"ranges": 13, "sha": _sha(big)}  # 1 MiB ranges read on 6 threads at once
     assert out["head"] == {"size": SMALL_SIZE, "etag": origin["java/small.bin"]["etag"],
                            "content_type": "application/x-small", "metadata": {"origin": "java-sdk"}, "big_size": BIG_SIZE}
     assert out["pages"] == [[f"java/copy.bin={SMALL_SIZE}", f"java/dir/big.bin={BIG_SIZE}"],

@@ -1,6 +1,7 @@
 package s3gw;
 
 import java.io.ByteArrayInputStream;
+import java.io.ByteArrayOutputStream;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -16,6 +17,10 @@ import java.util.HexFormat;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
 
 import software.amazon.awssdk.auth.credentials.AwsBasicCredentials;
 import software.amazon.awssdk.auth.credentials.StaticCredentialsProvider;
@@ -167,6 +172,24 @@ public final class Scenario {
         ranges.put("java/small.bin:10-29", map("hex", HexFormat.of().formatHex(smallRange.asByteArray()),
                 "content_range", smallRange.response().contentRange()));
         out.put("ranges", ranges);
+
+        // Many ranged GETs at once, as an engine reads a split: 1 MiB ranges on 6 threads, put back together.
+        int step = 1024 * 1024;
+        List<Future<byte[]>> pieces = new ArrayList<>();
+        ExecutorService pool = Executors.newFixedThreadPool(6);
+        try {
+            for (long start = 0; start < size; start += step) {
+                String range = "bytes=" + start + "-" + (Math.min(size, start + step) - 1);
+                pieces.add(pool.submit(() -> get(s3, bucket, "java/dir/big.bin", range).asByteArray()));
+            }
+            ByteArrayOutputStream joined = new ByteArrayOutputStream();
+            for (Future<byte[]> piece : pieces) {
+                joined.writeBytes(piece.get(50, TimeUnit.SECONDS));
+            }
+            out.put("parallel", map("ranges", pieces.size(), "sha", sha(joined.toByteArray())));
+        } finally {
+            pool.shutdownNow();
+        }
 
         HeadObjectResponse smallHead = s3.headObject(b -> b.bucket(bucket).key("java/small.bin"));
         out.put("head", map("size", smallHead.contentLength(), "etag", smallHead.eTag(),

@@ -36,14 +36,14 @@ async function main() {
   if (phase === "delete") {
     await remove(s3, Bucket, out);
   } else if (phase === "write-read") {
-    await writeRead(s3, Bucket, small, big, smallFile, out);
+    await writeRead(s3, Bucket, small, big, smallFile, bigFile, out);
   } else {
     throw new Error(`unknown phase ${phase}`);
   }
   console.log(JSON.stringify(out));
 }
 
-async function writeRead(s3, Bucket, small, big, smallFile, out) {
+async function writeRead(s3, Bucket, small, big, smallFile, bigFile, out) {
 
   step = "PutObject";
   // PutObject of a buffer (CRC32 in a header) and of a file stream (aws-chunked, CRC32 trailer).
@@ -61,7 +61,12 @@ async function writeRead(s3, Bucket, small, big, smallFile, out) {
     client: s3, params: { Bucket, Key: "js/dir/big.bin", Body: big }, partSize: 5 * 1024 * 1024, queueSize: 2,
   });
   const uploaded = await upload.done();
-  out.upload = { etag: uploaded.ETag, key: uploaded.Key };
+  // And of a file stream, its length unknown to lib-storage: multipart as well.
+  const fromStream = await new Upload({
+    client: s3, params: { Bucket, Key: "js/dir/stream-big.bin", Body: fs.createReadStream(bigFile) },
+    partSize: 5 * 1024 * 1024, queueSize: 2,
+  }).done();
+  out.upload = { etag: uploaded.ETag, key: uploaded.Key, stream_etag: fromStream.ETag };
 
   // GetObject, whole and ranged, with the default response checksum validation.
   const read = async (Key, Range) => {
@@ -74,7 +79,7 @@ async function writeRead(s3, Bucket, small, big, smallFile, out) {
   const cold = await read("js/streamed.bin", "bytes=100-199");
   out.ranges = { "js/streamed.bin:100-199": { hex: cold.body.toString("hex"), content_range: cold.answer.ContentRange } };
   out.whole = {};
-  for (const key of ["js/small.bin", "js/streamed.bin", "js/dir/big.bin"]) {
+  for (const key of ["js/small.bin", "js/streamed.bin", "js/dir/big.bin", "js/dir/stream-big.bin"]) {
     out.whole[key] = sha((await read(key)).body);
   }
   const ranges = [[0, 99], [5 * 1024 * 1024 - 10, 5 * 1024 * 1024 + 9], [big.length - 7, big.length - 1]];
@@ -118,7 +123,7 @@ async function writeRead(s3, Bucket, small, big, smallFile, out) {
 
 async function remove(s3, Bucket, out) {
   step = "DeleteObjects";
-  const keys = ["js/small.bin", "js/streamed.bin", "js/dir/big.bin", "js/copy.bin"];
+  const keys = ["js/small.bin", "js/streamed.bin", "js/dir/big.bin", "js/dir/stream-big.bin", "js/copy.bin"];
   const deleted = await s3.send(new DeleteObjectsCommand({
     Bucket, Delete: { Objects: keys.map((Key) => ({ Key })) },
   }));

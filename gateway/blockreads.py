@@ -10,7 +10,7 @@ import functools
 import re
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -219,7 +219,7 @@ class BlockReader:
     async def _stream(
         self, blocks: list[BlockId], meta: ObjectMeta, start: int, end: int, first: bytes, held: int,
         ahead: deque[tuple[asyncio.Future[bytes], int]],
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         """Each block's bytes in turn; the budget a block took is given back once it was sent."""
         size = self.cache_settings.block_size
         try:
@@ -417,12 +417,12 @@ class BlockReader:
                 self.stats["block_miss"] += 1
                 fetch = asyncio.ensure_future(self._fetch_from_peers(block, meta, route))
                 self._peer_inflight[block.name] = fetch
-                fetch.add_done_callback(lambda done, name=block.name: self._fetched(name, done, self._peer_inflight))
+                fetch.add_done_callback(functools.partial(self._fetched, block.name, inflight=self._peer_inflight))
                 break
             self.stats["block_miss"] += 1
             fetch = asyncio.ensure_future(self._fetch_block(block, meta))
             self._inflight[block.name] = fetch
-            fetch.add_done_callback(lambda done, name=block.name: self._fetched(name, done, self._inflight))
+            fetch.add_done_callback(functools.partial(self._fetched, block.name, inflight=self._inflight))
             break
         # A reader that goes away does not cancel a fetch that others may be waiting on.
         return await asyncio.shield(fetch)
@@ -684,8 +684,13 @@ class BlockReader:
         """Run `work` now; a failure nobody waits for only costs a later miss, not a log line."""
         task = asyncio.ensure_future(work)
         self._background.add(task)
-        task.add_done_callback(lambda t: (self._background.discard(t), t.cancelled() or t.exception()))
+        task.add_done_callback(self._forget_background)
         return task
+
+    def _forget_background(self, task: asyncio.Future[bytes]) -> None:
+        self._background.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a failure nobody waited for is not logged
 
     async def _origin_read(
         self, bucket: str, key: str, meta: ObjectMeta, start: int | None, end: int | None, headers: dict[str, str] | None

@@ -325,7 +325,7 @@ class RedisTarget:
 
 
 _REDIS_SERVER_SCHEMES = ("redis", "rediss", "unix")
-_REDIS_MULTI_SCHEMES = {"redis+sentinel": ("sentinel", False), "rediss+sentinel": ("sentinel", True),
+_REDIS_MULTI_SCHEMES: dict[str, tuple[Literal["sentinel", "cluster"], bool]] = {"redis+sentinel": ("sentinel", False), "rediss+sentinel": ("sentinel", True),
                         "redis+cluster": ("cluster", False), "rediss+cluster": ("cluster", True)}
 _REDIS_URL_FORMS = ("redis://[user:password@]host:port/db, rediss://... (TLS), unix:///path/redis.sock, "
                     "redis+sentinel://[user:password@]host:port[,host:port...]/master-name[/db] "

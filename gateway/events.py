@@ -110,7 +110,8 @@ class SqsConsumer:
             "WaitTimeSeconds": self.settings.wait_seconds,
         })
         messages = answer.get("Messages") or []
-        done = []
+        assert isinstance(messages, list)
+        done: list[dict[str, str]] = []
         for message in messages:
             try:
                 changes = parse_s3_event(str(message.get("Body", "")).encode())

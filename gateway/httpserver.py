@@ -139,10 +139,10 @@ class GuardedProtocol(HttpToolsProtocol):
     and a stall timeout (see the module docstring). Event loop only.
 
     Counters over every connection (class attributes, read by the admin API and tests):
-    `connections` (open now), `refused` (past the cap), `head_timeouts`, `heads_too_large`, `stalls`.
+    `open_connections` (open now), `refused` (past the cap), `head_timeouts`, `heads_too_large`, `stalls`.
     """
 
-    connections = 0
+    open_connections = 0
     refused = 0
     head_timeouts = 0
     heads_too_large = 0
@@ -165,7 +165,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        GuardedProtocol.connections += 1
+        GuardedProtocol.open_connections += 1
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
         self._over_cap = len(self.connections) > self.limits.max_connections
         if self._over_cap:
@@ -177,7 +177,7 @@ class GuardedProtocol(HttpToolsProtocol):
             if timer is not None:
                 timer.cancel()
         self._head_timer = self._body_timer = self._send_timer = None
-        GuardedProtocol.connections -= 1
+        GuardedProtocol.open_connections -= 1
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:

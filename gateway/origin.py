@@ -200,7 +200,8 @@ class Origin:
 
     async def error_from(self, response: OriginResponse, resource: str | None = None) -> S3Error:
         """Turn an origin error response into an S3Error with the origin's code and status."""
-        code, message, extra = _code_for(response.status), None, {}
+        code, message = _code_for(response.status), None
+        extra: dict[str, str] = {}
         try:
             body = await response.read_at_most(_MAX_ERROR_BODY)
         except S3Error:

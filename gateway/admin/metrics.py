@@ -41,7 +41,7 @@ class NodeCollector(Collector):
     def _server(self) -> Iterator[Metric]:
         # The connection figures are the process's (gateway serve: one node per process).
         yield GaugeMetricFamily("gateway_connections_open", "Client connections open (gateway serve).",
-                                value=GuardedProtocol.connections)
+                                value=GuardedProtocol.open_connections)
         cut = CounterMetricFamily(
             "gateway_connections_cut_total", "Client connections the server closed on a limit: refused "
             "(server.max_connections), head_timeout, head_too_large (server.max_head_size), stalled "

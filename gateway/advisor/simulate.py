@@ -302,20 +302,20 @@ def replayer(
         start, end, size = read.start, read.end, read.size
         version = str(read.version)
         span = block_span(start, end, block_size)
-        names = [block_names[(bucket, key, version, index)] for index in span]
+        read_names = [block_names[(bucket, key, version, index)] for index in span]
         counters.reads += 1
         counters.read_bytes += end - start + 1
         # The x-cache answer, as gateway.blockreads describes a read before it starts.
-        if top is not None and all(name in top.sizes for name in names):
+        if top is not None and all(name in top.sizes for name in read_names):
             answer = "hit-mem"
         else:
-            cached = sum(1 for name in names if name in store)
-            answer = "hit-disk" if cached == len(names) else "partial" if cached else "miss"
+            cached = sum(1 for name in read_names if name in store)
+            answer = "hit-disk" if cached == len(read_names) else "partial" if cached else "miss"
         answers[answer] += 1
         if trail is not None:
             trail.append(answer)
         worst = -1
-        for index, name in zip(span, names):
+        for index, name in zip(span, read_names):
             first = index * block_size
             length = min(block_size, size - first) if size > 0 else block_size
             wanted = min(end + 1, first + block_size) - max(start, first)

@@ -49,8 +49,8 @@ def redis_client(settings: RedisSettings) -> AnyRedis:
     }
     if target.kind == "server":
         return Redis.from_url(settings.url, **common)
-    auth = {"username": target.username, "password": target.password}
-    tls = {"ssl": True} if target.tls else {}
+    auth: dict[str, Any] = {"username": target.username, "password": target.password}
+    tls: dict[str, Any] = {"ssl": True} if target.tls else {}
     if target.kind == "cluster":
         return RedisCluster(startup_nodes=[ClusterNode(host, port) for host, port in target.hosts],
                             **auth, **tls, **common)

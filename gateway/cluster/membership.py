@@ -105,7 +105,7 @@ class Membership:
         """Renew this node's entry (unless not `register`) and refresh the view; False when
         Redis did not answer (the view is kept)."""
         shared = self._shared
-        args = [self.me.id if register else "", self.me.url, max(1, int(self.ttl * 1000))]
+        args: list[str | int] = [self.me.id if register else "", self.me.url, max(1, int(self.ttl * 1000))]
         found = await shared.call("membership", lambda: self._beat(keys=self._keys, args=args))
         if found is None:
             return False
@@ -130,7 +130,10 @@ class Membership:
 
     async def run(self) -> None:
         """Heartbeat every `interval` seconds until cancelled."""
-        await run_every(self.interval, self.heartbeat, "fleet heartbeat")
+        async def beat() -> None:
+            await self.heartbeat()
+
+        await run_every(self.interval, beat, "fleet heartbeat")
 
     async def leave(self) -> None:
         """Deregister (clean shutdown), so the others stop asking this node at their next heartbeat."""

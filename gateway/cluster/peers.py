@@ -209,8 +209,9 @@ class PeerClient:
             headers = {AUTH_HEADER: sign(self._secret, "GET", path, query)}
             self.requests += 1
             try:
-                async with self._client().get(target, headers=headers, allow_redirects=False,
-                                              **({"timeout": timeout} if timeout is not None else {})) as response:
+                client = self._client()
+                async with client.get(target, headers=headers, allow_redirects=False,
+                                      timeout=timeout if timeout is not None else client.timeout) as response:
                     length = response.content_length
                     if length is None or length > limit + _MAX_ERROR:  # never more than a block
                         raise PeerError(f"{peer.id} answered {response.status} with a body of {length} bytes")

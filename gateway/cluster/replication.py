@@ -129,7 +129,7 @@ class Replication:
             await self._decide()
         client = self._shared.client
 
-        async def read() -> tuple[bytes | None]:
+        async def read() -> tuple[bytes | str | None]:
             return (await client.get(self._counts_key),)
 
         found = await self._shared.call("replication", read)
@@ -187,7 +187,7 @@ class Replication:
             await self._shared.call("replication", lambda: client.hdel(self._heat_key, *gone))
 
 
-def _decode_counts(raw: bytes | None) -> dict[ObjectKey, int]:
+def _decode_counts(raw: bytes | str | None) -> dict[ObjectKey, int]:
     if raw is None:
         return {}
     try:

@@ -207,10 +207,10 @@ def _sigv4_header(
 
     fields: dict[str, str] = {}
     for part in rest.split(","):
-        key, sep, val = part.strip().partition("=")
-        if not sep or key not in ("Credential", "SignedHeaders", "Signature") or key in fields:
+        name, sep, val = part.strip().partition("=")
+        if not sep or name not in ("Credential", "SignedHeaders", "Signature") or name in fields:
             raise malformed("the authorization header requires three components: Credential, SignedHeaders, and Signature.")
-        fields[key] = val.strip()
+        fields[name] = val.strip()
     if len(fields) != 3:
         raise malformed("the authorization header requires three components: Credential, SignedHeaders, and Signature.")
     cred = _parse_credential(fields["Credential"], malformed)

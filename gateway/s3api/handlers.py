@@ -140,15 +140,16 @@ async def list_objects(ctx: Context) -> Response:
         page = await _list_inside_grants(ctx, inside, query, max_keys)
     else:
         page = xml.parse_list_objects(await ctx.app.engine.list_objects(bucket, query))
-    common = dict(bucket=req.bucket or "", prefix=req.query.get("prefix", ""), delimiter=req.query.get("delimiter"),
-                  max_keys=max_keys, encoding_type=encoding)
+    bucket_name, delimiter = req.bucket or "", req.query.get("delimiter")
     if v2:
         body = xml.render_list_objects_v2(
-            page, continuation_token=req.query.get("continuation-token"), start_after=req.query.get("start-after"),
-            fetch_owner=req.query.get("fetch-owner", "").lower() == "true", **common,
+            page, bucket=bucket_name, prefix=prefix, delimiter=delimiter, max_keys=max_keys, encoding_type=encoding,
+            continuation_token=req.query.get("continuation-token"), start_after=req.query.get("start-after"),
+            fetch_owner=req.query.get("fetch-owner", "").lower() == "true",
         )
     else:
-        body = xml.render_list_objects_v1(page, marker=req.query.get("marker"), **common)
+        body = xml.render_list_objects_v1(page, bucket=bucket_name, prefix=prefix, delimiter=delimiter,
+                                          max_keys=max_keys, encoding_type=encoding, marker=req.query.get("marker"))
     return xml_response(body, req.request_id)
 
 

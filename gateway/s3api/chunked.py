@@ -71,6 +71,7 @@ class AwsChunkedDecoder:
         self._trailer_lines: list[tuple[str, str]] = []
         self._trailer_bytes = 0
         self._trailer_signed = False
+        self._separated = False  # the empty line between signed trailers and their signature was seen
         self._failed: S3Error | None = None
         self.decoded_length = 0
 
@@ -89,10 +90,13 @@ class AwsChunkedDecoder:
         """Declare the end of the body; returns the trailing headers (lowercase names, no signature)."""
         if self._failed is not None:
             raise self._failed
-        if self._state == _TRAILER and not self._line and (self._signer is None or self._trailer_signed):
-            # Lenient end: the closing empty line is missing but the body is otherwise
-            # complete. A signed body must still have carried its trailer signature.
-            self._end_trailers()
+        if self._state == _TRAILER and not self._line:
+            if self._signer is not None and self._trailers and not self._trailer_signed:
+                self._failed = _bad_trailer("signed trailers need x-amz-trailer-signature")
+                raise self._failed
+            if self._signer is None or self._trailer_signed:
+                # Lenient end: the closing empty line is missing but the body is otherwise complete.
+                self._end_trailers()
         if self._state != _DONE:
             self._failed = _incomplete()
             raise self._failed
@@ -137,12 +141,17 @@ class AwsChunkedDecoder:
                 pos = nl + 1
                 line = bytes(self._line)
                 self._line.clear()
-                if len(line) < 2 or line[-2] != 0x0D or b"\r" in line[:-2]:
-                    raise _framing("lines must end with CRLF") if state == _HEADER else _bad_trailer("lines must end with CRLF")
                 if state == _HEADER:
+                    if len(line) < 2 or line[-2] != 0x0D or b"\r" in line[:-2]:
+                        raise _framing("lines must end with CRLF")
                     self._header_line(line[:-2])
                 else:
-                    self._trailer_line(line[:-2])
+                    # A trailer line may end in LF alone: minio-go writes `name:value\n`, the
+                    # form the trailer signature covers (S3 and moto accept it).
+                    text = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+                    if b"\r" in text:
+                        raise _bad_trailer("lines must end with CRLF")
+                    self._trailer_line(text)
             else:  # _DONE
                 raise _framing("data after the end of the aws-chunked body")
         return out
@@ -190,6 +199,10 @@ class AwsChunkedDecoder:
 
     def _trailer_line(self, line: bytes) -> None:
         if not line:
+            if self._signer is not None and self._trailers and not self._trailer_signed and not self._separated:
+                # minio-go puts an empty line between the signed trailers and their signature.
+                self._separated = True
+                return
             self._end_trailers()
             return
         if not self._expect_trailer:

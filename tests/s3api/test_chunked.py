@@ -309,3 +309,23 @@ def test_truncation_is_incomplete_unless_only_the_last_crlf_is_missing(
         assert exc.code == "IncompleteBody"
     else:
         assert cut == len(body) - 2 and data == payload and got == dict(trailers)
+
+
+def test_minio_go_signed_trailer_form() -> None:
+    """minio-go (TrailingHeaders) ends the trailer line with LF alone and puts an empty line
+    before the trailer signature; S3 and moto accept it, and so does the gateway, signature checked."""
+    signer = ChunkSigner(b"k" * 32, EXAMPLE_DATE, EXAMPLE_SCOPE, "2" * 64)
+    standard = encode(b"hello", [5], signer=signer, trailers=[("x-amz-checksum-crc32c", "lxyPbw==")])
+    minio = standard.replace(b"x-amz-checksum-crc32c:lxyPbw==\r\n", b"x-amz-checksum-crc32c:lxyPbw==\n\r\n")
+    assert minio != standard
+    for cuts in ((), tuple(range(len(minio)))):
+        data, trailers = decode(AwsChunkedDecoder(signer, expect_trailer=True), minio, cuts)
+        assert data == b"hello" and trailers == {"x-amz-checksum-crc32c": "lxyPbw=="}
+    expect_error("SignatureDoesNotMatch", AwsChunkedDecoder(signer, expect_trailer=True),
+                 minio.replace(b"lxyPbw==\n", b"AAAAAA==\n"))
+    # One separator only, and only before the signature.
+    expect_error("MalformedTrailerError", AwsChunkedDecoder(signer, expect_trailer=True),
+                 minio.replace(b"\n\r\n", b"\n\r\n\r\n", 1))
+    # Without the signature it is still refused.
+    expect_error("MalformedTrailerError", AwsChunkedDecoder(signer, expect_trailer=True),
+                 minio[: minio.index(b"x-amz-trailer-signature")])

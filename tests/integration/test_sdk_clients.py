@@ -149,6 +149,7 @@ def test_aws_sdk_js_v3(gateway, s3, direct, files, tmp_path):
         assert got["content_range"] == f"bytes {start}-{end}/{total}", key
     assert out["head"] == {"size": SMALL_SIZE, "etag": origin["js/small.bin"]["etag"],
                            "content_type": "application/x-small", "metadata": {"origin": "js-sdk"}}
+    assert out["missing"] == {"head": "NotFound 404", "get": "NoSuchKey 404"}  # what the SDK says straight to S3
     assert out["pages"] == [[f"js/copy.bin={SMALL_SIZE}", f"js/dir/big.bin={BIG_SIZE}"],
                             [f"js/dir/stream-big.bin={BIG_SIZE}", f"js/small.bin={SMALL_SIZE}"],
                             [f"js/streamed.bin={SMALL_SIZE}"]]
@@ -256,6 +257,7 @@ def test_aws_sdk_java_v2(gateway, s3, direct, files, tmp_path):
         start, end = key.rsplit(":", 1)[1].split("-")
         assert got["content_range"] == f"bytes {start}-{end}/{total}", key
     assert out["parallel"] == {"ranges": 13, "sha": _sha(big)}  # 1 MiB ranges read on 6 threads at once
+    assert out["missing"] == {"head": "NoSuchKeyException 404", "get": "NoSuchKeyException 404 NoSuchKey"}
     assert out["head"] == {"size": SMALL_SIZE, "etag": origin["java/small.bin"]["etag"],
                            "content_type": "application/x-small", "metadata": {"origin": "java-sdk"}, "big_size": BIG_SIZE}
     assert out["pages"] == [[f"java/copy.bin={SMALL_SIZE}", f"java/dir/big.bin={BIG_SIZE}"],

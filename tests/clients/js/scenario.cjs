@@ -95,6 +95,18 @@ async function writeRead(s3, Bucket, small, big, smallFile, bigFile, out) {
   step = "HeadObject";
   const head = await s3.send(new HeadObjectCommand({ Bucket, Key: "js/small.bin" }));
   out.head = { size: head.ContentLength, etag: head.ETag, content_type: head.ContentType, metadata: head.Metadata };
+  // A missing key, as the SDK reports it.
+  out.missing = {};
+  for (const [name, command] of [["head", new HeadObjectCommand({ Bucket, Key: "js/missing.bin" })],
+    ["get", new GetObjectCommand({ Bucket, Key: "js/missing.bin", Range: "bytes=0-9" })]]) {
+    step = `${name} of a missing key`;
+    try {
+      await s3.send(command);
+      out.missing[name] = "no error";
+    } catch (error) {
+      out.missing[name] = `${error.name} ${error.$metadata?.httpStatusCode}`;
+    }
+  }
 
   step = "CopyObject";
   const copied = await s3.send(new CopyObjectCommand({ Bucket, Key: "js/copy.bin", CopySource: `${Bucket}/js/small.bin` }));

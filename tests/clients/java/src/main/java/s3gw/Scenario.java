@@ -50,6 +50,7 @@ import software.amazon.awssdk.services.s3.model.ListObjectsV2Request;
 import software.amazon.awssdk.services.s3.model.ListObjectsV2Response;
 import software.amazon.awssdk.services.s3.model.ObjectIdentifier;
 import software.amazon.awssdk.services.s3.model.PutObjectResponse;
+import software.amazon.awssdk.services.s3.model.S3Exception;
 import software.amazon.awssdk.services.s3.model.UploadPartResponse;
 import software.amazon.awssdk.services.s3.presigner.S3Presigner;
 
@@ -194,6 +195,20 @@ public final class Scenario {
         HeadObjectResponse smallHead = s3.headObject(b -> b.bucket(bucket).key("java/small.bin"));
         out.put("head", map("size", smallHead.contentLength(), "etag", smallHead.eTag(),
                 "content_type", smallHead.contentType(), "metadata", smallHead.metadata(), "big_size", size));
+
+        // A missing key, as the SDK reports it (Trino and S3A turn these into "file not found").
+        Map<String, Object> missing = new LinkedHashMap<>();
+        try {
+            s3.headObject(b -> b.bucket(bucket).key("java/missing.bin"));
+        } catch (S3Exception e) {
+            missing.put("head", e.getClass().getSimpleName() + " " + e.statusCode());
+        }
+        try {
+            get(s3, bucket, "java/missing.bin", "bytes=0-9");
+        } catch (S3Exception e) {
+            missing.put("get", e.getClass().getSimpleName() + " " + e.statusCode() + " " + e.awsErrorDetails().errorCode());
+        }
+        out.put("missing", missing);
 
         CopyObjectResponse copied = s3.copyObject(b -> b.sourceBucket(bucket).sourceKey("java/small.bin")
                 .destinationBucket(bucket).destinationKey("java/copy.bin"));

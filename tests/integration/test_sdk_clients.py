@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.support import ADMIN, REGION, client_env, need_binary, run_client
+from tests.support import ADMIN, READER, REGION, client_env, need_binary, run_client
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = ROOT / "tests" / "clients"
@@ -74,10 +74,10 @@ def files(tmp_path: Path) -> dict[str, bytes]:
 
 
 def _scenario(command: list[str], gateway, bucket: str, tmp_path: Path, phase: str, *extra: str,  # type: ignore[no-untyped-def]
-              **env: str) -> dict:  # type: ignore[type-arg]
+              key: tuple[str, str] = ADMIN, **env: str) -> dict:  # type: ignore[type-arg]
     """Run a tests/clients program (its arguments: endpoint, keys, bucket, the two files, phase) and
     return the JSON object it printed last."""
-    args = [*command, gateway.endpoint, *ADMIN, bucket, str(tmp_path / "small.bin"), str(tmp_path / "big.bin"), phase, *extra]
+    args = [*command, gateway.endpoint, *key, bucket, str(tmp_path / "small.bin"), str(tmp_path / "big.bin"), phase, *extra]
     out = run_client(args, env=client_env(**env)).stdout
     return json.loads(out.decode().strip().splitlines()[-1])  # type: ignore[no-any-return]
 
@@ -106,9 +106,9 @@ def _big_spans() -> list[tuple[int, int]]:
 
 # -------------------------------------------------------------------------- AWS SDK for JavaScript v3
 
-def _js(gateway, bucket, tmp_path, phase):  # type: ignore[no-untyped-def]
+def _js(gateway, bucket, tmp_path, phase, key=ADMIN):  # type: ignore[no-untyped-def]
     node = need_binary("node", "apt-get install nodejs npm")
-    return _scenario([node, str(CLIENTS / "js" / "scenario.cjs")], gateway, bucket, tmp_path, phase,
+    return _scenario([node, str(CLIENTS / "js" / "scenario.cjs")], gateway, bucket, tmp_path, phase, key=key,
                      NODE_PATH=str(CACHE / "js" / "node_modules"))
 
 
@@ -211,10 +211,10 @@ def test_minio_go(gateway, s3, direct, files, tmp_path, trailing):
 
 # -------------------------------------------------------------------------- AWS SDK for Java v2
 
-def _java(gateway, bucket, tmp_path, phase):  # type: ignore[no-untyped-def]
+def _java(gateway, bucket, tmp_path, phase, key=ADMIN):  # type: ignore[no-untyped-def]
     java = need_binary("java", "apt-get install openjdk-17-jdk-headless maven")
     classpath = f"{CACHE / 'java' / 'scenario.jar'}:{CACHE / 'java' / 'lib'}/*"
-    return _scenario([java, "-cp", classpath, "s3gw.Scenario"], gateway, bucket, tmp_path, phase)
+    return _scenario([java, "-cp", classpath, "s3gw.Scenario"], gateway, bucket, tmp_path, phase, key=key)
 
 
 def test_aws_sdk_java_v2(gateway, s3, direct, files, tmp_path):
@@ -270,6 +270,22 @@ def test_aws_sdk_java_v2(gateway, s3, direct, files, tmp_path):
     gone = _java(gateway, "sdk-java", tmp_path, "delete")
     assert gone["deleted"] == sorted(want) and gone["delete_errors"] == [] and gone["left"] == []
     assert _origin(direct, "sdk-java") == {}
+
+
+# -------------------------------------------------------------------------- a read-only user
+
+@pytest.mark.parametrize("sdk", ["js", "java"])
+def test_sdk_read_only_user(gateway, s3, direct, files, tmp_path, sdk):
+    """A user whose grants only let it read the bucket reads through the SDK and is refused a write
+    with the SDK's own AccessDenied error; nothing reaches the origin."""
+    _need_client(sdk)
+    s3.create_bucket(Bucket="shared")
+    direct.put_object(Bucket="shared", Key="readable/small.bin", Body=files["small"])
+    run = _js if sdk == "js" else _java
+    out = run(gateway, "shared", tmp_path, "read-only", key=READER)
+    assert out["read"] == _sha(files["small"])
+    assert out["put"] == ("AccessDenied 403" if sdk == "js" else "AccessDeniedException 403 AccessDenied")
+    assert set(_origin(direct, "shared")) == {"readable/small.bin"}
 
 
 # -------------------------------------------------------------------------- issue 14 items 10-12

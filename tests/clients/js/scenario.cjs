@@ -1,7 +1,8 @@
 // The AWS SDK for JavaScript v3 scenario of tests/integration/test_sdk_clients.py, run against the gateway.
 //
 // Usage: node scenario.cjs ENDPOINT ACCESS_KEY SECRET_KEY BUCKET SMALL_FILE BIG_FILE PHASE
-// PHASE "write-read" uploads and reads back; "delete" deletes what it wrote (the test reads the origin in between).
+// PHASE "write-read" uploads and reads back; "delete" deletes what it wrote (the test reads the origin in between);
+// "read-only" (with a reader's keys) reads readable/small.bin and tries to write beside it.
 // (with NODE_PATH = the node_modules that `npm ci` made from this folder's package-lock.json)
 //
 // The SDK's defaults are kept: CRC32 request checksums (a header on a buffered body, an aws-chunked
@@ -35,6 +36,8 @@ async function main() {
   const out = {};
   if (phase === "delete") {
     await remove(s3, Bucket, out);
+  } else if (phase === "read-only") {
+    await readOnly(s3, Bucket, small, out);
   } else if (phase === "write-read") {
     await writeRead(s3, Bucket, small, big, smallFile, bigFile, out);
   } else {
@@ -131,6 +134,20 @@ async function writeRead(s3, Bucket, small, big, smallFile, bigFile, out) {
   const fetched = await fetch(url, { signal: AbortSignal.timeout(30000) });
   out.presigned = { status: fetched.status, sha: sha(Buffer.from(await fetched.arrayBuffer())),
     signed: url.includes("X-Amz-Signature=") };
+}
+
+// As a user whose grants only let it read: a read of the small file, then a refused PutObject.
+async function readOnly(s3, Bucket, small, out) {
+  step = "GetObject as a reader";
+  const answer = await s3.send(new GetObjectCommand({ Bucket, Key: "readable/small.bin" }));
+  out.read = sha(Buffer.from(await answer.Body.transformToByteArray()));
+  step = "PutObject as a reader";
+  try {
+    await s3.send(new PutObjectCommand({ Bucket, Key: "readable/denied.bin", Body: small }));
+    out.put = "no error";
+  } catch (error) {
+    out.put = `${error.name} ${error.$metadata?.httpStatusCode}`;
+  }
 }
 
 async function remove(s3, Bucket, out) {

@@ -59,7 +59,7 @@ import software.amazon.awssdk.services.s3.presigner.S3Presigner;
  *
  * <p>Usage: {@code java -cp 'scenario.jar:lib/*' s3gw.Scenario ENDPOINT ACCESS_KEY SECRET_KEY BUCKET SMALL_FILE BIG_FILE PHASE}
  * PHASE {@code write-read} uploads and reads back; {@code delete} deletes what it wrote (the test reads the
- * origin in between).
+ * origin in between); {@code read-only} (with a reader's keys) reads readable/small.bin and tries to write beside it.
  *
  * <p>The synchronous client as Trino's native S3 file system and Hadoop S3A configure it: endpoint
  * override, path-style access, us-east-1, the SDK's default checksums (CRC32 on requests, a trailer
@@ -118,6 +118,7 @@ public final class Scenario {
             switch (args[6]) {
                 case "write-read" -> writeRead(s3, credentials, endpoint, bucket, smallFile, small, big, out);
                 case "delete" -> delete(s3, bucket, out);
+                case "read-only" -> readOnly(s3, bucket, small, out);
                 default -> throw new IllegalArgumentException("unknown phase " + args[6]);
             }
         }
@@ -240,6 +241,17 @@ public final class Scenario {
                     HttpRequest.newBuilder(url).timeout(Duration.ofSeconds(30)).build(), HttpResponse.BodyHandlers.ofByteArray());
             out.put("presigned", map("status", fetched.statusCode(), "sha", sha(fetched.body()),
                     "signed", url.getRawQuery().contains("X-Amz-Signature=")));
+        }
+    }
+
+    /** As a user whose grants only let it read: a read of the small file, then a refused PutObject. */
+    private static void readOnly(S3Client s3, String bucket, byte[] small, Map<String, Object> out) throws Exception {
+        out.put("read", sha(get(s3, bucket, "readable/small.bin", null).asByteArray()));
+        try {
+            s3.putObject(b -> b.bucket(bucket).key("readable/denied.bin"), RequestBody.fromBytes(small));
+            out.put("put", "no error");
+        } catch (S3Exception e) {
+            out.put("put", e.getClass().getSimpleName() + " " + e.statusCode() + " " + e.awsErrorDetails().errorCode());
         }
     }
 

@@ -21,9 +21,13 @@ demo: install
 test: install
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest $(PYTEST_ARGS)
 
-# Real query engines against the gateway (tests/engines): Trino from Maven Central, cached in
-# ~/.cache/s3gw-engines ($S3GW_ENGINES_CACHE); left out of `make test` by the `engines` marker.
-test-engines: install
+# Real query engines against the gateway (tests/engines): Trino and the S3A jars from Maven Central, cached in
+# ~/.cache/s3gw-engines ($S3GW_ENGINES_CACHE), and pyspark (the `engines` extra); left out of `make test` by the `engines` marker.
+$(BIN)/.installed-engines: $(BIN)/.installed
+	$(BIN)/pip install --quiet -e '.[demo,test,engines]'
+	touch $@
+
+test-engines: $(BIN)/.installed-engines
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -m engines tests/engines $(PYTEST_ARGS)
 
 clean:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.engines.conftest import hive_catalog, iceberg_catalog
+from tests.engines.spark_job import s3a_conf
+from tests.engines.support import REGION, hive_catalog, iceberg_catalog
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "clients.md"
 ENDPOINT = "http://gateway.internal:8080"
@@ -17,6 +18,7 @@ KEYS = ("AKIAANALYTICS0000001", "analytics-secret-change-me")
 EXPECTED = {
     "trino-hive": hive_catalog(ENDPOINT, KEYS),
     "trino-iceberg": iceberg_catalog(ENDPOINT, KEYS),
+    "spark-s3a": s3a_conf({"endpoint": ENDPOINT, "region": REGION, "access_key": KEYS[0], "secret_key": KEYS[1]}),
 }
 
 

@@ -303,7 +303,7 @@ class Engine:
         ttl = self.listing_settings.ttl
         if self.shared is not None:
             shared = await self.shared.get_listing(cache_key)
-            if shared is not None:
+            if shared is not None and not self._deaf():  # deaf: maybe from before an unheard write
                 body, age = shared
                 self.stats["list_l2_hit"] += 1
                 if self._epoch(bucket) == epoch:

@@ -156,6 +156,18 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 if ARGV[1] == '' then return 0 end
 return redis.call('PUBLISH', ARGV[1], ARGV[2])
 """
+# One server (or Sentinel's master), where a script may touch any keys: both of the above
+# in one round trip. KEYS: the bucket's listing index, the object's hash; ARGV: page key
+# prefix, "=" + key, count life (ms), channel, message.
+_KEY_FORGET = "local function pages()\n" + _PAGES_FORGET + """
+end
+pages()
+local count = tonumber(redis.call('HGET', KEYS[2], '~inv') or '0') + 1
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], '~inv', count)
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return redis.call('PUBLISH', ARGV[4], ARGV[5])
+"""
 # How long an invalidation count outlives the entries it dropped: longer than any fetch
 # from the origin that could have started before it.
 _TOKEN_LIFE_MS = 300_000
@@ -177,6 +189,7 @@ def _noted_token(key: object) -> str:
 _MAX_PENDING = 10_000  # invalidations waiting for Redis; beyond it, whole buckets
 _MAX_GENERATIONS = 10_000
 _PINGS_PER_DEADLINE = 4  # PINGs through the channel per redis.invalidation_timeout
+_RETRY_UNSENT = 0.05  # seconds between two tries of an invalidation Redis did not take
 _BACK_HOME_AFTER = 4  # on a cluster: retry_intervals on another node before trying the channel's master again
 
 
@@ -262,6 +275,7 @@ class SharedMetadata:
         self._page_put = self._client.register_script(_PAGE_PUT)
         self._pages_forget = self._client.register_script(_PAGES_FORGET)
         self._meta_forget = self._client.register_script(_META_FORGET)
+        self._key_forget = self._client.register_script(_KEY_FORGET)
         self._pubsub_turn = 0  # on a cluster: which node the invalidation channel is heard on
         self._generations: dict[str, int] = {}
         self._pending: dict[tuple[str, str | None], int] = {}  # invalidation -> sequence number
@@ -271,12 +285,17 @@ class SharedMetadata:
         self._ack_channel = self._acks_of(self.node_id)
         self._ids = itertools.count()
         self._waiting: dict[str, Confirmation] = {}  # invalidation id -> its confirmations
-        self._current_until = 0.0  # monotonic: cached answers may be trusted until then
+        self._current_until = 0.0  # monotonic: cached answers may be trusted until then ...
+        self._trusted_from = 0.0  # ... and from then (after a gap, once unsent writes went out)
+        self._replayer: asyncio.Task[None] | None = None
         self.confirmations: Counter[str] = Counter()  # confirmed, unconfirmed, unsent
         # For tests and drills: the listener handles nothing until this time.monotonic().
         self.hold_listener_until = 0.0
 
     async def aclose(self) -> None:
+        if self._replayer is not None:
+            self._replayer.cancel()
+            await asyncio.gather(self._replayer, return_exceptions=True)
         await self._client.aclose()
 
     # --- for the cluster's other shared state (runtime pins) and the readiness probe ---
@@ -382,26 +401,36 @@ class SharedMetadata:
         ident = str(next(self._ids))
         confirmation = Confirmation(lambda complete: self._settled(ident, complete))
         self._waiting[ident] = confirmation
+        deadline = self.settings.invalidation_timeout
         reached: int | None = None
         try:
             # Tried even while the circuit is open, as long as the channel is heard: a
             # skipped invalidation would leave the other nodes trusting what it changes.
             reached = await self._call("invalidate", lambda: self._invalidate_now(bucket, key, ident),
                                        probe=self.listening())
+            if reached is None:
+                # Unsent. Every node stops trusting its caches within the deadline of Redis
+                # hanging (their PINGs go unanswered; this node noticed it at `_down_since`,
+                # or a quarter deadline after at worst, when the failure before was another
+                # one); if Redis answers again before then, the invalidation must go out.
+                until = (self._down_since or time.monotonic()) + deadline * (1 + 1 / _PINGS_PER_DEADLINE)
+                while reached is None and time.monotonic() < until:
+                    await asyncio.sleep(min(_RETRY_UNSENT, max(0.0, until - time.monotonic())))
+                    reached = await self._call("invalidate", lambda: self._invalidate_now(bucket, key, ident),
+                                               probe=True)
         except BaseException:  # cancelled: nobody will wait for it
             self._waiting.pop(ident, None)
             raise
         finally:  # also when cancelled: the write it follows may have happened
-            now = time.monotonic()
-            deadline = self.settings.invalidation_timeout
             if reached is not None:
                 self._pending.pop((bucket, key), None)  # an older one waiting is done with it
-                confirmation.expect(reached, now + deadline)
+                confirmation.expect(reached, time.monotonic() + deadline)
             else:
                 self._pending[(bucket, key)] = next(self._sequence)
                 self._bound_pending()
+                self._replay_soon()
                 self.confirmations["unsent"] += 1
-                confirmation.expect(None, (self._down_since if self._down_since is not None else now) + deadline)
+                confirmation.expect(None, 0.0)
         return confirmation
 
     async def _invalidate_now(self, bucket: str, key: str | None, ident: str) -> int:
@@ -414,13 +443,14 @@ class SharedMetadata:
                                      args=[self._page_prefix(bucket), "*", _TOKEN_LIFE_MS])
             return await self._publish(self._channel, orjson.dumps(message))
         meta_key = await self._meta_key(bucket, key)
-        await self._pages_forget(keys=[self._index_key(bucket)],
-                                 args=[self._page_prefix(bucket), "=" + key, _TOKEN_LIFE_MS])
-        if isinstance(self._client, RedisCluster):  # the message goes to the channel's node, below
+        if isinstance(self._client, RedisCluster):  # keys of two slots; the message goes to the channel's node
+            await self._pages_forget(keys=[self._index_key(bucket)],
+                                     args=[self._page_prefix(bucket), "=" + key, _TOKEN_LIFE_MS])
             await self._meta_forget(keys=[meta_key], args=["", "", _TOKEN_LIFE_MS])
             return await self._publish(self._channel, orjson.dumps(message))
-        return int(await self._meta_forget(keys=[meta_key], args=[self._channel, orjson.dumps(message),
-                                                                  _TOKEN_LIFE_MS]))
+        return int(await self._key_forget(keys=[self._index_key(bucket), meta_key],
+                                          args=[self._page_prefix(bucket), "=" + key, _TOKEN_LIFE_MS,
+                                                self._channel, orjson.dumps(message)]))
 
     async def _publish(self, channel: str, message: bytes | str) -> int:
         """On a cluster, to the master of the invalidation channel's slot, where the nodes
@@ -444,8 +474,23 @@ class SharedMetadata:
         """Whether this node has applied every invalidation published more than
         `invalidation_timeout` ago: subscribed, and the channel answered a PING sent less
         than that long ago (on a cluster, through the channel's master, where writes
-        publish). While not, cached metadata and listings must not be answered unasked."""
-        return self.subscribed.is_set() and time.monotonic() < self._current_until
+        publish). While not, cached metadata and listings, here or in Redis, must not be
+        answered unasked.
+
+        After a gap (a new subscription, or PINGs answered late), also not for
+        `invalidation_timeout` + `socket_timeout`: writes acknowledged meanwhile whose
+        invalidation could not be sent are sent again as soon as Redis answers, and the
+        shared entries they drop must not be trusted before."""
+        now = time.monotonic()
+        return self.subscribed.is_set() and self._trusted_from <= now < self._current_until
+
+    def _after_gap(self, on_resync: Callable[[], None] | None) -> None:
+        self._trusted_from = time.monotonic() + self.settings.invalidation_timeout + self.settings.socket_timeout
+        if on_resync is not None:
+            try:
+                on_resync()
+            except Exception:
+                log.cluster.exception("resync after a gap in %s failed", self._channel)
 
     def _settled(self, ident: str, complete: bool) -> None:
         confirmation = self._waiting.pop(ident, None)
@@ -463,14 +508,28 @@ class SharedMetadata:
             buckets = dict.fromkeys(bucket for bucket, _ in self._pending)
             self._pending = {(bucket, None): next(self._sequence) for bucket in buckets}
 
-    async def _replay(self) -> None:
+    async def _replay(self, *, probe: bool = False) -> None:
         for item, sequence in list(self._pending.items()):
             bucket, key = item
             ident = f"r{next(self._ids)}"  # nobody waits for it: its acks are dropped
-            if await self._call("invalidate", lambda: self._invalidate_now(bucket, key, ident)) is None:  # noqa: B023
+            if await self._call("invalidate", lambda: self._invalidate_now(bucket, key, ident),  # noqa: B023
+                                probe=probe) is None:
                 return
             if self._pending.get(item) == sequence:  # not failed again meanwhile
                 del self._pending[item]
+
+    def _replay_soon(self) -> None:
+        """Unsent invalidations go out as soon as Redis answers, within `_RETRY_UNSENT`: the
+        other nodes distrust their caches for a while after a gap in the channel (see
+        `listening`), and the replay must come within it."""
+        if self._replayer is None or self._replayer.done():
+            self._replayer = asyncio.get_running_loop().create_task(self._replay_until_sent(),
+                                                                    name="gateway-invalidation-replay")
+
+    async def _replay_until_sent(self) -> None:
+        while self._pending:
+            await asyncio.sleep(_RETRY_UNSENT)
+            await self._replay(probe=True)
 
     async def listen(self, on_invalidate: OnInvalidate, on_resync: Callable[[], None] | None = None) -> None:
         """Call `on_invalidate(bucket, key)` for every invalidation published by another node,
@@ -565,9 +624,12 @@ class SharedMetadata:
                 if at is not None:
                     self._recovered()
                     if home:
+                        if time.monotonic() >= self._current_until:  # lapsed meanwhile: a gap
+                            self._after_gap(on_resync)
                         self._current_until = max(self._current_until, at + deadline)
             elif kind == "subscribe" and _text(message["channel"]) == self._channel:
                 self._subscribed(on_resync)
+                self._trusted_from = time.monotonic() + deadline + self.settings.socket_timeout
                 if home:
                     self._current_until = asked + deadline
 

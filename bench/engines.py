@@ -13,8 +13,9 @@ metastore-less deployment. The tables are written once through a catalog pointed
 - metadata: a query over the partition metadata of `small` (`"small$partitions"`) and a point
   lookup of one day (partition pruning: the metastore is read, one file is);
 
-each on: the origin directly, the gateway cold (a fresh gateway: empty cache), the gateway warm
-(the same gateway, second pass). The answers of every setup must be the same.
+each on: the origin directly, the gateway cold (a gateway started for that workload: empty cache) and
+the gateway warm (the same workload again on that gateway); the origin's figure is the faster of two
+passes. The answers of every setup must be the same.
 
     .venv/bin/python bench/engines.py [--scale sf1] [--days 120] [--repeat 3] [--latency 25ms] [--rate 80MB]
 
@@ -139,16 +140,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== tables written to moto in {time.monotonic() - t0:.0f}s ({size / 1e6:.0f} MB in the bucket); "
               f"{wl.loadavg()}", flush=True)
         run_pass(trino, "load", plan)  # Trino's JIT warms up on the unshaped catalog
-        with wl.Cpu() as cpu:
-            direct = run_pass(trino, "direct", plan)
+        with wl.Cpu() as cpu:  # two passes, the faster of each kept: the origin has no cache to warm
+            first, second = run_pass(trino, "direct", plan), run_pass(trino, "direct", plan)
+        direct = {name: min(first[name], second[name], key=lambda r: r[0]) for name in plan}
+        for name in plan:
+            if first[name][1] != second[name][1]:
+                raise SystemExit(f"{name}: two passes on the origin gave different answers")
+            print(f"   origin directly  {name:<32} passes {first[name][0]:7.2f} s and {second[name][0]:7.2f} s")
         for name, (seconds, _) in direct.items():
-            print(f"   origin directly  {name:<32} {seconds:7.2f} s")
             rows.append((name, "origin", seconds, 1.0, "-", "-", "-"))
         print(f"   (CPU: ours {cpu.own:.1f} s, other load {cpu.other:.2f})", flush=True)
-        gw.start()
         stack.callback(gw.stop)
-        for phase in ("cold", "warm"):
-            for name in plan:
+        for name in plan:  # each workload on a fresh gateway (empty cache): cold, then the same again: warm
+            gw.stop()
+            gw.start()
+            for phase in ("cold", "warm"):
                 before = origin_requests(gw.endpoint)
                 with wl.Cpu(gw) as cpu:
                     seconds, answers = run_pass(trino, "gw", {name: plan[name]})[name]

@@ -1,11 +1,13 @@
 """Query engines as real JVM servers for the engine tests: fetched from Maven Central with `mvn`,
 kept in a cache folder that later runs on the same machine reuse, started on loopback ports.
 
-- `trino_home()`: Trino's server tarball (`io.trino:trino-server:<TRINO_VERSION>:tar.gz`), of which only
-  the launcher, `lib/` and the plugins the tests use are unpacked (about 200 MB of the 820 MB tarball).
+- `maven_artifact()`: one file from Maven Central, by `mvn dependency:get` into a local repository
+  in the cache folder (not transitively: hadoop-aws's own dependency tree reaches repositories this
+  machine cannot).
+- `trino_home()`: Trino's server tarball (`io.trino:trino-server:<TRINO_VERSION>:tar.gz`, 820 MB),
+  unpacked once with only the plugins the tests use kept; the tarball is then deleted.
 - `TrinoServer`: one node that is coordinator and worker, its catalogs written from dicts, asked over
-  Trino's HTTP protocol (POST /v1/statement, then follow `nextUri`), which Presto speaks too with
-  `X-Presto-*` headers.
+  Trino's HTTP protocol (POST /v1/statement, then follow `nextUri`).
 
 The cache folder is `$S3GW_ENGINES_CACHE`, by default `~/.cache/s3gw-engines`; the Java for Trino is
 `$TRINO_JAVA_HOME`, by default the Temurin 25 JDK (Trino 476 needs Java 24 or newer).

@@ -90,7 +90,9 @@ class Fleet:
         """Wait until every node in `nodes` sees exactly them."""
         ids = {node_id(n) for n in nodes}
         try:
-            wait_for(lambda: all(view(n) == ids for n in nodes))
+            # Each sees the others, and trusts its caches again (past the distrust that follows
+            # a new subscription to the invalidation channel: SharedMetadata.listening).
+            wait_for(lambda: all(view(n) == ids and engine(n).shared.listening() for n in nodes))
         except AssertionError:
             raise AssertionError(f"want {sorted(ids)}, views {[sorted(view(n)) for n in nodes]}") from None
 
@@ -343,7 +345,10 @@ def test_an_object_changed_behind_the_fleet_is_noticed_through_a_peer(fleet, dir
     old, new = os.urandom(2 * BLOCK), os.urandom(2 * BLOCK)
     direct.put_object(Bucket="bkt", Key="k", Body=old)
     owner = owner_of(1, fleet.nodes)
-    reader = client(next(n for n in fleet.nodes if n is not owner).endpoint)
+    reading = next(n for n in fleet.nodes if n is not owner)
+    reader = client(reading.endpoint)
+    # The reader trusts what it caches only while it is known to hear invalidations.
+    wait_for(lambda: engine(reading).shared.listening())
     assert reader.get_object(Bucket="bkt", Key="k", Range="bytes=0-9")["Body"].read() == old[:10]
     direct.put_object(Bucket="bkt", Key="k", Body=new)  # behind the gateway: same size, new ETag
     # The reader still describes the old version; the owner's If-Match fails at the origin,

@@ -42,7 +42,8 @@ def pair(start_gateway, clean_origin, clean_redis):
         "listing": dataclasses.replace(settings.listing, ttl=60.0),
     }
     a, b = start_gateway(**sections), start_gateway(**sections)
-    wait_for(lambda: engine(a).shared.subscribed.is_set() and engine(b).shared.subscribed.is_set(), 5)
+    # Subscribed, and past the distrust that follows a new subscription (SharedMetadata.listening).
+    wait_for(lambda: engine(a).shared.listening() and engine(b).shared.listening(), 5)
     s3a, s3b = client(a.endpoint), client(b.endpoint)
     s3a.create_bucket(Bucket="bkt")
     return a, b, s3a, s3b

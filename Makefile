@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test test-engines install clean
+.PHONY: demo test test-engines typecheck install clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ $(BIN)/.installed-engines: $(BIN)/.installed
 
 test-engines: $(BIN)/.installed-engines
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -m engines tests/engines $(PYTEST_ARGS)
+
+# mypy over gateway/ (configuration in pyproject.toml).
+typecheck: install
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

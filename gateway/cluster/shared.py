@@ -460,6 +460,8 @@ class SharedMetadata:
         client = self._client
         if isinstance(client, RedisCluster):
             home = client.get_node_from_key(self._channel)
+            if home is None:
+                raise RedisConnectionError("no node holds the invalidation channel's slot")
             try:
                 return int(await client.publish(channel, message, target_nodes=home))
             except (ConnectionError, RedisConnectionError):  # that node is down: any other one
@@ -643,6 +645,8 @@ class SharedMetadata:
         if isinstance(client, RedisCluster):
             await client.initialize()  # reads the slot map again if a node failed since
             home = client.get_node_from_key(self._channel)
+            if home is None:
+                raise RedisConnectionError("no node holds the invalidation channel's slot")
             nodes = [home, *(node for node in client.get_nodes() if node.name != home.name)]
             turn = self._pubsub_turn % len(nodes)
             return client.pubsub(node=nodes[turn]), turn == 0

@@ -5,7 +5,8 @@ credentials placeholders are replaced by the test gateway's, and it runs unmodif
 under bash (AWS CLI, rclone, s3cmd, with their config blocks written where those tools look for
 them), Python blocks in a child interpreter (boto3, PyArrow), the DuckDB SQL through DuckDB's Python
 package with httpfs loaded from its wheel. What each printed or downloaded is compared with the
-origin's bytes. The Trino/Presto, Hive and Spark sections are not checked (no JVM cluster here).
+origin's bytes. The SDK sections are run by tests/integration/test_sdk_clients.py, the Trino and
+Spark blocks are compared with what tests/engines uses by tests/engines/test_docs_engines.py.
 """
 
 from __future__ import annotations

@@ -133,6 +133,8 @@ class Engine:
             # after a write must not get an answer asked for before it.)
             block = -1 if read_from is None else read_from // self.reads.cache_settings.block_size
             flight = (cache_key, block, epoch)
+            if self._deaf():  # another node's write may have come unheard since a flight began
+                return await self._fetch_missing(flight, query, read_from)
             task = self._flights.get(flight)
             if task is None:
                 task = asyncio.ensure_future(self._fetch_missing(flight, query, read_from))
@@ -155,7 +157,8 @@ class Engine:
                     return opened
             return ObjectHead(await self._fetch_and_cache(cache_key, query, epoch))
         finally:
-            self._flights.pop(flight, None)
+            if self._flights.get(flight) is asyncio.current_task():
+                del self._flights[flight]
 
     async def _open(self, cache_key: MetaKey, query: list[tuple[str, str]], read_from: int,
                     epoch: tuple[int, int]) -> ObjectHead | None:

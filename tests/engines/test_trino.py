@@ -217,3 +217,33 @@ def test_iceberg_tables_hold_what_was_written(trino: TrinoServer, iceberg_tables
     assert trino.scalar('SELECT count(*) FROM "orders$snapshots"', catalog="iceberg", schema=ICE) == 2
     assert trino.scalar("SELECT count(*) FROM customer", catalog="iceberg", schema=ICE) == \
         trino.scalar("SELECT count(*) FROM tpch.tiny.customer")
+
+
+def test_iceberg_row_level_changes_through_the_gateway(trino: TrinoServer, iceberg_tables) -> None:
+    """DELETE (of a whole partition, then of rows) and UPDATE: Iceberg writes position delete files and new
+    snapshots through the gateway, and the origin's catalog reads the same table state."""
+    trino.query("CREATE TABLE iceberg.ice.changes WITH (format = 'PARQUET', partitioning = ARRAY['orderstatus']) "
+                "AS SELECT orderkey, orderstatus, totalprice FROM tpch.tiny.orders")
+    trino.query("DELETE FROM iceberg.ice.changes WHERE orderstatus = 'P'")  # a whole partition: metadata only
+    trino.query("DELETE FROM iceberg.ice.changes WHERE orderkey % 7 = 0")  # row-level: position delete files
+    trino.query("UPDATE iceberg.ice.changes SET totalprice = 0 WHERE orderkey % 11 = 0")
+    expected = trino.query("SELECT orderstatus, count(*), round(sum(IF(orderkey % 11 = 0, 0, totalprice)), 2) "
+                           "FROM tpch.tiny.orders WHERE orderstatus <> 'P' AND orderkey % 7 <> 0 GROUP BY 1")
+    query = "SELECT orderstatus, count(*), round(sum(totalprice), 2) FROM changes GROUP BY 1"
+    assert sorted_rows(trino.query(query, catalog="iceberg", schema=ICE)) == sorted_rows(expected)
+    assert sorted_rows(trino.query(query, catalog="iceberg_origin", schema=ICE)) == sorted_rows(expected)
+    contents = {r[0] for r in trino.query('SELECT DISTINCT content FROM "changes$files"', catalog="iceberg", schema=ICE)}
+    assert 1 in contents  # position deletes were written (content 1), besides data files (0)
+
+
+def test_drop_table_deletes_its_files_through_the_gateway(trino: TrinoServer, hive_tables, engines_origin: str) -> None:
+    trino.query(f"CREATE TABLE hive.{SCHEMA}.scratch WITH (format = 'ORC') AS SELECT * FROM tpch.tiny.nation")
+    origin = client(engines_origin, ORIGIN_KEYS)
+    prefix = f"{HIVE_ROOT}/scratch/"
+    assert origin.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("KeyCount", 0) > 0
+    assert trino.scalar(f"SELECT count(*) FROM hive.{SCHEMA}.scratch") == 25
+    trino.query(f"DROP TABLE hive.{SCHEMA}.scratch")
+    assert origin.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("KeyCount", 0) == 0
+    with pytest.raises(QueryError) as gone:
+        trino.query(f"SELECT count(*) FROM hive.{SCHEMA}.scratch")
+    assert gone.value.name == "TABLE_NOT_FOUND"

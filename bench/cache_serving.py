@@ -669,7 +669,7 @@ def warm(endpoint: str, keys: Sequence[str], size: int, connections: int) -> col
 CATEGORIES = [
     ("auth/SigV4 (s3api/auth.py, signing.py)", re.compile(r"\((?:gateway/s3api/auth|gateway/signing)\.py\)")),
     ("gateway s3api (parse, handlers, responses)", re.compile(r"\((?:gateway/s3api/|gateway/app\.py)")),
-    ("engine (engine.py, blockreads.py, objects.py)", re.compile(r"\(gateway/(?:engine|blockreads|objects)\.py\)")),
+    ("engine (engine/, objects.py)", re.compile(r"\(gateway/(?:engine/\w+|objects)\.py\)")),
     ("store (store/)", re.compile(r"\(gateway/store/")),
     ("origin client (origin.py, aiohttp, yarl, multidict)",
      re.compile(r"\((?:aiohttp|yarl|multidict)/|\(gateway/origin\.py\)")),

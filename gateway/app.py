@@ -59,8 +59,8 @@ class GatewayApp:
         engine = Engine(Origin(self.settings.origin), self.settings.metadata, self.settings.listing,
                         store=store, cache=self.settings.cache, shared=shared, fleet=self.fleet)
         if self.fleet is not None:
-            self.peer = PeerApp(cluster.secret, engine.reads.serve_block, engine.reads.serve_open,
-                                engine.reads.serve_hold)
+            self.peer = PeerApp(cluster.secret, engine.serve_block, engine.serve_open,
+                                engine.serve_hold)
             await self.fleet.membership.heartbeat()  # join now (Redis down: alone until it is back)
             self._tasks.append(asyncio.create_task(self.fleet.membership.run(), name="gateway-membership"))
         if shared is not None:

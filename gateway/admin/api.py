@@ -127,7 +127,7 @@ class AdminApp:
             return await _json(send, 400, {"error": "load takes bucket, and optionally prefix and replicas"})
         if replicas is not None and (not replicas.isdigit() or not 1 <= int(replicas) <= 1000):
             return await _json(send, 400, {"error": "replicas: a whole number from 1 to 1000"})
-        if replicas is not None and self.node.engine.reads.fleet is None:
+        if replicas is not None and self.node.engine.fleet is None:
             return await _json(send, 400, {"error": "replicas: this node is not part of a fleet"})
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/x-ndjson")]})

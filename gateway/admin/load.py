@@ -47,13 +47,13 @@ async def load_prefix(engine: Engine, bucket: str, prefix: str, *, replicas: int
     progress = LoadProgress(bucket, prefix)
     keys: asyncio.Queue[str | None] = asyncio.Queue(maxsize=4 * concurrency)
     settled = asyncio.Event()  # finished, or the listing failed
-    in_fleet = engine.reads.fleet is not None
+    in_fleet = engine.fleet is not None
 
     async def load_one(key: str) -> None:
         try:
             if in_fleet:
                 head = await engine.head_object(bucket, key)
-                await engine.reads.spread(bucket, key, head.meta, replicas=replicas)
+                await engine.spread(bucket, key, head.meta, replicas=replicas)
                 progress.bytes += head.meta.size
             else:
                 await read_through(key)

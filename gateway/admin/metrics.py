@@ -50,15 +50,15 @@ class NodeCollector(Collector):
                               ("head_too_large", GuardedProtocol.heads_too_large), ("stalled", GuardedProtocol.stalls)):
             cut.add_metric([reason], count)
         yield cut
-        reads = self.node.engine.reads
+        engine = self.node.engine
         yield GaugeMetricFamily("gateway_read_buffer_used_bytes", "Bytes of blocks held by reads in flight "
-                                "(cache.read_buffer).", value=reads.budget.used)
-        yield GaugeMetricFamily("gateway_read_buffer_limit_bytes", "cache.read_buffer.", value=reads.budget.limit)
+                                "(cache.read_buffer).", value=engine.budget.used)
+        yield GaugeMetricFamily("gateway_read_buffer_limit_bytes", "cache.read_buffer.", value=engine.budget.limit)
         yield CounterMetricFamily("gateway_read_buffer_waits_total", "Block reads that waited for the read buffer.",
-                                  value=reads.budget.waits)
+                                  value=engine.budget.waits)
         yield CounterMetricFamily("gateway_read_buffer_overdrawn_total", "Block reads that went past the read "
-                                  "buffer after waiting for it too long.", value=reads.budget.overdrawn)
-        peers = reads.fleet.peers if reads.fleet is not None else None
+                                  "buffer after waiting for it too long.", value=engine.budget.overdrawn)
+        peers = engine.fleet.peers if engine.fleet is not None else None
         yield CounterMetricFamily("gateway_peer_requests_total", "Block requests sent to peers (each attempt).",
                                   value=0 if peers is None else peers.requests)
         yield CounterMetricFamily("gateway_peer_failures_total", "Peer requests that got no usable answer "
@@ -162,12 +162,12 @@ class NodeCollector(Collector):
             "Blocks this node filled (replicate) or dropped (drop) because the hot-object replication "
             "controller raised or lowered an object's replica count.",
             labels=["action"])
-        counters = self.node.engine.reads.stats
+        counters = self.node.engine.stats
         for action, counter in REPLICATION_ACTIONS.items():
             replication.add_metric([action], counters[counter])
         yield GaugeMetricFamily("gateway_hot_objects", "Objects with more owners than cluster.replicas, as this "
                                 "node last read them from the replication controller.",
-                                value=len(fleet.hot) if (fleet := self.node.engine.reads.fleet) is not None else 0)
+                                value=len(fleet.hot) if (fleet := self.node.engine.fleet) is not None else 0)
         controller = self.node.replication
         yield GaugeMetricFamily("gateway_replication_leader", "1 while this node is the fleet's replication "
                                 "controller.", value=int(controller is not None and controller.stats.leader))

@@ -41,10 +41,10 @@ def stats_document(node: Node) -> dict[str, Any]:
 
 def _replication(node: Node) -> dict[str, Any] | None:
     """The hot-object replication controller as this node sees it (None when off)."""
-    controller, fleet = node.replication, node.engine.reads.fleet
+    controller, fleet = node.replication, node.engine.fleet
     if controller is None or fleet is None:
         return None
-    counters = node.engine.reads.stats
+    counters = node.engine.stats
     hottest = sorted(fleet.hot.items(), key=lambda item: item[1], reverse=True)[:HOT_OBJECTS]
     return {
         "leader": controller.stats.leader,

@@ -13,7 +13,7 @@ arithmetic (`gateway.store.blocks`):
   from the origin and puts it into the top tier that takes it;
 - the answer of each GET is classified as the gateway's `x-cache` is, before its blocks
   are read: hit-mem (every block in memory), hit-disk (every block cached), partial, miss;
-- readahead as in `gateway.blockreads`: a GET that starts right after the previous GET of
+- readahead as in `gateway.engine.reads`: a GET that starts right after the previous GET of
   the same object ended (4096 objects remembered) has the next `readahead` blocks fetched
   ahead, and a Parquet/ORC read has the object's last block (its footer) fetched.
 
@@ -39,8 +39,8 @@ from gateway.store.blocks import BlockId, block_span
 from gateway.store.policy import EvictionPolicy, make_policy
 
 ORIGIN = "origin"
-_FOOTER_FIRST_SUFFIXES = (".parquet", ".orc")  # as gateway.blockreads
-_SEQUENTIAL_READERS = 4096  # as gateway.blockreads
+_FOOTER_FIRST_SUFFIXES = (".parquet", ".orc")  # as gateway.engine.reads
+_SEQUENTIAL_READERS = 4096  # as gateway.engine.reads
 _HASH_SPACE = 1 << 64
 
 
@@ -305,7 +305,7 @@ def replayer(
         read_names = [block_names[(bucket, key, version, index)] for index in span]
         counters.reads += 1
         counters.read_bytes += end - start + 1
-        # The x-cache answer, as gateway.blockreads describes a read before it starts.
+        # The x-cache answer, as gateway.engine.reads describes a read before it starts.
         if top is not None and all(name in top.sizes for name in read_names):
             answer = "hit-mem"
         else:

@@ -88,7 +88,7 @@ def test_reads_share_a_bounded_buffer_and_give_it_back(start_gateway, clean_orig
     # that hangs up half-way through a body.
     gateway = start_gateway(cache=CacheSettings(block_size=BLOCK, memory_quota=2 * BLOCK, readahead_blocks=4,
                                                 read_buffer=BLOCK))
-    budget = engine(gateway).reads.budget
+    budget = engine(gateway).budget
     s3 = client(gateway.endpoint)
     s3.create_bucket(Bucket="bkt")
     s3.put_object(Bucket="bkt", Key="k", Body=DATA)

@@ -96,8 +96,8 @@ def test_replicas_is_checked(make_fleet, start_gateway):
 def test_cache_through_in_a_fleet_keeps_only_the_writers_own_blocks(make_fleet, direct):
     fleet = make_fleet(hot_replication=False)
     for node in fleet.nodes:  # cache.cache_through on, as a node would be configured
-        reads = node.server.config.app.s3.engine.reads
-        reads.cache_settings = dataclasses.replace(reads.cache_settings, cache_through=True)
+        writes = node.server.config.app.s3.engine.writes
+        writes.settings = dataclasses.replace(writes.settings, cache_through=True)
     body = os.urandom(8 * BLOCK)
     writer = fleet.nodes[0]
     client(writer.endpoint).put_object(Bucket="bkt", Key="w", Body=body)

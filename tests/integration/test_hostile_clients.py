@@ -71,7 +71,7 @@ def guarded(origin_endpoint: str) -> Iterator[Callable[..., RunningGateway]]:
 
 
 def budget(gateway: RunningGateway) -> ByteBudget:
-    return gateway.server.config.app.s3.engine.reads.budget
+    return gateway.server.config.app.s3.engine.budget
 
 
 def raw(gateway: RunningGateway, *, rcvbuf: int | None = None) -> socket.socket:

@@ -26,7 +26,7 @@ LARGE = os.urandom(6 * BLOCK + 77)
 
 
 def reads(gateway):  # type: ignore[no-untyped-def]
-    return gateway.server.config.app.s3.engine.reads
+    return gateway.server.config.app.s3.engine
 
 
 @pytest.fixture

@@ -55,7 +55,7 @@ def test_a_hot_object_ends_up_on_every_node_and_a_cold_one_on_one(make_fleet, di
     assert origin_requests(*fleet.nodes)["GET"] - before["GET"] == 4
     for node in fleet.nodes:
         assert read(node, "hot") == (hot, "hit-mem")
-        assert engine(node).reads.fleet.replicas("bkt", "hot") == 3
+        assert engine(node).fleet.replicas("bkt", "hot") == 3
     ids = {node_id(n): n for n in fleet.nodes}
     for index in range(4):
         owner = ids[owners(placement_name("bkt", "cold", index), ids)[0]]
@@ -88,7 +88,7 @@ def test_a_cooled_object_loses_its_extra_copies(make_fleet, direct):
              within=30)
     for node in fleet.nodes:  # and every node still reads the right bytes
         assert read(node, "k")[0] == data
-        assert engine(node).reads.stats["replica_drop_blocks"] == 4 - len(held(node, "k"))
+        assert engine(node).stats["replica_drop_blocks"] == 4 - len(held(node, "k"))
 
 
 def test_one_controller_at_a_time_and_another_takes_over_when_its_lease_ends(make_fleet, clean_redis):

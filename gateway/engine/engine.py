@@ -1,0 +1,167 @@
+"""The engine of one node: its parts wired together, and the questions s3api, the admin API
+and the peer API ask of it. Each step of a request has its own module:
+
+    metadata  object metadata: L1, Redis L2, revalidation, remembered 404s
+    listings  listing pages: L1, Redis L2
+    reads     a range of bytes: blocks, read buffer, readahead, streaming
+    fetch     a block (single-flight; from the tiers, the owners or the origin), a cold open
+    peers     blocks asked of their owners, and answered to other nodes
+    replicas  this node's share of hot objects filled and dropped; loads spread over owners
+    writes    forward to the origin, invalidate everywhere, cache-through
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from gateway.bytebudget import ByteBudget
+from gateway.cluster.fleet import Fleet
+from gateway.cluster.replication import Change
+from gateway.cluster.shared import SharedMetadata
+from gateway.config import CacheSettings, ListingSettings, MetadataSettings
+from gateway.engine.coherence import Coherence
+from gateway.engine.fetch import BlockFetcher
+from gateway.engine.listings import Listings
+from gateway.engine.metadata import Metadata, ObjectHead
+from gateway.engine.peers import Peers
+from gateway.engine.reads import ObjectRead, Reads
+from gateway.engine.replicas import Replicas
+from gateway.engine.writes import Writes
+from gateway.errors import S3Error
+from gateway.objects import ObjectMeta
+from gateway.origin import Origin, OriginResponse
+from gateway.store.meta import MetadataCache
+from gateway.store.tiers import TieredStore
+
+
+class Engine:
+    """Reads and writes on behalf of authorised S3 requests (see the module docstring).
+
+    Without a block cache (`store` None) bytes come from the origin; without a fleet
+    there are no peers and no replicas.
+    """
+
+    def __init__(
+        self,
+        origin: Origin,
+        metadata: MetadataSettings,
+        listing: ListingSettings,
+        *,
+        store: TieredStore | None = None,
+        cache: CacheSettings | None = None,
+        shared: SharedMetadata | None = None,
+        fleet: Fleet | None = None,
+    ) -> None:
+        cache = cache or CacheSettings()
+        self.origin = origin
+        self.store = store
+        self.shared = shared
+        self.fleet = fleet
+        self.budget = ByteBudget(cache.read_buffer)
+        coherence = Coherence(shared)
+        self.fetch = None if store is None else BlockFetcher(origin, store, cache, self.budget, self.invalidate,
+                                                              fleet=fleet)
+        self.metadata = Metadata(origin, metadata, coherence, shared=shared, fetch=self.fetch)
+        self.listings = Listings(origin, listing, coherence, shared=shared)
+        self.reads = Reads(origin, self.fetch, cache, self.budget, self.invalidate)
+        self.writes = Writes(origin, coherence, self.metadata, self.listings, shared=shared, fetch=self.fetch,
+                             cache=cache, fleet=fleet)
+        self.peers: Peers | None = None
+        self.replicas: Replicas | None = None
+        if self.fetch is not None and fleet is not None:
+            self.peers = self.fetch.peers = Peers(fleet, self.fetch, self.invalidate)
+            self.replicas = Replicas(fleet, self.fetch, self.peers, self._describe)
+            self.peers.hold = self.replicas.hold
+        self.head_object = self.metadata.head_object
+        self.read_object = self.reads.read_object
+        self.list_objects = self.listings.list_objects
+        self.forward = self.writes.forward
+        self.invalidate_local = self.writes.invalidate_local
+        self.cache_written = self.writes.cache_written
+
+    @property
+    def stats(self) -> Counter[str]:
+        """Every part's counters together (each part keeps its own)."""
+        total: Counter[str] = Counter()
+        for part in (self.fetch, self.metadata, self.listings, self.reads, self.writes, self.peers, self.replicas):
+            if part is not None:
+                total.update(part.stats)
+        return total
+
+    @property
+    def meta_cache(self) -> MetadataCache[object]:
+        return self.metadata.cache  # type: ignore[return-value]
+
+    async def aclose(self) -> None:
+        if self.replicas is not None:
+            await self.replicas.aclose()
+        await self.origin.aclose()
+        if self.store is not None:
+            await self.store.aclose()
+        if self.shared is not None:
+            await self.shared.aclose()
+
+    async def invalidate(self, bucket: str, key: str | None = None) -> None:
+        """Forget what a write to `key` (the bucket when None) may have changed, on every node."""
+        await self.writes.invalidate(bucket, key)
+
+    async def changed(self, changes: Iterable[tuple[str, str]]) -> None:
+        """Objects changed behind the gateway (an S3 event): forget what we knew of them.
+
+        Their blocks stay: a changed object has a new ETag, so new block names.
+        """
+        for bucket, key in changes:
+            await self.invalidate(bucket, key)
+
+    async def purge_prefix(self, bucket: str, prefix: str, exact: bool = False) -> int:
+        """The admin purge: metadata, listings and cached blocks of one key (`exact`), of
+        every key under a prefix, or of a whole bucket (prefix ""). Returns blocks removed.
+
+        Other nodes forget the key, or for a prefix the whole bucket's metadata (the
+        shared level invalidates by key or bucket); blocks are evicted on this node,
+        and of every key starting with `prefix` even when `exact` (evicting more of a
+        disposable cache is harmless).
+        """
+        await self.invalidate(bucket, prefix if exact else None)
+        return 0 if self.store is None else await self.store.evict_prefix(bucket, prefix)
+
+    def purge(self) -> None:
+        """Forget every answer this node cached (the origin changed wholesale, an operator
+        asked, or invalidations from other nodes may have been missed)."""
+        self.writes.forget_everything()
+
+    async def error_from(self, response: OriginResponse, *, resource: str) -> S3Error:
+        """The S3Error an origin error response stands for (the response is consumed)."""
+        return await self.origin.error_from(response, resource=resource)
+
+    # --- the fleet ---------------------------------------------------------------------
+
+    async def rebalance(self, changes: Iterable[Change]) -> None:
+        """Replica counts changed (the replication controller): see Replicas.rebalance."""
+        if self.replicas is not None:
+            self.replicas.rebalance(changes)
+
+    async def spread(self, bucket: str, key: str, meta: ObjectMeta, *, replicas: int | None = None) -> None:
+        """A load in a fleet: see Replicas.spread."""
+        assert self.replicas is not None
+        await self.replicas.spread(bucket, key, meta, replicas=replicas)
+
+    async def serve_block(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int) -> bytes:
+        return await self._peers().serve_block(bucket, key, etag, version_id, size, index)
+
+    async def serve_open(self, bucket: str, key: str, version_id: str, index: int) -> tuple[bytes, bytes] | None:
+        return await self._peers().serve_open(bucket, key, version_id, index)
+
+    async def serve_hold(self, bucket: str, key: str, etag: str, version_id: str, size: int, replicas: int) -> int:
+        return await self._peers().serve_hold(bucket, key, etag, version_id, size, replicas)
+
+    def _peers(self) -> Peers:
+        if self.peers is None:
+            raise LookupError("no block cache")  # the peer API answers that it holds nothing
+        return self.peers
+
+    async def _describe(self, bucket: str, key: str) -> ObjectMeta:
+        return (await self.head_object(bucket, key)).meta
+
+

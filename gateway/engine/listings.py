@@ -1,0 +1,66 @@
+"""Listing pages: the origin's ListObjects answers for exactly one parameter set, cached in
+process (L1) and, when shared, in Redis (L2), while fresh and trusted."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from gateway.cluster.shared import SharedMetadata
+from gateway.config import ListingSettings
+from gateway.engine.coherence import Coherence
+from gateway.origin import Origin
+from gateway.store.meta import ListingCache, ListingKey
+
+
+@dataclass(frozen=True, slots=True)
+class _Page:
+    """An L1 listing page and when it stops being fresh (time.monotonic)."""
+
+    body: bytes
+    expires: float
+
+
+class Listings:
+    """Event loop only. A page is keyed by bucket, prefix and every other parameter the
+    origin receives (the one parsed query, gateway.s3api.server.parse_request), so one
+    request's page is never another's."""
+
+    def __init__(self, origin: Origin, settings: ListingSettings, coherence: Coherence, *,
+                 shared: SharedMetadata | None = None) -> None:
+        self.origin = origin
+        self.settings = settings
+        self.shared = shared
+        self.cache: ListingCache[_Page] = ListingCache(settings.max_entries, ttl=settings.ttl)
+        self.stats: Counter[str] = Counter()
+        self._coherence = coherence
+
+    async def list_objects(self, bucket: str, query: list[tuple[str, str]]) -> bytes:
+        """An origin listing body for exactly these parameters, from the listing cache while fresh."""
+        params = dict(query)
+        cache_key: ListingKey = (bucket, params.pop("prefix", ""), tuple(sorted(params.items())))
+        page = self.cache.get(cache_key)
+        if page is not None and time.monotonic() < page.expires and self._coherence.trusted():
+            self.stats["list_hit"] += 1
+            return page.body
+        epoch = self._coherence.epoch(bucket)
+        ttl = self.settings.ttl
+        if self.shared is not None:
+            shared = await self.shared.get_listing(cache_key)
+            if shared is not None and self._coherence.trusted():  # untrusted: maybe from before an unheard write
+                body, age = shared
+                self.stats["list_l2_hit"] += 1
+                if self._coherence.epoch(bucket) == epoch:
+                    self.cache.put(cache_key, _Page(body, time.monotonic() + ttl - age))
+                return body
+        self.stats["list_miss"] += 1
+        response = await self.origin.send("GET", bucket, None, query=query)
+        if response.status >= 300:
+            raise await self.origin.error_from(response, resource=f"/{bucket}")
+        body = await response.read()
+        if self._coherence.epoch(bucket) == epoch:
+            self.cache.put(cache_key, _Page(body, time.monotonic() + ttl))
+            if self.shared is not None:
+                await self.shared.put_listing(cache_key, body, ttl)
+        return body

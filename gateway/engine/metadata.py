@@ -1,0 +1,270 @@
+"""Object metadata: the in-process cache (L1), the shared one in Redis (L2), revalidation
+with the origin past the TTL, remembered 404s, and one origin request per miss however
+many readers miss at once."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from gateway.cluster.shared import SharedMetadata
+from gateway.config import MetadataSettings
+from gateway.engine.coherence import Coherence, Epoch
+from gateway.engine.fetch import BlockFetcher, FirstBlock
+from gateway.engine.flight import SingleFlight
+from gateway.errors import S3Error
+from gateway.objects import Missing, ObjectMeta, decode_meta, encode_meta, meta_from_headers
+from gateway.origin import Origin, OriginResponse, error_for_status
+from gateway.store.meta import MetadataCache, MetaKey
+
+# Metadata is always asked for with its checksums, so one cached entry serves every
+# client; the handler shows checksums only to clients that asked for them.
+_META_HEADERS = {"x-amz-checksum-mode": "ENABLED"}
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectHead:
+    """What `head_object` found: the metadata, whether it came from memory without asking
+    the origin, and the first block of the read when one GET brought both."""
+
+    meta: ObjectMeta
+    from_memory: bool = False
+    first: FirstBlock | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """An L1 metadata entry: the answer, and the age it already had when this node
+    learnt it from the shared level (so it is not fresh for longer than anywhere else)."""
+
+    value: ObjectMeta | Missing
+    head_start: float = 0.0
+
+    @property
+    def missing(self) -> bool:
+        return isinstance(self.value, Missing)
+
+    @property
+    def complete(self) -> bool:
+        return isinstance(self.value, Missing) or self.value.complete
+
+
+Flight = tuple[MetaKey, int, Epoch]  # (object, first block of the read or -1, epoch)
+
+
+class Metadata:
+    """Object metadata for reads. Event loop only.
+
+    Entries come from L1 while fresh, else from L2 when shared; past their TTL the origin
+    is asked with a conditional HEAD (a 304 keeps the entry). An answer fetched while an
+    invalidation of its bucket happened is returned but not cached (Coherence.epoch). A
+    cold read (`read_from`) gets its metadata and first block from one ranged GET
+    (BlockFetcher.open) instead of a HEAD and then a GET.
+    """
+
+    def __init__(self, origin: Origin, settings: MetadataSettings, coherence: Coherence, *,
+                 shared: SharedMetadata | None = None, fetch: BlockFetcher | None = None) -> None:
+        self.origin = origin
+        self.settings = settings
+        self.shared = shared
+        self.fetch = fetch
+        self.cache: MetadataCache[_Known] = MetadataCache(
+            settings.max_entries, ttl=settings.ttl, negative_ttl=settings.negative_ttl)
+        self.stats: Counter[str] = Counter()
+        self._coherence = coherence
+        self._flights: SingleFlight[Flight, ObjectHead] = SingleFlight()
+
+    async def head_object(
+        self,
+        bucket: str,
+        key: str,
+        *,
+        version_id: str | None = None,
+        headers: dict[str, str] | None = None,
+        checksums: bool = False,
+        read_from: int | None = None,
+    ) -> ObjectHead:
+        """Metadata of one object (version); raises S3Error (NoSuchKey, NoSuchBucket, ...).
+
+        `headers` are the client's object-read headers (encryption keys, payer, ...);
+        a request carrying any of them bypasses the cache, since its answer is its own.
+        `checksums`: the answer must include the object's checksums. `read_from`: the
+        caller will read the object from this byte on; when the metadata has to come
+        from the origin, one ranged GET then brings it and the first block together.
+        """
+        query = [("versionId", version_id)] if version_id else []
+        if headers:
+            return ObjectHead(await self._fetch_meta(bucket, key, query, headers))
+        cache_key = (bucket, key, version_id or "")
+        epoch = self._coherence.epoch(bucket)
+        found = self._from_l1(cache_key)
+        if found is not None and self._usable(found, checksums):
+            self.stats["meta_hit"] += 1
+            return ObjectHead(_answer(found[0]), from_memory=True)
+        # L1 missed or is past its TTL: another node may have a fresh answer. (Strict
+        # mode asks the origin about every positive entry anyway.)
+        if self.shared is not None and (found is None or found[0].missing or not self.settings.strict):
+            shared = await self._from_l2(cache_key)
+            if shared is not None:
+                known = shared[0]
+                if self._coherence.epoch(bucket) == epoch:
+                    self.cache.put(cache_key, known, missing=known.missing)
+                if self._usable(shared, checksums):
+                    self.stats["meta_l2_hit"] += 1
+                    return ObjectHead(_answer(known), from_memory=True)
+                found = shared
+        if found is None or found[0].missing or (checksums and not found[0].complete):
+            return await self._miss(cache_key, query, epoch, None if checksums else read_from)
+        meta = found[0].value
+        assert isinstance(meta, ObjectMeta)
+        return ObjectHead(await self._revalidate(cache_key, query, meta, found[1], epoch))
+
+    async def _miss(self, cache_key: MetaKey, query: list[tuple[str, str]], epoch: Epoch,
+                    read_from: int | None) -> ObjectHead:
+        """One origin request however many readers miss at once: they share the flight until
+        its answer is cached. (Not across an invalidation: a read that started after a write
+        must not get an answer asked for before it.)"""
+        self.stats["meta_miss"] += 1
+        if self.fetch is None:
+            read_from = None
+        block = -1 if read_from is None or self.fetch is None else read_from // self.fetch.settings.block_size
+        flight = (cache_key, block, epoch)
+        if not self._coherence.trusted():  # another node's write may have come unheard since a flight began
+            return await self._fetch_missing(cache_key, query, epoch, read_from)
+        if self._flights.joined(flight) is not None:
+            self.stats["meta_miss_shared"] += 1
+        return await self._flights.run(flight, lambda: self._fetch_missing(cache_key, query, epoch, read_from))
+
+    async def _fetch_missing(self, cache_key: MetaKey, query: list[tuple[str, str]], epoch: Epoch,
+                             read_from: int | None) -> ObjectHead:
+        """Metadata the caches do not have, from the origin, cached before the flight ends."""
+        if read_from is not None:
+            opened = await self._open(cache_key, query, read_from, epoch)
+            if opened is not None:
+                return opened
+        return ObjectHead(await self._fetch_and_cache(cache_key, query, epoch))
+
+    async def _open(self, cache_key: MetaKey, query: list[tuple[str, str]], read_from: int,
+                    epoch: Epoch) -> ObjectHead | None:
+        """The metadata and the first block of a cold read from one ranged GET (see
+        BlockFetcher.open); None when a HEAD must be asked instead."""
+        assert self.fetch is not None
+        try:
+            opened = await self.fetch.open(cache_key[0], cache_key[1], query, read_from)
+        except S3Error as error:
+            if error.status == 404:
+                await self._remember(cache_key, Missing.of(error), epoch)
+            raise
+        if opened is None:
+            return None
+        meta, first = opened
+        self.stats["meta_opened_with_get"] += 1
+        await self._remember(cache_key, meta, epoch)
+        return ObjectHead(meta, first=first)
+
+    def _from_l1(self, cache_key: MetaKey) -> tuple[_Known, float] | None:
+        found = self.cache.get(cache_key)
+        if found is None:
+            return None
+        cached, _ = found
+        return cached.value, cached.age + cached.value.head_start
+
+    async def _from_l2(self, cache_key: MetaKey) -> tuple[_Known, float] | None:
+        assert self.shared is not None
+        shared = await self.shared.get_meta(cache_key)
+        if shared is None:
+            return None
+        payload, age = shared
+        value = decode_meta(payload)
+        if value is None:  # written by another version of the gateway: a miss
+            return None
+        return _Known(value, head_start=age), age
+
+    def _usable(self, found: tuple[_Known, float], checksums: bool = False) -> bool:
+        """Whether an entry of this age may be answered without asking the origin."""
+        if not self._coherence.trusted():
+            return False
+        known, age = found
+        if known.missing:
+            return age <= self.settings.negative_ttl
+        return age <= self.settings.ttl and not self.settings.strict and (known.complete or not checksums)
+
+    async def _remember(self, cache_key: MetaKey, value: ObjectMeta | Missing, epoch: Epoch) -> None:
+        """Cache an answer the origin just gave, here and in the shared level."""
+        if self._coherence.epoch(cache_key[0]) != epoch:
+            self.stats["meta_not_cached_raced"] += 1
+            return
+        missing = isinstance(value, Missing)
+        self.cache.put(cache_key, _Known(value), missing=missing)
+        if self.shared is not None:
+            await self.shared.put_meta(cache_key, encode_meta(value),
+                                       self.settings.negative_ttl if missing else self.settings.ttl)
+
+    async def _revalidate(
+        self, cache_key: MetaKey, query: list[tuple[str, str]], meta: ObjectMeta, age: float, epoch: Epoch
+    ) -> ObjectMeta:
+        """A conditional HEAD: 304 keeps the entry (no data is fetched again)."""
+        self.stats["meta_revalidate"] += 1
+        try:
+            response = await self.origin.send("HEAD", cache_key[0], cache_key[1], query=query,
+                                              headers={"if-none-match": meta.etag, **_META_HEADERS})
+        except S3Error:
+            if age <= self.settings.ttl + self.settings.stale_if_error:
+                self.stats["meta_stale_served"] += 1
+                return meta
+            raise
+        if response.status == 304:
+            await response.aclose()
+            self.stats["meta_not_modified"] += 1
+            await self._remember(cache_key, meta, epoch)  # its age starts again, here and shared
+            return meta
+        if response.status >= 500 and age <= self.settings.ttl + self.settings.stale_if_error:
+            await response.aclose()
+            self.stats["meta_stale_served"] += 1
+            return meta
+        return await self._cache_answer(cache_key, query, response, epoch)
+
+    async def _fetch_and_cache(self, cache_key: MetaKey, query: list[tuple[str, str]], epoch: Epoch) -> ObjectMeta:
+        response = await self.origin.send("HEAD", cache_key[0], cache_key[1], query=query, headers=_META_HEADERS)
+        return await self._cache_answer(cache_key, query, response, epoch)
+
+    async def _cache_answer(
+        self, cache_key: MetaKey, query: list[tuple[str, str]], response: OriginResponse, epoch: Epoch
+    ) -> ObjectMeta:
+        bucket, key, _ = cache_key
+        await response.aclose()
+        if response.status < 300:
+            meta = meta_from_headers(response.header_items)
+            await self._remember(cache_key, meta, epoch)
+            return meta
+        error = await self._explain(bucket, key, query, _META_HEADERS, response.status)
+        if error.status == 404:
+            await self._remember(cache_key, Missing.of(error), epoch)
+        raise error
+
+    async def _fetch_meta(self, bucket: str, key: str, query: list[tuple[str, str]], headers: dict[str, str]) -> ObjectMeta:
+        response = await self.origin.send("HEAD", bucket, key, query=query, headers=headers)
+        await response.aclose()
+        if response.status >= 300:
+            raise await self._explain(bucket, key, query, headers, response.status)
+        return meta_from_headers(response.header_items)
+
+    async def _explain(self, bucket: str, key: str, query: list[tuple[str, str]], headers: dict[str, str], status: int) -> S3Error:
+        """A HEAD error has no body (NoSuchKey and NoSuchBucket look alike): ask with a GET."""
+        resource = f"/{bucket}/{key}"
+        if status < 400:
+            return S3Error("PreconditionFailed" if status == 412 else "InternalError", status=status, resource=resource)
+        response = await self.origin.send("GET", bucket, key, query=query, headers=dict(headers, range="bytes=0-0"))
+        if response.status == status:
+            return await self.origin.error_from(response, resource=resource)
+        # The GET was answered otherwise (the object appeared meanwhile, or an origin refuses a
+        # HEAD it serves as a GET, as moto does with ?versionId=null): the HEAD's own error is
+        # the answer, never one of the gateway's making.
+        await response.aclose()
+        return error_for_status(status, resource)
+
+
+def _answer(known: _Known) -> ObjectMeta:
+    if isinstance(known.value, Missing):
+        raise known.value.error()
+    return known.value

@@ -1,0 +1,161 @@
+"""The fleet's block traffic: blocks and opens asked of their owners, and what other
+nodes ask of this one (the peer API's `block`, `open` and `hold`)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
+
+from gateway import log
+from gateway.cluster.fleet import Fleet, Route
+from gateway.cluster.membership import Member
+from gateway.cluster.peers import PeerError, PeerRefused
+from gateway.engine.fetch import BlockFetcher, FirstBlock, Opened, version_of
+from gateway.errors import S3Error
+from gateway.objects import ObjectChanged, ObjectMeta, decode_meta, encode_meta
+from gateway.store.blocks import BlockId
+
+_PEER_LOG_EVERY = 10.0  # seconds between two log lines about the same failing peer
+_EPOCH = datetime.fromtimestamp(0, timezone.utc)
+
+Hold = Callable[..., Awaitable[int]]  # Replicas.hold(bucket, key, meta, replicas=...)
+
+
+class Peers:
+    """Asking a block's owners, in rendezvous order, and answering them. Event loop only.
+
+    A peer that fails is skipped (logged at most every 10 s per peer); an owner whose
+    origin refused (a 4xx, or the object changed) gives this node the same answer. What
+    peers ask of this node comes from the tiers or the origin, never from another peer.
+    """
+
+    def __init__(self, fleet: Fleet, fetch: BlockFetcher, on_changed: Callable[[str, str], Awaitable[None]]) -> None:
+        self.fleet = fleet
+        self.fetch = fetch
+        self.hold: Hold | None = None  # Replicas.hold, set by the engine
+        self.stats: Counter[str] = Counter()
+        self._on_changed = on_changed
+        self._logged: dict[str, float] = {}
+
+    # --- asking the owners -------------------------------------------------------------
+
+    async def block(self, block: BlockId, meta: ObjectMeta, route: Route) -> bytes:
+        """The block from the first owner that answers; from the origin (and kept) if none does."""
+        length = self.fetch.length(block, meta)
+        for peer in route.ask:
+            try:
+                data = await self.fleet.peers.block(peer, block.bucket, block.key, meta.etag, meta.version_id,
+                                                    meta.size, block.index, length)
+            except PeerRefused as refused:
+                await self.refused(block.bucket, block.key, refused)
+                self.failed(peer, refused)
+                continue
+            except PeerError as exc:
+                self.failed(peer, exc)
+                continue
+            self.stats["peer_block_fetch"] += 1
+            if route.keep:
+                await self.fetch.store.put(block, data)
+            return data
+        # No owner answered: the block comes from the origin (and is kept: its owners are
+        # failing, and the next read should not wait for them again).
+        self.stats["peer_fallback"] += 1
+        return await self.fetch.block(block, meta, from_peers=False)
+
+    async def open(self, bucket: str, key: str, query: list[tuple[str, str]], index: int, route: Route) -> Opened | None:
+        """`BlockFetcher.open`, asked of the owners of block `index`; by this node itself if none answers."""
+        size = self.fetch.settings.block_size
+        version_id = dict(query).get("versionId")
+        for peer in route.ask:
+            try:
+                opened = await self.fleet.peers.open(peer, bucket, key, version_id, index, size, budget=self.fetch.budget)
+            except PeerRefused as refused:
+                await self.refused(bucket, key, refused)
+                self.failed(peer, refused)
+                continue
+            except PeerError as exc:
+                self.failed(peer, exc)
+                continue
+            if opened is None:
+                return None
+            meta = decode_meta(opened[0])
+            first = index * size
+            if not isinstance(meta, ObjectMeta) or len(opened[1]) != min(first + size, meta.size) - first:
+                self.failed(peer, PeerError("an open answer that does not add up"))
+                continue
+            block = BlockId(bucket, key, version_of(meta), index)
+            self.stats["peer_open"] += 1
+            if route.keep:
+                await self.fetch.store.put(block, opened[1])
+            return meta, FirstBlock(block, opened[1])
+        self.stats["peer_fallback"] += 1
+        return await self.fetch.open_here(bucket, key, query, index)
+
+    async def refused(self, bucket: str, key: str, refused: PeerRefused) -> None:
+        """An owner's origin said no: that answer is ours too, unless it is the origin failing
+        (5xx), which another owner or the origin may get past (the caller goes on)."""
+        if refused.changed:
+            await self._on_changed(bucket, key)
+            raise ObjectChanged()
+        if refused.error.status < 500:
+            refused.error.resource = f"/{bucket}/{key}"
+            raise refused.error
+
+    def failed(self, peer: Member, exc: Exception) -> None:
+        self.stats["peer_failure"] += 1
+        now = time.monotonic()
+        if now - self._logged.get(peer.id, -_PEER_LOG_EVERY) >= _PEER_LOG_EVERY:
+            self._logged[peer.id] = now
+            log.cluster.warning("peer %s failed (%s); asking the next owner or the origin", peer.id, exc)
+
+    # --- answering other nodes ---------------------------------------------------------
+
+    async def serve_block(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int) -> bytes:
+        """A block a peer asked for: from the tiers, else from the origin once (and kept).
+
+        Raises PeerRefused for the origin's S3 errors, ValueError for a block outside the object.
+        """
+        meta = _described(etag, version_id, size)
+        block = BlockId(bucket, key, version_of(meta), index)
+        length = self.fetch.length(block, meta)
+        memory = self.fetch.store.memory
+        held = 0 if memory is not None and block in memory else await self.fetch.budget.take(length)
+        try:
+            return await self.fetch.block(block, meta, from_peers=False)
+        except ObjectChanged as exc:
+            raise PeerRefused(exc, changed=True) from exc
+        except S3Error as exc:
+            raise PeerRefused(exc, changed=False) from exc
+        finally:
+            self.fetch.budget.give(held)
+
+    async def serve_hold(self, bucket: str, key: str, etag: str, version_id: str, size: int, replicas: int) -> int:
+        """A load a peer asked for (see Replicas.hold): the bytes fetched. Raises as `serve_block` does."""
+        if size < 0 or replicas < 1:
+            raise ValueError("size and replicas out of range")
+        assert self.hold is not None
+        try:
+            return await self.hold(bucket, key, _described(etag, version_id, size), replicas=replicas)
+        except ObjectChanged as exc:
+            raise PeerRefused(exc, changed=True) from exc
+        except S3Error as exc:
+            raise PeerRefused(exc, changed=False) from exc
+
+    async def serve_open(self, bucket: str, key: str, version_id: str, index: int) -> tuple[bytes, bytes] | None:
+        """An open a peer asked for (see BlockFetcher.open): (metadata in the shared form, block) or None."""
+        query = [("versionId", version_id)] if version_id else []
+        try:
+            opened = await self.fetch.open_here(bucket, key, query, index)
+        except S3Error as exc:
+            raise PeerRefused(exc, changed=False) from exc
+        if opened is None:
+            return None
+        return encode_meta(opened[0]), opened[1].data
+
+
+def _described(etag: str, version_id: str, size: int) -> ObjectMeta:
+    """The object version a peer named, as much of its metadata as a block needs."""
+    return ObjectMeta(size=size, etag=etag, last_modified=_EPOCH,
+                      headers={"x-amz-version-id": version_id} if version_id else {})

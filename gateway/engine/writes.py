@@ -1,0 +1,139 @@
+"""Writes: sent on to the origin, then everything cached that they may have changed is
+forgotten on every node before the write is acknowledged; with cache.cache_through the
+bytes of an acknowledged PUT fill the cache."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator, Iterable
+
+from gateway.cluster.fleet import Fleet
+from gateway.cluster.shared import SharedMetadata
+from gateway.config import CacheSettings
+from gateway.engine.coherence import Coherence
+from gateway.engine.fetch import BlockFetcher
+from gateway.engine.listings import Listings
+from gateway.engine.metadata import Metadata
+from gateway.origin import BodyFactory, Origin, OriginResponse
+from gateway.store.blocks import BlockId
+
+_WRITES = frozenset({"PUT", "POST", "DELETE"})
+
+
+class Writes:
+    """Event loop only."""
+
+    def __init__(self, origin: Origin, coherence: Coherence, metadata: Metadata, listings: Listings, *,
+                 shared: SharedMetadata | None = None, fetch: BlockFetcher | None = None,
+                 cache: CacheSettings | None = None, fleet: Fleet | None = None) -> None:
+        self.origin = origin
+        self.shared = shared
+        self.stats: Counter[str] = Counter()
+        self._coherence = coherence
+        self._metadata = metadata
+        self._listings = listings
+        self._fetch = fetch
+        self.settings = cache or CacheSettings()
+        self._fleet = fleet
+
+    async def forward(
+        self,
+        method: str,
+        bucket: str | None,
+        key: str | None,
+        *,
+        query: Iterable[tuple[str, str]] = (),
+        headers: dict[str, str] | None = None,
+        body: bytes | BodyFactory | None = None,
+        body_length: int | None = None,
+    ) -> OriginResponse:
+        """Any request sent on to the origin as it is: writes (write-through) and pass-through ops.
+
+        The answer may be an error status; the caller decides how to present it. A
+        write drops the cached metadata and listings of its key (of the whole bucket
+        when it names no key, as DeleteObjects and bucket operations do), whatever
+        the origin answered, since a failed write may still have changed something.
+        Uploading parts does not change an object until the upload is completed.
+        """
+        query = list(query)
+        try:
+            return await self.origin.send(
+                method, bucket, key, query=query, headers=headers, body=body, body_length=body_length
+            )
+        finally:
+            if method in _WRITES and bucket is not None and _may_change_objects(method, query):
+                await self.invalidate(bucket, key)
+
+    async def invalidate(self, bucket: str, key: str | None = None) -> None:
+        """Forget cached metadata and listings a write to `key` (or to the bucket) may have
+        changed: in Redis and on every node when shared, and here. Returns once every
+        node applied it or stopped trusting its caches (SharedMetadata.invalidate), so the
+        write may then be acknowledged."""
+        self._coherence.invalidated(bucket)  # answers being fetched now are no longer cached
+        confirmation = None
+        try:
+            if self.shared is not None:
+                # Shared entries first: a miss here meanwhile must not refill from them.
+                confirmation = await self.shared.invalidate(bucket, key)
+        finally:
+            self.invalidate_local(bucket, key)
+        if confirmation is not None and not await confirmation.wait():
+            self.stats["invalidation_unconfirmed"] += 1
+
+    def invalidate_local(self, bucket: str, key: str | None = None) -> None:
+        """Forget what this node cached about `key` (the bucket when None); another node's
+        write arrives here through the invalidation channel."""
+        self._coherence.invalidated(bucket)
+        self._metadata.cache.invalidate(bucket, key)
+        self._listings.cache.invalidate(bucket, key)
+        if self._fetch is not None:
+            self._fetch.forget_opens(bucket, key)
+
+    def forget_everything(self) -> None:
+        """Forget every answer this node cached (the origin changed wholesale, an operator
+        asked, or invalidations from other nodes may have been missed)."""
+        self._coherence.purged()
+        self._metadata.cache.clear()
+        self._listings.cache.clear()
+        if self._fetch is not None:
+            self._fetch.forget_opens()
+
+    async def cache_written(
+        self, bucket: str, key: str, *, etag: str, version_id: str | None, chunks: AsyncIterator[bytes], size: int
+    ) -> None:
+        """CACHE_THROUGH: the blocks of an object the origin just acknowledged, so a read after
+        the write is a hit. Nothing happens unless cache.cache_through is on."""
+        if self._fetch is None or not self.settings.cache_through or not etag or size == 0:
+            return
+        store, block_size = self._fetch.store, self.settings.block_size
+        version = version_id if version_id and version_id != "null" else etag
+        fleet = self._fleet
+        # In a fleet, a node keeps the blocks it owns (and others only as passive copies):
+        # a block kept anywhere else would never be asked for.
+        everything = fleet is None or fleet.settings.passive_cache
+        kept = 0
+
+        async def keep(index: int, data: bytes) -> None:
+            nonlocal kept
+            if everything or fleet.owns(bucket, key, index):  # type: ignore[union-attr]
+                await store.put(BlockId(bucket, key, version, index), data)
+                kept += 1
+
+        pending, index = bytearray(), 0
+        async for piece in chunks:
+            pending += piece
+            while len(pending) >= block_size:
+                await keep(index, bytes(pending[:block_size]))
+                del pending[:block_size]
+                index += 1
+        if pending:
+            await keep(index, bytes(pending))
+        self.stats["cache_through_blocks"] += kept
+
+
+def _may_change_objects(method: str, query: list[tuple[str, str]]) -> bool:
+    """False for CreateMultipartUpload, UploadPart(Copy) and AbortMultipartUpload."""
+    names = {name for name, _ in query}
+    if "uploads" in names:
+        return False
+    return not ("uploadId" in names and method in ("PUT", "DELETE"))

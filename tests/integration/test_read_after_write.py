@@ -12,7 +12,10 @@ Then, in-process gateways (real uvicorn): a node whose invalidation listener is 
 makes the write wait the deadline and answers from the origin, never stale; and a node
 SIGKILLed while writes go on costs them the deadline at most.
 
-GATEWAY_RAW_CYCLES=<n> runs more cycles per scenario (the test's default keeps it short).
+GATEWAY_RAW_CYCLES=<n> runs more cycles per scenario (the test's default, 24, keeps it under
+a minute; for more, lift pytest-timeout's 120 s too):
+
+    GATEWAY_RAW_CYCLES=100 .venv/bin/pytest tests/integration/test_read_after_write.py -k every -s --timeout 1200
 """
 
 from __future__ import annotations

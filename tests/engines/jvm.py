@@ -206,8 +206,13 @@ class TrinoServer:
             return False
         if info.get("starting", True):
             return False
-        try:  # the node must also have registered itself as a worker, or queries fail with NO_NODES_AVAILABLE
-            self.query("SELECT 1")
+        # The node must also be known as an active worker, or statements that schedule tasks fail ("nodes is
+        # empty", NO_NODES_AVAILABLE): seen once under load, a CTAS right after `SELECT 1` had succeeded.
+        try:
+            if self.scalar("SELECT count(*) FROM system.runtime.nodes WHERE state = 'active'") < 1:
+                return False
+            if "tpch" in self.catalogs:  # a query with a table scan, scheduled on the worker
+                self.scalar("SELECT count(*) FROM tpch.tiny.nation")
         except QueryError:
             return False
         return True
@@ -235,7 +240,21 @@ class TrinoServer:
 
     def query(self, sql: str, *, catalog: str | None = None, schema: str | None = None,
               session: dict[str, str] | None = None) -> list[list[Any]]:
-        """The rows of one statement; raises QueryError with the engine's message when it fails."""
+        """The rows of one statement; raises QueryError with the engine's message when it fails.
+
+        A statement refused for want of a worker (the node, on a loaded machine, missed a heartbeat to
+        itself) is asked again, up to 3 times 2 s apart: it failed before scheduling anything."""
+        for attempt in range(3):
+            try:
+                return self._query(sql, catalog=catalog, schema=schema, session=session)
+            except QueryError as exc:
+                if attempt == 2 or not (exc.name == "NO_NODES_AVAILABLE" or "nodes is empty" in exc.message):
+                    raise
+                time.sleep(2)
+        raise AssertionError("not reached")
+
+    def _query(self, sql: str, *, catalog: str | None, schema: str | None,
+               session: dict[str, str] | None) -> list[list[Any]]:
         headers = {f"{self.header}-User": self.user, f"{self.header}-Source": "s3gw-engine-tests"}
         if catalog:
             headers[f"{self.header}-Catalog"] = catalog

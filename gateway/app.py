@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 
 from starlette.types import Receive, Scope, Send
 
+from gateway import log
 from gateway.admin.api import AdminApp
 from gateway.advisor.shadow import ShadowAdvisor
 from gateway.advisor.simulate import spec_from_settings
@@ -91,11 +91,7 @@ class GatewayApp:
         self.admin = AdminApp(self.settings.admin, node)
 
     async def shutdown(self) -> None:
-        for task in [self._invalidations, *self._tasks]:
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        await _stop([task for task in [self._invalidations, *self._tasks] if task is not None])
         self._invalidations, self._tasks = None, []
         if self.replication is not None:
             await self.replication.leave()
@@ -181,3 +177,25 @@ def build_shadow(cache: CacheSettings) -> ShadowAdvisor | None:
 
 def create_app(settings: Settings) -> GatewayApp:
     return GatewayApp(settings)
+
+
+async def _stop(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel the node's background tasks and wait for them, asking again a few times: a
+    cancellation that lands just as a timeout inside a task expires can be taken for that
+    timeout, and a shutdown must not wait forever on one task."""
+    pending = {task for task in tasks if not task.done()}
+    for _ in range(_STOP_ROUNDS):
+        if not pending:
+            break
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=_STOP_WAIT)
+    for task in tasks:
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            log.cluster.warning("background task %s ended with %r", task.get_name(), task.exception())
+    if pending:
+        log.cluster.warning("background tasks still running at shutdown: %s", sorted(t.get_name() for t in pending))
+
+
+_STOP_ROUNDS = 5
+_STOP_WAIT = 1.0  # seconds for the tasks to end after each cancel

@@ -60,7 +60,8 @@ class RunningGateway:
         port = free_port()
         self.settings = dataclasses.replace(settings, server=dataclasses.replace(settings.server, port=port))
         self.endpoint = f"http://127.0.0.1:{port}"
-        options = uvicorn_options(self.settings.server, error_page) if guarded else {"http": "httptools"}
+        options = (uvicorn_options(self.settings.server, error_page) if guarded
+                   else {"http": "httptools", "timeout_graceful_shutdown": 5})
         config = uvicorn.Config(create_app(self.settings), host="127.0.0.1", port=port, loop="asyncio",
                                 lifespan="on", access_log=False, log_level="warning", **options)
         self.server = uvicorn.Server(config)

@@ -61,7 +61,7 @@ class Engine:
         self.budget = ByteBudget(cache.read_buffer)
         coherence = Coherence(shared)
         self.fetch = None if store is None else BlockFetcher(origin, store, cache, self.budget, self.invalidate,
-                                                              fleet=fleet)
+                                                              fleet=fleet, trusted=coherence.trusted)
         self.metadata = Metadata(origin, metadata, coherence, shared=shared, fetch=self.fetch)
         self.listings = Listings(origin, listing, coherence, shared=shared)
         self.reads = Reads(origin, self.fetch, cache, self.budget, self.invalidate)

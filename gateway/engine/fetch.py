@@ -57,7 +57,8 @@ class BlockFetcher:
     """
 
     def __init__(self, origin: Origin, store: TieredStore, settings: CacheSettings, budget: ByteBudget,
-                 on_changed: Callable[[str, str], Awaitable[None]], *, fleet: Fleet | None = None) -> None:
+                 on_changed: Callable[[str, str], Awaitable[None]], *, fleet: Fleet | None = None,
+                 trusted: Callable[[], bool] = lambda: True) -> None:
         self.origin = origin
         self.store = store
         self.settings = settings
@@ -66,6 +67,7 @@ class BlockFetcher:
         self.peers: Peers | None = None  # set by the engine when there is a fleet
         self.stats: Counter[str] = Counter()
         self._on_changed = on_changed
+        self._trusted = trusted  # Coherence.trusted: whether what was learnt before may be answered
         self._from_origin: SingleFlight[str, bytes] = SingleFlight()
         self._from_peers: SingleFlight[str, bytes] = SingleFlight()
         self._opening: SingleFlight[str, Opened | None] = SingleFlight()
@@ -193,6 +195,8 @@ class BlockFetcher:
         route = self.route(bucket, key, index)
         if route is not None and self.peers is not None:  # a peer owns the block: it opens the object for us
             peers = self.peers
+            if not self._trusted():  # an open under way may have begun before an unheard write
+                return await peers.open(bucket, key, query, index, route)
             return await self._peer_opening.run(name, lambda: peers.open(bucket, key, query, index, route))
         return await self.open_here(bucket, key, query, index)
 
@@ -204,6 +208,10 @@ class BlockFetcher:
         ask the owner at slightly different times, and the block must still be fetched once.
         """
         name = open_name(bucket, key, query, index)
+        if not self._trusted():
+            # Another node's write may have gone unheard: neither an open remembered from before
+            # it nor one already under way (it may have begun before the write) may answer.
+            return await self._open(bucket, key, query, index, name)
         if self.fleet is not None:
             recent = await self._recent_open(name)
             if recent is not None:

@@ -84,7 +84,7 @@ class Engine:
     def stats(self) -> Counter[str]:
         """Every part's counters together (each part keeps its own)."""
         total: Counter[str] = Counter()
-        for part in (self.fetch, self.metadata, self.listings, self.reads, self.writes, self.peers, self.replicas):
+        for part in (self.fetch, self.metadata, self.listings, self.writes, self.peers, self.replicas):
             if part is not None:
                 total.update(part.stats)
         return total

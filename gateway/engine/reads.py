@@ -4,7 +4,7 @@ ahead, and streamed in order; reads the cache must not share go straight to the 
 from __future__ import annotations
 
 import asyncio
-from collections import Counter, OrderedDict, deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 from gateway.bytebudget import ByteBudget
@@ -64,7 +64,6 @@ class Reads:
         self.fetch = fetch
         self.settings = settings
         self.budget = budget
-        self.stats: Counter[str] = Counter()
         self._on_changed = on_changed
         # Where the last read of each recently read object ended, to spot sequential readers.
         self._read_ends: OrderedDict[tuple[str, str, str], int] = OrderedDict()

@@ -10,7 +10,6 @@ TTLs of a minute so that only invalidations can explain a fresh answer.
 
 from __future__ import annotations
 
-import dataclasses
 import signal
 import threading
 import time
@@ -18,12 +17,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.config import CacheSettings, ClusterSettings, RedisSettings
-from tests.integration.test_read_after_write import BUCKET, SECRET, Tally, _expect, _prime, _state, engine, wait_for
-from tests.support import base_settings, client
+from tests.integration.test_read_after_write import (  # the two-node fixture is shared
+    BUCKET, DEADLINE, Tally, _expect, _prime, _state, engine, pair, wait_for,
+)
+from tests.support import client
 
-DEADLINE = 0.5
-SOCKET_TIMEOUT = 0.3
+SOCKET_TIMEOUT = 0.3  # redis.socket_timeout of the shared `pair` fixture
 
 
 @pytest.fixture
@@ -45,24 +44,6 @@ def hung(clean_redis) -> Iterator[callable]:  # type: ignore[valid-type]
         yield hang
     finally:
         resume()
-
-
-@pytest.fixture
-def pair(start_gateway, clean_origin, clean_redis):  # type: ignore[no-untyped-def]
-    settings = base_settings(clean_origin)
-    sections = {
-        "redis": RedisSettings(url=clean_redis.url, socket_timeout=SOCKET_TIMEOUT, retry_interval=0.2,
-                               invalidation_timeout=DEADLINE),
-        "cluster": ClusterSettings(secret=SECRET, heartbeat_interval=0.2, member_ttl=1.0, hot_replication=False),
-        "cache": CacheSettings(block_size=64 * 1024, memory_quota=16 * 1024 * 1024),
-        "metadata": dataclasses.replace(settings.metadata, ttl=60.0, negative_ttl=60.0),
-        "listing": dataclasses.replace(settings.listing, ttl=60.0),
-    }
-    a, b = start_gateway(**sections), start_gateway(**sections)
-    wait_for(lambda: engine(a).shared.listening() and engine(b).shared.listening(), 5, "both listen")
-    s3a, s3b = client(a.endpoint), client(b.endpoint)
-    s3a.create_bucket(Bucket=BUCKET)
-    return a, b, s3a, s3b
 
 
 def test_a_hung_redis_never_hides_a_write_and_is_recovered_from(pair, hung):

@@ -1,0 +1,72 @@
+"""S3's XML: parse what clients and the origin send (defusedxml only), render what S3 sends: pure.
+
+One module per document family: common (escaping, safe parsing, readers, Owner), error
+(the error document), buckets (ListBuckets, CreateBucket), listing (ListObjects v1/v2),
+delete (DeleteObjects), multipart (CompleteMultipartUpload). Callers use this package.
+"""
+
+from __future__ import annotations
+
+from gateway.s3api.xml.buckets import (
+    Bucket,
+    ListBucketsResult,
+    parse_create_bucket_configuration,
+    parse_list_buckets,
+    render_list_buckets,
+)
+from gateway.s3api.xml.common import DEFAULT_XML_LIMIT, S3_NS, Owner, url_encode, xml_escape
+from gateway.s3api.xml.delete import (
+    DeleteCondition,
+    DeletedEntry,
+    DeleteErrorEntry,
+    DeleteRequest,
+    DeleteResult,
+    parse_delete_objects,
+    parse_delete_result,
+    render_delete_request,
+    render_delete_result,
+)
+from gateway.s3api.xml.error import error_document
+from gateway.s3api.xml.listing import (
+    ListPage,
+    ObjectEntry,
+    RestoreStatus,
+    parse_list_objects,
+    render_list_objects_v1,
+    render_list_objects_v2,
+    validate_max_keys,
+)
+from gateway.s3api.xml.multipart import CompletedPart, parse_complete_multipart, render_complete_multipart_request
+
+__all__ = [
+    "DEFAULT_XML_LIMIT",
+    "S3_NS",
+    "Bucket",
+    "CompletedPart",
+    "DeleteCondition",
+    "DeleteErrorEntry",
+    "DeleteRequest",
+    "DeleteResult",
+    "DeletedEntry",
+    "ListBucketsResult",
+    "ListPage",
+    "ObjectEntry",
+    "Owner",
+    "RestoreStatus",
+    "error_document",
+    "parse_complete_multipart",
+    "parse_create_bucket_configuration",
+    "parse_delete_objects",
+    "parse_delete_result",
+    "parse_list_buckets",
+    "parse_list_objects",
+    "render_complete_multipart_request",
+    "render_delete_request",
+    "render_delete_result",
+    "render_list_buckets",
+    "render_list_objects_v1",
+    "render_list_objects_v2",
+    "url_encode",
+    "validate_max_keys",
+    "xml_escape",
+]

@@ -1,0 +1,249 @@
+"""ListObjects v1 and v2: the origin's page parsed and URL-decoded, S3's answer rendered, max-keys checked."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from urllib.parse import unquote_plus
+
+from gateway.errors import S3Error
+from gateway.s3api.xml.common import (
+    _DECLARATION,
+    S3_NS,
+    Owner,
+    _bool,
+    _child,
+    _children,
+    _el,
+    _flag,
+    _int,
+    _is_int32,
+    _parse_origin,
+    _parse_owner,
+    _render_owner,
+    _text,
+    url_encode,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreStatus:
+    is_restore_in_progress: bool
+    restore_expiry_date: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectEntry:
+    """One <Contents> of a listing; strings are kept as the origin wrote them."""
+
+    key: str
+    last_modified: str
+    etag: str
+    size: int
+    storage_class: str = "STANDARD"
+    owner: Owner | None = None
+    checksum_algorithm: tuple[str, ...] = ()  # S3 may repeat the element
+    checksum_type: str | None = None
+    restore_status: RestoreStatus | None = None
+
+
+@dataclass(slots=True)
+class ListPage:
+    """A ListObjects (v1 or v2) page, URL-decoded: every key and prefix is the real one.
+
+    The echo fields (name, prefix, marker, ...) record what the origin said; the
+    renderers echo the client's own request instead.
+    """
+
+    contents: list[ObjectEntry] = field(default_factory=list)
+    common_prefixes: list[str] = field(default_factory=list)
+    is_truncated: bool = False
+    next_marker: str | None = None
+    next_continuation_token: str | None = None
+    name: str | None = None
+    prefix: str | None = None
+    delimiter: str | None = None
+    marker: str | None = None
+    start_after: str | None = None
+    continuation_token: str | None = None
+    max_keys: int | None = None
+    key_count: int | None = None
+    encoding_type: str | None = None
+
+
+def validate_max_keys(value: str | None) -> int:
+    """The max-keys query parameter as S3 checks it (default 1000).
+
+    Not an int32 -> "Provided max-keys not an integer or within integer range";
+    negative -> "Argument maxKeys must be an integer between 0 and 2147483647".
+    Values above 1000 are returned as asked: S3 never lists more than 1000 per
+    page, which is for the caller to apply when it asks the origin.
+    """
+    if value is None:
+        return 1000
+    if not _is_int32(value):
+        raise S3Error("InvalidArgument", "Provided max-keys not an integer or within integer range",
+                      extra={"ArgumentName": "max-keys", "ArgumentValue": value})
+    number = int(value)
+    if number < 0:
+        raise S3Error("InvalidArgument", "Argument maxKeys must be an integer between 0 and 2147483647",
+                      extra={"ArgumentName": "maxKeys", "ArgumentValue": str(number)})
+    return number
+
+
+def parse_list_objects(body: bytes) -> ListPage:
+    """The origin's ListBucketResult (v1 or v2), URL-decoded when it says EncodingType=url."""
+    root = _parse_origin(body, "ListBucketResult")
+    encoding = _text(root, "EncodingType")
+    decode: Callable[[str], str] = unquote_plus if encoding == "url" else _identity
+
+    def decoded(name: str) -> str | None:
+        value = _text(root, name)
+        return None if value is None else decode(value)
+
+    contents = []
+    for item in _children(root, "Contents"):
+        restore = _child(item, "RestoreStatus")
+        contents.append(ObjectEntry(
+            key=decode(_text(item, "Key") or ""),
+            last_modified=_text(item, "LastModified") or "",
+            etag=_text(item, "ETag") or "",
+            size=_int(_text(item, "Size")) or 0,
+            storage_class=_text(item, "StorageClass") or "STANDARD",
+            owner=_parse_owner(_child(item, "Owner")),
+            checksum_algorithm=tuple(c.text or "" for c in _children(item, "ChecksumAlgorithm")),
+            checksum_type=_text(item, "ChecksumType"),
+            restore_status=None if restore is None else RestoreStatus(
+                is_restore_in_progress=bool(_flag(_text(restore, "IsRestoreInProgress"))),
+                restore_expiry_date=_text(restore, "RestoreExpiryDate"),
+            ),
+        ))
+    prefixes = [decode(_text(cp, "Prefix") or "") for cp in _children(root, "CommonPrefixes")]
+    return ListPage(
+        contents=contents,
+        common_prefixes=prefixes,
+        is_truncated=bool(_flag(_text(root, "IsTruncated"))),
+        next_marker=decoded("NextMarker"),
+        next_continuation_token=_text(root, "NextContinuationToken"),
+        name=_text(root, "Name"),
+        prefix=decoded("Prefix"),
+        delimiter=decoded("Delimiter"),
+        marker=decoded("Marker"),
+        start_after=decoded("StartAfter"),
+        continuation_token=_text(root, "ContinuationToken"),
+        max_keys=_int(_text(root, "MaxKeys")),
+        key_count=_int(_text(root, "KeyCount")),
+        encoding_type=encoding,
+    )
+
+
+def _identity(text: str) -> str:
+    return text
+
+
+def _encoder(encoding_type: str | None) -> Callable[[str], str]:
+    return url_encode if encoding_type == "url" else _identity
+
+
+def _render_contents(page: ListPage, encode: Callable[[str], str], *, with_owner: bool) -> Iterator[str]:
+    # Order measured on S3's wire: Key, LastModified, ETag, ChecksumAlgorithm,
+    # ChecksumType, Size, Owner, StorageClass.
+    for item in page.contents:
+        yield "<Contents>" + _el("Key", encode(item.key)) + _el("LastModified", item.last_modified) + _el("ETag", item.etag)
+        for algorithm in item.checksum_algorithm:
+            yield _el("ChecksumAlgorithm", algorithm)
+        if item.checksum_type is not None:
+            yield _el("ChecksumType", item.checksum_type)
+        yield _el("Size", str(item.size))
+        if with_owner and item.owner is not None:
+            yield _render_owner(item.owner)
+        yield _el("StorageClass", item.storage_class)
+        if item.restore_status is not None:
+            status = item.restore_status
+            yield "<RestoreStatus>" + _el("IsRestoreInProgress", _bool(status.is_restore_in_progress))
+            if status.restore_expiry_date is not None:
+                yield _el("RestoreExpiryDate", status.restore_expiry_date)
+            yield "</RestoreStatus>"
+        yield "</Contents>"
+    for prefix in page.common_prefixes:
+        yield "<CommonPrefixes>" + _el("Prefix", encode(prefix)) + "</CommonPrefixes>"
+
+
+def render_list_objects_v2(
+    page: ListPage,
+    *,
+    bucket: str,
+    prefix: str | None,
+    delimiter: str | None,
+    max_keys: int,
+    continuation_token: str | None,
+    start_after: str | None,
+    fetch_owner: bool,
+    encoding_type: str | None,
+) -> bytes:
+    """ListObjectsV2 as S3 answers it, echoing the client's own parameters.
+
+    StartAfter is echoed only when no continuation token displaces it;
+    NextContinuationToken only on a truncated page; Delimiter only when non-empty;
+    Owner only with fetch-owner=true.
+    """
+    encode = _encoder(encoding_type)
+    parts = [_DECLARATION, f'<ListBucketResult xmlns="{S3_NS}">', _el("Name", bucket), _el("Prefix", encode(prefix or ""))]
+    if start_after and continuation_token is None:
+        parts.append(_el("StartAfter", encode(start_after)))
+    if continuation_token is not None:
+        parts.append(_el("ContinuationToken", continuation_token))
+    if page.is_truncated and page.next_continuation_token:
+        parts.append(_el("NextContinuationToken", page.next_continuation_token))
+    parts.append(_el("KeyCount", str(len(page.contents) + len(page.common_prefixes))))
+    parts.append(_el("MaxKeys", str(max_keys)))
+    if delimiter:
+        parts.append(_el("Delimiter", encode(delimiter)))
+    if encoding_type is not None:
+        parts.append(_el("EncodingType", encoding_type))
+    parts.append(_el("IsTruncated", _bool(page.is_truncated)))
+    parts.extend(_render_contents(page, encode, with_owner=fetch_owner))
+    parts.append("</ListBucketResult>")
+    return "".join(parts).encode("utf-8")
+
+
+def render_list_objects_v1(
+    page: ListPage,
+    *,
+    bucket: str,
+    prefix: str | None,
+    delimiter: str | None,
+    max_keys: int,
+    marker: str | None,
+    encoding_type: str | None,
+) -> bytes:
+    """ListObjects (v1) as S3 answers it.
+
+    Marker is always present (empty when none was sent).  NextMarker appears only
+    on a truncated page of a delimited listing, as S3 documents; when the origin
+    gave none it is the last key or common prefix of the page.
+    """
+    encode = _encoder(encoding_type)
+    parts = [_DECLARATION, f'<ListBucketResult xmlns="{S3_NS}">', _el("Name", bucket),
+             _el("Prefix", encode(prefix or "")), _el("Marker", encode(marker or ""))]
+    if delimiter and page.is_truncated:
+        next_marker = page.next_marker or _last_entry(page)
+        if next_marker is not None:
+            parts.append(_el("NextMarker", encode(next_marker)))
+    parts.append(_el("MaxKeys", str(max_keys)))
+    if delimiter:
+        parts.append(_el("Delimiter", encode(delimiter)))
+    if encoding_type is not None:
+        parts.append(_el("EncodingType", encoding_type))
+    parts.append(_el("IsTruncated", _bool(page.is_truncated)))
+    parts.extend(_render_contents(page, encode, with_owner=True))
+    parts.append("</ListBucketResult>")
+    return "".join(parts).encode("utf-8")
+
+
+def _last_entry(page: ListPage) -> str | None:
+    candidates = [c for c in (page.contents[-1].key if page.contents else None,
+                              page.common_prefixes[-1] if page.common_prefixes else None) if c is not None]
+    # Code point order is UTF-8 byte order, which is S3's listing order.
+    return max(candidates) if candidates else None
+

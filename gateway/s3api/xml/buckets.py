@@ -37,7 +37,6 @@ class ListBucketsResult:
     prefix: str | None = None
 
 
-
 def parse_list_buckets(body: bytes) -> ListBucketsResult:
     root = _parse_origin(body, "ListAllMyBucketsResult")
     buckets: list[Bucket] = []
@@ -76,7 +75,6 @@ def render_list_buckets(result: ListBucketsResult) -> bytes:
     return "".join(parts).encode("utf-8")
 
 
-
 def parse_create_bucket_configuration(body: bytes, *, limit: int = DEFAULT_XML_LIMIT) -> str | None:
     """The LocationConstraint of a CreateBucket body; None for an empty body or element."""
     if not body.strip():
@@ -86,4 +84,3 @@ def parse_create_bucket_configuration(body: bytes, *, limit: int = DEFAULT_XML_L
     if location is None:
         return None
     return location.strip() or None
-

@@ -171,4 +171,3 @@ def _render_owner(owner: Owner) -> str:
     if owner.display_name is not None:
         inner += _el("DisplayName", owner.display_name)
     return f"<Owner>{inner}</Owner>"
-

@@ -158,5 +158,3 @@ def render_delete_result(deleted: Iterable[DeletedEntry], errors: Iterable[Delet
         parts.append(_el("Code", error.code) + _el("Message", error.message) + "</Error>")
     parts.append("</DeleteResult>")
     return "".join(parts).encode("utf-8")
-
-

@@ -246,4 +246,3 @@ def _last_entry(page: ListPage) -> str | None:
                               page.common_prefixes[-1] if page.common_prefixes else None) if c is not None]
     # Code point order is UTF-8 byte order, which is S3's listing order.
     return max(candidates) if candidates else None
-

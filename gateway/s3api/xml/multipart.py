@@ -29,7 +29,6 @@ class CompletedPart:
     checksums: dict[str, str] = field(default_factory=dict)  # element name -> value
 
 
-
 def parse_complete_multipart(body: bytes, *, limit: int = DEFAULT_XML_LIMIT) -> list[CompletedPart]:
     """A client's <CompleteMultipartUpload>, checked the way S3 checks it.
 
@@ -74,4 +73,3 @@ def render_complete_multipart_request(parts: Iterable[CompletedPart]) -> bytes:
         out.append(_el("PartNumber", str(part.part_number)) + "</Part>")
     out.append("</CompleteMultipartUpload>")
     return "".join(out).encode("utf-8")
-

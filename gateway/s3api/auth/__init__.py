@@ -1,0 +1,31 @@
+"""Authentication of incoming requests (SigV4/SigV2, header/presigned, anonymous): pure, clock and secrets passed in.
+
+One module per part: model (what is read and answered), common (wire bytes, query, dates,
+clock, secrets), payload (x-amz-content-sha256), sigv4 (header, credential scope, the
+signature check), presigned (SigV4 query string), sigv2, dispatch (which one applies).
+"""
+
+from __future__ import annotations
+
+from gateway.s3api.auth.dispatch import authenticate
+from gateway.s3api.auth.model import ChunkSigner, Identity, PayloadCheck, PayloadMode, RequestView, SecretLookup
+from gateway.s3api.auth.payload import STREAMING_SIGNED, STREAMING_SIGNED_TRAILER, STREAMING_UNSIGNED_TRAILER
+from gateway.s3api.auth.presigned import MAX_PRESIGN_EXPIRES
+from gateway.s3api.auth.sigv2 import SIGV2_SUBRESOURCES
+from gateway.s3api.auth.sigv4 import SERVICE
+
+__all__ = [
+    "MAX_PRESIGN_EXPIRES",
+    "SERVICE",
+    "SIGV2_SUBRESOURCES",
+    "STREAMING_SIGNED",
+    "STREAMING_SIGNED_TRAILER",
+    "STREAMING_UNSIGNED_TRAILER",
+    "ChunkSigner",
+    "Identity",
+    "PayloadCheck",
+    "PayloadMode",
+    "RequestView",
+    "SecretLookup",
+    "authenticate",
+]

@@ -1,0 +1,60 @@
+"""Which mechanism signed a request (SigV4 header or presigned, SigV2 header or query, none), and its check."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from gateway.errors import S3Error
+from gateway.s3api.auth.common import _parse_query, _utc
+from gateway.s3api.auth.model import Identity, RequestView, SecretLookup
+from gateway.s3api.auth.payload import _payload_check
+from gateway.s3api.auth.presigned import _sigv4_query
+from gateway.s3api.auth.sigv2 import _sigv2_header, _sigv2_query
+from gateway.s3api.auth.sigv4 import _sigv4_header
+from gateway.signing import ALGORITHM
+
+_MSG_ONE_MECHANISM = (
+    "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, Signature query string "
+    "parameter or the Authorization header should be specified"
+)
+
+
+def authenticate(
+    view: RequestView,
+    secret_for: SecretLookup,
+    *,
+    now: datetime,
+    max_skew: timedelta = timedelta(minutes=15),
+    bucket_from_host: str | None = None,
+) -> Identity:
+    """Check the request's credentials; returns who signed it and how to verify its body.
+
+    `bucket_from_host` is the bucket of a virtual-hosted-style request: SigV2
+    signs "/bucket/key" even when the path on the wire is "/key".
+    """
+    now = _utc(now)
+    query = _parse_query(view.query_string)
+    names = {name for name, _ in query}
+    auth_headers = [v for n, v in view.headers if n == "authorization"]
+    v4_query = any(p in names for p in ("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Signature"))
+    v2_query = any(p in names for p in ("AWSAccessKeyId", "Signature"))
+
+    if len(auth_headers) > 1 or sum((bool(auth_headers), v4_query, v2_query)) > 1:
+        raise S3Error("InvalidArgument", _MSG_ONE_MECHANISM)
+    if auth_headers:
+        value = auth_headers[0].strip()
+        scheme, _, rest = value.partition(" ")
+        if scheme == ALGORITHM:
+            return _sigv4_header(view, rest, query, secret_for, now, max_skew)
+        if scheme == "AWS":
+            return _sigv2_header(view, rest, secret_for, now, max_skew, bucket_from_host)
+        raise S3Error(
+            "InvalidArgument", "Unsupported Authorization Type",
+            # Only the scheme is echoed: the rest of the header is credential material.
+            extra={"ArgumentName": "Authorization", "ArgumentValue": scheme[:32]},
+        )
+    if v4_query:
+        return _sigv4_query(view, query, secret_for, now, max_skew)
+    if v2_query:
+        return _sigv2_query(view, query, secret_for, now, bucket_from_host)
+    return Identity(None, _payload_check(view))

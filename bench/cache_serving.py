@@ -77,7 +77,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gateway.config import parse_size
-from gateway.demo import free_port, moto_server
+from tests.servers import free_port, moto_server
 
 KiB, MiB = 1024, 1024 * 1024
 BUCKET = "bench"

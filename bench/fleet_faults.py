@@ -285,8 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=float, default=1.0, help="seconds per report line")
     args = parser.parse_args(argv)
 
-    from gateway.demo import moto_server
     from tests.redis_fixtures import RedisServer
+    from tests.servers import moto_server
 
     redis_server = RedisServer()
     redis_server.start()

@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gateway.config import parse_size  # noqa: E402
-from gateway.demo import free_port, moto_server  # noqa: E402
+from tests.servers import free_port, moto_server  # noqa: E402
 
 MiB = 1024 * 1024
 BLOCK = 1 * MiB  # the generator's unit: block i depends only on (seed, i)

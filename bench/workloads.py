@@ -33,7 +33,7 @@ ROOT = cs.ROOT
 BUCKET = cs.BUCKET
 
 
-# moto's S3 server, run by this script (instead of gateway.demo.moto_server) so that it can start with
+# moto's S3 server, run by this script (instead of tests.servers.moto_server) so that it can start with
 # objects already in it and with moto's own settings in its environment.
 _MOTO_LAUNCHER = """\
 import json, sys, time

@@ -36,8 +36,8 @@ import redis.asyncio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gateway.demo import moto_server  # noqa: E402
 from tests.redis_fixtures import RedisServer  # noqa: E402
+from tests.servers import moto_server  # noqa: E402
 from tests.support import GatewayProcess, client  # noqa: E402
 
 BUCKET = "write-latency"

@@ -28,20 +28,21 @@ SAMPLES = {
 }
 
 
-def free_port() -> int:
+def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
-def moto_server(port: int | None = None) -> Iterator[str]:
-    """Run moto's S3 server as a subprocess on loopback; yields its endpoint URL."""
+def _moto_origin(port: int | None = None) -> Iterator[str]:
+    """The demo's origin: moto's S3 server as a subprocess on loopback; yields its endpoint URL.
+    (The tests and benchmarks have their own, in tests/servers.py: this one is the demo's alone.)"""
     try:
         import moto.server  # noqa: F401
     except ImportError:
         raise SystemExit("gateway demo needs moto: pip install 'moto[server]' (make demo installs it)") from None
-    port = port or free_port()
+    port = port or _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -92,7 +93,7 @@ def run_demo(port: int) -> None:
     # uvicorn ends a SIGTERM'd run by raising the signal again; as an exception (not the
     # default handler's instant death) it lets the `with` below stop moto too.
     signal.signal(signal.SIGTERM, _exit)
-    with moto_server() as endpoint:
+    with _moto_origin() as endpoint:
         asyncio.run(seed(OriginSettings(endpoint=endpoint, access_key="demo", secret_key="demo")))
         settings = demo_settings(endpoint, port)
         print(f"origin (moto): {endpoint}   gateway: http://127.0.0.1:{port}\n")

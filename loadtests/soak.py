@@ -48,8 +48,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gateway.demo import free_port, moto_server
 from tests.redis_fixtures import RedisServer
+from tests.servers import free_port, moto_server
 from tests.support import GatewayProcess, client
 
 BUCKET = "soak"

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from hypothesis import settings as hypothesis_settings
 
-from gateway.demo import moto_server
+from tests.servers import moto_server
 from tests.support import RunningGateway, base_settings, client
 
 pytest_plugins = ["tests.redis_fixtures"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from gateway.demo import free_port
+from tests.servers import free_port, wait_serving
 
 
 class RedisServer:
@@ -45,15 +45,15 @@ class RedisServer:
             [*command, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.folder, *self.args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                redis.Redis(port=self.port, socket_timeout=0.5).ping()
-                return
-            except redis.RedisError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError("redis-server did not start") from None
-                time.sleep(0.05)
+        def ping() -> None:
+            with redis.Redis(port=self.port, socket_timeout=0.5) as r:
+                r.ping()
+        try:
+            wait_serving(ping, self.proc, f"redis-server on port {self.port}", timeout=10,
+                         errors=(redis.RedisError,), interval=0.05)
+        except RuntimeError:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -67,7 +67,8 @@ class RedisServer:
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def flush(self) -> None:
-        redis.Redis(port=self.port).flushall()
+        with redis.Redis(port=self.port) as r:
+            r.flushall()
 
     def client(self) -> redis.Redis:
         return redis.Redis(port=self.port, socket_timeout=2)

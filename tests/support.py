@@ -18,16 +18,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import boto3
-import httpx
 import pytest
 import uvicorn
 from botocore.config import Config
 
 from gateway.app import create_app
 from gateway.config import AuthSettings, Grant, OriginSettings, ServerSettings, Settings, User
-from gateway.demo import free_port
 from gateway.httpserver import uvicorn_options
 from gateway.s3api.responses import error_page
+from tests.servers import free_port, wait_serving
 
 ADMIN = ("AKIAADMIN0000000001", "admin-secret-0000000000000000000000000001")
 READER = ("AKIAREADER000000001", "reader-secret-000000000000000000000000001")
@@ -190,16 +189,12 @@ class GatewayProcess:
         self._reader = threading.Thread(target=self._output.extend, args=(self.proc.stdout,), daemon=True)
         self._reader.start()
         probe = ready or (lambda: socket.create_connection(("127.0.0.1", self.port), timeout=1).close())
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                probe()
-                return self
-            except (OSError, httpx.HTTPError):
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    output = self.stop()
-                    raise RuntimeError(f"gateway did not start: {output[-3000:]}") from None
-                time.sleep(0.1)
+        try:
+            wait_serving(probe, self.proc, f"gateway on port {self.port}", timeout=timeout)
+        except RuntimeError as err:
+            output = self.stop()
+            raise RuntimeError(f"{err}: {output[-3000:]}") from None
+        return self
 
     def stop(self) -> str:
         """Terminate it (if it still runs) and return what it printed."""

@@ -16,7 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from gateway.cli import main
-from gateway.demo import DEMO_ACCESS_KEY, DEMO_SECRET_KEY, free_port
+from gateway.demo import DEMO_ACCESS_KEY, DEMO_SECRET_KEY
+from tests.servers import free_port
 
 GATEWAY = [sys.executable, "-m", "gateway.cli"]
 

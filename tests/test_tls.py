@@ -17,7 +17,7 @@ import httpx
 import pytest
 from botocore.config import Config
 
-from gateway.demo import free_port
+from tests.servers import free_port
 from tests.support import ADMIN, REGION, GatewayProcess
 
 TOKEN = "tls-admin-token"

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import AdminSettings, CacheSettings, PrefixRule, RedisSettings
-from gateway.demo import moto_server
+from tests.servers import moto_server
 from tests.support import ADMIN, RunningGateway, base_settings, client
 
 TOKEN = "admin-token-for-tests"

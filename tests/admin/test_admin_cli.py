@@ -9,7 +9,7 @@ from click.testing import CliRunner, Result
 
 from gateway.cli import main
 from gateway.config import AdminSettings
-from gateway.demo import free_port
+from tests.servers import free_port
 from tests.support import client
 
 TOKEN = "cli-admin-token"

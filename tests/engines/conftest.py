@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.demo import moto_server
 from tests.engines.jvm import EngineUnavailable, TrinoServer, maven_artifact, trino_home
 from tests.engines.support import (BUCKET, CACHE_TTL, FRESH_TTL, ORIGIN_KEYS, READONLY, S3A_JARS, SPARK_JAVA_HOME,
                                    WRITER, AccessLog, engine_missing, engines_settings, hive_catalog,
                                    iceberg_catalog, record_origin_requests)
+from tests.servers import moto_server
 from tests.support import RunningGateway, client
 
 @pytest.fixture(scope="session")

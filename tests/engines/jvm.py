@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from gateway.demo import free_port
+from tests.servers import free_port
 
 TRINO_VERSION = "476"
 TRINO_PLUGINS = ("hive", "iceberg", "tpch")

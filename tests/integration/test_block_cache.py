@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.config import CacheSettings, DiskTierSettings
-from gateway.demo import moto_server
+from tests.servers import moto_server
 from tests.support import RunningGateway, base_settings, client, concurrent_gets
 
 KiB = 1024

@@ -8,7 +8,7 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 
-from gateway.demo import moto_server
+from tests.servers import moto_server
 from tests.support import RunningGateway, base_settings, client
 
 

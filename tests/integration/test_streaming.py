@@ -33,7 +33,7 @@ from boto3.s3.transfer import TransferConfig
 from defusedxml import ElementTree
 
 from gateway.config import CacheSettings, OriginSettings
-from gateway.demo import free_port
+from tests.servers import free_port
 from tests.support import RunningGateway, base_settings, client
 
 KiB = 1024

@@ -618,7 +618,10 @@ def snapshot(code: str, dest: Path) -> str:
 
 
 def knows_replication(code: Path) -> bool:
-    text = (code / "gateway" / "config.py").read_text()
+    # gateway/config.py until it became the package gateway/config/.
+    module = code / "gateway" / "config.py"
+    files = [module] if module.exists() else sorted((code / "gateway" / "config").glob("*.py"))
+    text = "\n".join(f.read_text() for f in files)
     return all(re.search(rf"^\s+{name}: ", text, re.MULTILINE) for name in REPLICATION_SETTINGS)
 
 

@@ -196,14 +196,7 @@ def render_list_objects_v2(
     if page.is_truncated and page.next_continuation_token:
         parts.append(_el("NextContinuationToken", page.next_continuation_token))
     parts.append(_el("KeyCount", str(len(page.contents) + len(page.common_prefixes))))
-    parts.append(_el("MaxKeys", str(max_keys)))
-    if delimiter:
-        parts.append(_el("Delimiter", encode(delimiter)))
-    if encoding_type is not None:
-        parts.append(_el("EncodingType", encoding_type))
-    parts.append(_el("IsTruncated", _bool(page.is_truncated)))
-    parts.extend(_render_contents(page, encode, with_owner=fetch_owner))
-    parts.append("</ListBucketResult>")
+    parts.extend(_render_rest(page, encode, max_keys, delimiter, encoding_type, with_owner=fetch_owner))
     return "".join(parts).encode("utf-8")
 
 
@@ -230,15 +223,23 @@ def render_list_objects_v1(
         next_marker = page.next_marker or _last_entry(page)
         if next_marker is not None:
             parts.append(_el("NextMarker", encode(next_marker)))
-    parts.append(_el("MaxKeys", str(max_keys)))
-    if delimiter:
-        parts.append(_el("Delimiter", encode(delimiter)))
-    if encoding_type is not None:
-        parts.append(_el("EncodingType", encoding_type))
-    parts.append(_el("IsTruncated", _bool(page.is_truncated)))
-    parts.extend(_render_contents(page, encode, with_owner=True))
-    parts.append("</ListBucketResult>")
+    parts.extend(_render_rest(page, encode, max_keys, delimiter, encoding_type, with_owner=True))
     return "".join(parts).encode("utf-8")
+
+
+def _render_rest(
+    page: ListPage, encode: Callable[[str], str], max_keys: int, delimiter: str | None, encoding_type: str | None,
+    *, with_owner: bool,
+) -> Iterator[str]:
+    """What v1 and v2 write alike after their own elements: MaxKeys to the end of the document."""
+    yield _el("MaxKeys", str(max_keys))
+    if delimiter:
+        yield _el("Delimiter", encode(delimiter))
+    if encoding_type is not None:
+        yield _el("EncodingType", encoding_type)
+    yield _el("IsTruncated", _bool(page.is_truncated))
+    yield from _render_contents(page, encode, with_owner=with_owner)
+    yield "</ListBucketResult>"
 
 
 def _last_entry(page: ListPage) -> str | None:

@@ -137,12 +137,12 @@ async def warm_gets(endpoint: str, readers: int, seconds: float) -> tuple[float,
 
 LISTENER = """
 import asyncio, sys
-from gateway.cluster.shared import SharedMetadata
+from gateway.cluster.shared import Shared
 from gateway.config import RedisSettings
 shared = None
 async def main():
-    shared = SharedMetadata(RedisSettings(url=sys.argv[1], key_prefix=sys.argv[2]), node_id=sys.argv[3])
-    await shared.listen(lambda bucket, key: None)
+    shared = Shared.connect(RedisSettings(url=sys.argv[1], key_prefix=sys.argv[2]), node_id=sys.argv[3])
+    await shared.invalidation.listen(lambda bucket, key: None)
 asyncio.run(main())
 """
 
@@ -150,25 +150,26 @@ asyncio.run(main())
 async def confirmation_times(url: str, others: int, count: int = 500) -> tuple[float, float]:
     """(p50 ms of an invalidation sent, p50 ms of it sent and confirmed by `others` listening
     processes plus this one): what a write pays for its confirmations, without the origin."""
-    from gateway.cluster.shared import SharedMetadata
+    from gateway.cluster.shared import Shared
     from gateway.config import RedisSettings
 
     prefix = f"c{others}:"
     procs = [subprocess.Popen([sys.executable, "-c", LISTENER, url, prefix, f"listener-{i}"], cwd=ROOT)
              for i in range(others)]
-    shared = SharedMetadata(RedisSettings(url=url, key_prefix=prefix), node_id="writer")
-    listening = asyncio.create_task(shared.listen(lambda bucket, key: None))
+    shared = Shared.connect(RedisSettings(url=url, key_prefix=prefix), node_id="writer")
+    listening = asyncio.create_task(shared.invalidation.listen(lambda bucket, key: None))
     probe = redis.asyncio.Redis.from_url(url)
     try:
         deadline = time.monotonic() + 30
-        while (await probe.pubsub_numsub(f"{prefix}invalidate"))[0][1] < others + 1 or not shared.listening():
+        while ((await probe.pubsub_numsub(f"{prefix}invalidate"))[0][1] < others + 1
+               or not shared.invalidation.listening()):
             if time.monotonic() > deadline:
                 raise SystemExit("the listeners did not subscribe")
             await asyncio.sleep(0.05)
         sent, confirmed = [], []
         for i in range(count):
             started = time.perf_counter()
-            confirmation = await shared.invalidate("bkt", f"k{i % 50}")
+            confirmation = await shared.invalidation.invalidate("bkt", f"k{i % 50}")
             sent.append(time.perf_counter() - started)
             assert await confirmation.wait(), "not confirmed"
             confirmed.append(time.perf_counter() - started)
@@ -245,7 +246,7 @@ def main() -> None:
         one = statistics.median(o for _, o in results)
         print(f"  {name:28s} {rate:8.0f} req/s   {one:.3f} ms")
     if confirmations:
-        print("\nan invalidation alone (SharedMetadata, no origin), p50 ms:   sent   sent and confirmed")
+        print("\nan invalidation alone (Invalidations, no origin), p50 ms:   sent   sent and confirmed")
         for nodes, (sent, confirmed) in confirmations.items():
             print(f"  {nodes} node{'s' if nodes > 1 else ' '} listening                            {sent:6.3f}   "
                   f"{confirmed:6.3f}")

@@ -18,7 +18,7 @@ from gateway.cluster.peer_api import PeerApp
 from gateway.cluster.peers import PeerClient
 from gateway.cluster.pins import RuntimePins
 from gateway.cluster.replication import Replication
-from gateway.cluster.shared import SharedMetadata
+from gateway.cluster.shared import Shared
 from gateway.config import CacheSettings, Settings
 from gateway.engine import Engine
 from gateway.events import SqsConsumer
@@ -49,11 +49,11 @@ class GatewayApp:
         if store is not None:
             await store.open()
         # With Redis: metadata and listings shared by the nodes, and their invalidations.
-        shared = SharedMetadata(self.settings.redis) if self.settings.redis.url else None
+        shared = Shared.connect(self.settings.redis) if self.settings.redis.url else None
         # With Redis and a cluster secret: a fleet, whose members share the block cache.
         cluster = self.settings.cluster
         if shared is not None and self.settings.fleet:
-            membership = Membership(shared, identity(self.settings), interval=cluster.heartbeat_interval,
+            membership = Membership(shared.redis, identity(self.settings), interval=cluster.heartbeat_interval,
                                     ttl=cluster.member_ttl)
             self.fleet = Fleet(cluster, membership, PeerClient(cluster))
         engine = Engine(Origin(self.settings.origin), self.settings.metadata, self.settings.listing,
@@ -65,7 +65,8 @@ class GatewayApp:
             self._tasks.append(asyncio.create_task(self.fleet.membership.run(), name="gateway-membership"))
         if shared is not None:
             self._invalidations = asyncio.create_task(
-                shared.listen(engine.invalidate_local, on_resync=engine.purge), name="gateway-invalidations")
+                shared.invalidation.listen(engine.invalidate_local, on_resync=engine.purge),
+                name="gateway-invalidations")
         if self.settings.events.sqs_queue_url:
             self._events = SqsConsumer(self.settings.events, engine.changed)
             self._tasks.append(asyncio.create_task(self._events.run(), name="gateway-sqs-events"))
@@ -73,13 +74,14 @@ class GatewayApp:
             self._tasks.append(asyncio.create_task(_expire_periodically(store), name="gateway-cache-ttl"))
         # Pins set at runtime (admin API): with Redis, the fleet's, read now and refreshed.
         pins = RuntimePins(((r.bucket, r.prefix) for r in self.settings.cache.pinned),
-                           store.set_pinned if store is not None else None, shared)
+                           store.set_pinned if store is not None else None,
+                           shared.redis if shared is not None else None)
         if shared is not None:
             await pins.refresh()
             self._tasks.append(asyncio.create_task(pins.run(), name="gateway-pins"))
         self.s3 = S3App(self.settings, engine)
         if shared is not None and self.fleet is not None and cluster.hot_replication:
-            self.replication = Replication(cluster, shared, self.fleet, self.s3.stats.heat, engine.rebalance)
+            self.replication = Replication(cluster, shared.redis, self.fleet, self.s3.stats.heat, engine.rebalance)
             self._tasks.append(asyncio.create_task(self.replication.run(), name="gateway-replication"))
         shadow = build_shadow(self.settings.cache) if store is not None else None
         if shadow is not None:

@@ -1,7 +1,7 @@
 """Prometheus metrics: the node's plain counters turned into metric families at scrape time.
 
 Nothing on the request path touches prometheus_client: the components keep ints
-(RequestStats, TierStats, the store's, the engine's, the origin's, SharedMetadata's)
+(RequestStats, TierStats, the store's, the engine's, the origin's, the Redis handle's)
 and `NodeCollector.collect` reads them when /metrics is asked for. Each app has its
 own CollectorRegistry, so several gateways in one process never share a number.
 """
@@ -148,14 +148,14 @@ class NodeCollector(Collector):
     def _shared(self) -> Iterator[Metric]:
         shared = self.node.engine.shared
         yield CounterMetricFamily("gateway_redis_errors_total", "Redis calls that failed or timed out (0 without Redis).",
-                                  value=0 if shared is None else sum(shared.errors.values()))
+                                  value=0 if shared is None else sum(shared.redis.errors.values()))
         confirmations = CounterMetricFamily(
             "gateway_invalidation_confirmations_total",
             "Writes through this node by how the other nodes confirmed the invalidation before the answer: "
             "confirmed (all within redis.invalidation_timeout), unconfirmed (the deadline passed first), "
             "unsent (Redis unreachable: the write waited the deadline).", labels=["outcome"])
         for outcome in ("confirmed", "unconfirmed", "unsent"):
-            confirmations.add_metric([outcome], 0 if shared is None else shared.confirmations[outcome])
+            confirmations.add_metric([outcome], 0 if shared is None else shared.invalidation.confirmations[outcome])
         yield confirmations
         replication = CounterMetricFamily(
             "gateway_replication_actions_total",

@@ -41,7 +41,7 @@ async def _origin(engine: Engine) -> str:
 
 async def _redis(engine: Engine) -> str:
     assert engine.shared is not None
-    return "ok" if await engine.shared.ping() else "no answer to PING"
+    return "ok" if await engine.shared.redis.ping() else "no answer to PING"
 
 
 async def startup_problems(settings: Settings) -> list[str]:

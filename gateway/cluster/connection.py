@@ -36,7 +36,7 @@ def redis_client(settings: RedisSettings) -> AnyRedis:
     `redis+sentinel://` (the master the Sentinels name) or `redis+cluster://`.
 
     No retries inside the client: a failed call fails at once and the caller decides
-    (SharedMetadata falls back to the node's own caches). Connections the server closed
+    (RedisHandle falls back to the node's own caches). Connections the server closed
     while idle, as after a restart, are replaced by the pool when next taken; a cluster
     client reads the slot map again after a node failed.
     """

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 from gateway import log
 from gateway.cluster.periodic import run_every
-from gateway.cluster.shared import SharedMetadata
+from gateway.cluster.redis_handle import RedisHandle
 from gateway.config import Settings
 
 __all__ = ["Member", "Membership", "identity"]
@@ -77,14 +77,14 @@ class Membership:
     contains this node.
     """
 
-    def __init__(self, shared: SharedMetadata, me: Member, *, interval: float, ttl: float) -> None:
+    def __init__(self, redis: RedisHandle, me: Member, *, interval: float, ttl: float) -> None:
         self.me = me
         self.interval = interval
         self.ttl = ttl
         self.beats = 0  # heartbeats Redis took
-        self._shared = shared
-        self._beat = shared.client.register_script(_BEAT)
-        self._keys = [shared.key("fleet:{members}"), shared.key("fleet:{members}:urls")]
+        self._redis = redis
+        self._beat = redis.client.register_script(_BEAT)
+        self._keys = [redis.key("fleet:{members}"), redis.key("fleet:{members}:urls")]
         self._members: tuple[Member, ...] = (me,)
         self._ids: tuple[str, ...] = (me.id,)
         self._urls: dict[str, Member] = {me.id: me}
@@ -104,9 +104,8 @@ class Membership:
     async def heartbeat(self, *, register: bool = True) -> bool:
         """Renew this node's entry (unless not `register`) and refresh the view; False when
         Redis did not answer (the view is kept)."""
-        shared = self._shared
         args: list[str | int] = [self.me.id if register else "", self.me.url, max(1, int(self.ttl * 1000))]
-        found = await shared.call("membership", lambda: self._beat(keys=self._keys, args=args))
+        found = await self._redis.call("membership", lambda: self._beat(keys=self._keys, args=args))
         if found is None:
             return False
         if register:
@@ -137,8 +136,7 @@ class Membership:
 
     async def leave(self) -> None:
         """Deregister (clean shutdown), so the others stop asking this node at their next heartbeat."""
-        shared, member = self._shared, self.me.id
-        client = shared.client
+        member, client = self.me.id, self._redis.client
 
         async def remove() -> bool:
             async with client.pipeline(transaction=True) as pipe:
@@ -147,4 +145,4 @@ class Membership:
                 await pipe.execute()
             return True
 
-        await shared.call("membership", remove)
+        await self._redis.call("membership", remove)

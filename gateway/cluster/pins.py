@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 import orjson
 
 from gateway.cluster.periodic import run_every
-from gateway.cluster.shared import SharedMetadata
+from gateway.cluster.redis_handle import RedisHandle
 
 Pin = tuple[str, str]  # bucket, key prefix ("" = the whole bucket)
 
@@ -29,14 +29,14 @@ class RuntimePins:
         self,
         configured: Iterable[Pin],
         apply: Callable[[Iterable[Pin]], None] | None = None,
-        shared: SharedMetadata | None = None,
+        redis: RedisHandle | None = None,
         *,
         refresh: float = 5.0,
     ) -> None:
         self.configured = frozenset(configured)
         self.refresh_interval = refresh
         self._apply = apply
-        self._shared = shared
+        self._redis = redis
         self._runtime: set[Pin] = set()
         self._pending: dict[Pin, bool] = {}  # changes not yet in Redis: pin -> pinned
 
@@ -57,13 +57,13 @@ class RuntimePins:
 
     async def refresh(self) -> None:
         """Write changes Redis missed, then take the fleet's set from it (no-op without Redis)."""
-        if self._shared is None:
+        if self._redis is None:
             return
         for pin in list(self._pending):
             if not await self._flush(pin):
                 return
-        shared = self._shared
-        members = await shared.call("pins", lambda: shared.client.smembers(shared.key("pins")))
+        redis = self._redis
+        members = await redis.call("pins", lambda: redis.client.smembers(redis.key("pins")))
         if members is None:
             return
         runtime: set[Pin] = set()
@@ -72,7 +72,7 @@ class RuntimePins:
                 bucket, prefix = orjson.loads(member)
                 runtime.add((str(bucket), str(prefix)))
             except (orjson.JSONDecodeError, ValueError, TypeError):
-                shared.errors["bad_pin"] += 1
+                redis.errors["bad_pin"] += 1
         for pin, pinned in self._pending.items():  # changed meanwhile, not yet written
             (runtime.add if pinned else runtime.discard)(pin)
         if runtime != self._runtime:
@@ -96,18 +96,18 @@ class RuntimePins:
 
     async def _flush(self, pin: Pin) -> bool:
         """Write one pending change to Redis; True when it is there (or there is no Redis)."""
-        if self._shared is None:
+        if self._redis is None:
             self._pending.pop(pin, None)
             return True
-        shared, pinned = self._shared, self._pending[pin]
+        redis, pinned = self._redis, self._pending[pin]
         member = orjson.dumps(list(pin))
-        key = shared.key("pins")
+        key = redis.key("pins")
 
         async def write() -> bool:
-            await (shared.client.sadd(key, member) if pinned else shared.client.srem(key, member))
+            await (redis.client.sadd(key, member) if pinned else redis.client.srem(key, member))
             return True
 
-        done = await shared.call("pins", write)
+        done = await redis.call("pins", write)
         if done and self._pending.get(pin) == pinned:  # not changed again meanwhile
             del self._pending[pin]
         return bool(done)

@@ -25,7 +25,7 @@ import orjson
 from gateway import log
 from gateway.cluster.fleet import Fleet
 from gateway.cluster.periodic import run_every
-from gateway.cluster.shared import SharedMetadata
+from gateway.cluster.redis_handle import RedisHandle
 from gateway.config import ClusterSettings
 from gateway.heat import HeatCounter, ObjectKey
 
@@ -101,19 +101,19 @@ class Replication:
     blocks it now owns and drops those it no longer owns (Engine.rebalance).
     """
 
-    def __init__(self, settings: ClusterSettings, shared: SharedMetadata, fleet: Fleet, heat: HeatCounter,
+    def __init__(self, settings: ClusterSettings, redis: RedisHandle, fleet: Fleet, heat: HeatCounter,
                  on_change: OnChange) -> None:
         self.settings = settings
         self.stats = ReplicationStats()
-        self._shared = shared
+        self._redis = redis
         self._fleet = fleet
         self._heat = heat
         self._on_change = on_change
-        self._lead = shared.client.register_script(_LEAD)
-        self._resign = shared.client.register_script(_RESIGN)
-        self._lease_key = shared.key("fleet:{ctl}:leader")
-        self._heat_key = shared.key("fleet:{ctl}:heat")
-        self._counts_key = shared.key("fleet:{ctl}:replicas")
+        self._lead = redis.client.register_script(_LEAD)
+        self._resign = redis.client.register_script(_RESIGN)
+        self._lease_key = redis.key("fleet:{ctl}:leader")
+        self._heat_key = redis.key("fleet:{ctl}:heat")
+        self._counts_key = redis.key("fleet:{ctl}:replicas")
 
     @property
     def lease_ms(self) -> int:
@@ -123,16 +123,16 @@ class Replication:
         """Publish, lead if this node may, and apply the counts (each step skipped while Redis is down)."""
         self.stats.rounds += 1
         await self._publish()
-        self.stats.leader = bool(await self._shared.call(
+        self.stats.leader = bool(await self._redis.call(
             "replication", lambda: self._lead(keys=[self._lease_key], args=[self._fleet.me.id, self.lease_ms])))
         if self.stats.leader:
             await self._decide()
-        client = self._shared.client
+        client = self._redis.client
 
         async def read() -> tuple[bytes | str | None]:
             return (await client.get(self._counts_key),)
 
-        found = await self._shared.call("replication", read)
+        found = await self._redis.call("replication", read)
         if found is not None:  # else Redis is down: the counts last read stay
             await self.apply(_decode_counts(found[0]))
 
@@ -151,20 +151,20 @@ class Replication:
     async def leave(self) -> None:
         """Hand the lease over at once and take this node's heat out (clean shutdown)."""
         me = self._fleet.me.id
-        await self._shared.call("replication", lambda: self._resign(keys=[self._lease_key], args=[me]))
-        await self._shared.call("replication", lambda: self._shared.client.hdel(self._heat_key, me))
+        await self._redis.call("replication", lambda: self._resign(keys=[self._lease_key], args=[me]))
+        await self._redis.call("replication", lambda: self._redis.client.hdel(self._heat_key, me))
 
     async def _publish(self) -> None:
         top = self._heat.top(self.settings.hot_objects)
         payload = orjson.dumps([[bucket, key, count] for bucket, key, count in top])
-        await self._shared.call("replication",
-                                lambda: self._shared.client.hset(self._heat_key, self._fleet.me.id, payload))
+        await self._redis.call("replication",
+                               lambda: self._redis.client.hset(self._heat_key, self._fleet.me.id, payload))
 
     async def _decide(self) -> None:
         """The controller's round: sum the members' heat, rank, write the counts."""
-        client = self._shared.client
+        client = self._redis.client
         members = list(self._fleet.membership.ids)
-        reported = await self._shared.call("replication", lambda: client.hgetall(self._heat_key))
+        reported = await self._redis.call("replication", lambda: client.hgetall(self._heat_key))
         if reported is None:
             return
         heat: dict[ObjectKey, float] = {}
@@ -182,9 +182,9 @@ class Replication:
         counts = replica_counts(heat.items(), len(members), self.settings, previous=self._fleet.hot)
         payload = orjson.dumps([[bucket, key, n] for (bucket, key), n in counts.items()])
         life = max(1, int(10 * self.settings.heat_interval * 1000))  # no controller for long: defaults again
-        await self._shared.call("replication", lambda: client.set(self._counts_key, payload, px=life))
+        await self._redis.call("replication", lambda: client.set(self._counts_key, payload, px=life))
         if gone:
-            await self._shared.call("replication", lambda: client.hdel(self._heat_key, *gone))
+            await self._redis.call("replication", lambda: client.hdel(self._heat_key, *gone))
 
 
 def _decode_counts(raw: bytes | str | None) -> dict[ObjectKey, int]:

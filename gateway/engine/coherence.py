@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gateway.cluster.shared import SharedMetadata
+from gateway.cluster.invalidation import Invalidations
 
 Epoch = tuple[int, int]
 
@@ -16,12 +16,12 @@ class Coherence:
       (a write, an event, a purge): an answer fetched across a change is returned but
       not cached, since it may predate the write.
     - `trusted()`: with Redis, cached answers are trusted only while this node is known
-      to have heard every invalidation acknowledged writes sent (SharedMetadata.listening:
+      to have heard every invalidation acknowledged writes sent (Invalidations.listening:
       Redis down or hung, not subscribed yet, or the listener behind all mean no); then
       the origin is asked instead.
     """
 
-    def __init__(self, shared: SharedMetadata | None) -> None:
+    def __init__(self, shared: Invalidations | None) -> None:
         self.shared = shared
         self._epochs: Counter[str] = Counter()
         self._purges = 0

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from gateway.bytebudget import ByteBudget
 from gateway.cluster.fleet import Fleet
 from gateway.cluster.replication import Change
-from gateway.cluster.shared import SharedMetadata
+from gateway.cluster.shared import Shared
 from gateway.config import CacheSettings, ListingSettings, MetadataSettings
 from gateway.engine.coherence import Coherence
 from gateway.engine.fetch import BlockFetcher
@@ -50,7 +50,7 @@ class Engine:
         *,
         store: TieredStore | None = None,
         cache: CacheSettings | None = None,
-        shared: SharedMetadata | None = None,
+        shared: Shared | None = None,
         fleet: Fleet | None = None,
     ) -> None:
         cache = cache or CacheSettings()
@@ -59,13 +59,15 @@ class Engine:
         self.shared = shared
         self.fleet = fleet
         self.budget = ByteBudget(cache.read_buffer)
-        coherence = Coherence(shared)
+        level2 = shared.level2 if shared is not None else None
+        invalidation = shared.invalidation if shared is not None else None
+        coherence = Coherence(invalidation)
         self.fetch = None if store is None else BlockFetcher(origin, store, cache, self.budget, self.invalidate,
                                                               fleet=fleet, trusted=coherence.trusted)
-        self.metadata = Metadata(origin, metadata, coherence, shared=shared, fetch=self.fetch)
-        self.listings = Listings(origin, listing, coherence, shared=shared)
+        self.metadata = Metadata(origin, metadata, coherence, shared=level2, fetch=self.fetch)
+        self.listings = Listings(origin, listing, coherence, shared=level2)
         self.reads = Reads(origin, self.fetch, cache, self.budget, self.invalidate)
-        self.writes = Writes(origin, coherence, self.metadata, self.listings, shared=shared, fetch=self.fetch,
+        self.writes = Writes(origin, coherence, self.metadata, self.listings, shared=invalidation, fetch=self.fetch,
                              cache=cache, fleet=fleet)
         self.peers: Peers | None = None
         self.replicas: Replicas | None = None

@@ -7,7 +7,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from gateway.cluster.shared import SharedMetadata
+from gateway.cluster.level2 import Level2
 from gateway.config import ListingSettings
 from gateway.engine.coherence import Coherence
 from gateway.origin import Origin
@@ -28,7 +28,7 @@ class Listings:
     request's page is never another's."""
 
     def __init__(self, origin: Origin, settings: ListingSettings, coherence: Coherence, *,
-                 shared: SharedMetadata | None = None) -> None:
+                 shared: Level2 | None = None) -> None:
         self.origin = origin
         self.settings = settings
         self.shared = shared

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from gateway.cluster.shared import SharedMetadata
+from gateway.cluster.level2 import Level2
 from gateway.config import MetadataSettings
 from gateway.engine.coherence import Coherence, Epoch
 from gateway.engine.fetch import BlockFetcher, FirstBlock
@@ -63,7 +63,7 @@ class Metadata:
     """
 
     def __init__(self, origin: Origin, settings: MetadataSettings, coherence: Coherence, *,
-                 shared: SharedMetadata | None = None, fetch: BlockFetcher | None = None) -> None:
+                 shared: Level2 | None = None, fetch: BlockFetcher | None = None) -> None:
         self.origin = origin
         self.settings = settings
         self.shared = shared

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Iterable
 
 from gateway.cluster.fleet import Fleet
-from gateway.cluster.shared import SharedMetadata
+from gateway.cluster.invalidation import Invalidations
 from gateway.config import CacheSettings
 from gateway.engine.coherence import Coherence
 from gateway.engine.fetch import BlockFetcher
@@ -24,7 +24,7 @@ class Writes:
     """Event loop only."""
 
     def __init__(self, origin: Origin, coherence: Coherence, metadata: Metadata, listings: Listings, *,
-                 shared: SharedMetadata | None = None, fetch: BlockFetcher | None = None,
+                 shared: Invalidations | None = None, fetch: BlockFetcher | None = None,
                  cache: CacheSettings | None = None, fleet: Fleet | None = None) -> None:
         self.origin = origin
         self.shared = shared
@@ -67,7 +67,7 @@ class Writes:
     async def invalidate(self, bucket: str, key: str | None = None) -> None:
         """Forget cached metadata and listings a write to `key` (or to the bucket) may have
         changed: in Redis and on every node when shared, and here. Returns once every
-        node applied it or stopped trusting its caches (SharedMetadata.invalidate), so the
+        node applied it or stopped trusting its caches (Invalidations.invalidate), so the
         write may then be acknowledged."""
         self._coherence.invalidated(bucket)  # answers being fetched now are no longer cached
         confirmation = None

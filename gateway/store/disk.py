@@ -1,20 +1,7 @@
-"""The disk tier: one file per block in a fan-out of folders, all file work in a thread pool.
+"""The disk tier: one file per block in a fan-out of folders (store.blockfile), all file work in a thread pool.
 
-File format (FORMAT_VERSION 2), all integers big-endian:
-
-    offset  size  field
-    0       4     magic b"GWBK"
-    4       1     format version (2; 1 had a CRC-32 and is dropped like any unknown version)
-    5       3     reserved, zero
-    8       4     header length H (the fixed part and the JSON below, in bytes)
-    12      8     data length N
-    20      4     CRC-32C of the data (blocks.checksum)
-    24      H-24  JSON, ASCII: {"bucket", "key", "version", "index"}
-    H       N     the block's bytes
-
-A file lives at <root>/<name[0:2]>/<name[2:4]>/<name>, where name is BlockId.name. It is
-written under a temporary name (".tmp-<name>-<random>") in the same folder and renamed into
-place, so a real name only ever holds a whole block; open() deletes leftover temporaries.
+The index, the quota and the eviction policy live here, on the event loop; the file format
+and the blocking file operations are store.blockfile's.
 """
 
 from __future__ import annotations
@@ -22,17 +9,16 @@ from __future__ import annotations
 import asyncio
 import errno
 import functools
-import json
 import logging
 import os
-import secrets
-import struct
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from gateway.store import blockfile
+from gateway.store.blockfile import BadBlockError, encode_header
 from gateway.store.blocks import BlockId, checksum
 from gateway.store.policy import EvictionPolicy
 from gateway.store.stats import TierStats
@@ -41,69 +27,7 @@ log = logging.getLogger("gateway.store")
 
 T = TypeVar("T")
 
-MAGIC = b"GWBK"
-FORMAT_VERSION = 2
-FIXED_HEADER = struct.Struct(">4sB3xIQI")  # magic, version, reserved, header length, data length, crc32c
-MAX_HEADER = 64 * 1024  # S3 keys are at most 1 KiB; anything larger is a damaged header
-TMP_PREFIX = ".tmp-"
-_PROBE = 4096  # one read that holds the whole header for any real key
-_HEX = frozenset("0123456789abcdef")
-
-
-class BadBlockError(Exception):
-    """A block file whose header, length or checksum does not check out."""
-
-
-def encode_header(block_id: BlockId, data_length: int, crc: int) -> bytes:
-    meta = json.dumps(
-        {"bucket": block_id.bucket, "key": block_id.key, "version": block_id.version, "index": block_id.index},
-        ensure_ascii=True,
-        separators=(",", ":"),
-    ).encode("ascii")
-    return FIXED_HEADER.pack(MAGIC, FORMAT_VERSION, FIXED_HEADER.size + len(meta), data_length, crc) + meta
-
-
-def decode_fixed(raw: bytes) -> tuple[int, int, int]:
-    """(header length, data length, crc) from the first bytes of a block file."""
-    if len(raw) < FIXED_HEADER.size:
-        raise BadBlockError("short header")
-    magic, version, header_length, data_length, crc = FIXED_HEADER.unpack_from(raw)
-    if magic != MAGIC:
-        raise BadBlockError("bad magic")
-    if version != FORMAT_VERSION:
-        # An unknown format is dropped and refetched, never misread.
-        raise BadBlockError(f"format version {version}")
-    if not FIXED_HEADER.size <= header_length <= MAX_HEADER:
-        raise BadBlockError(f"header length {header_length}")
-    return header_length, data_length, crc
-
-
-def decode_meta(raw: bytes) -> BlockId:
-    try:
-        meta = json.loads(raw.decode("ascii"))
-        bucket, key, version, index = meta["bucket"], meta["key"], meta["version"], meta["index"]
-        if not (isinstance(bucket, str) and isinstance(key, str) and isinstance(version, str)):
-            raise TypeError("fields must be strings")
-        if type(index) is not int:
-            raise TypeError("index must be an int")
-        return BlockId(bucket, key, version, index)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise BadBlockError(f"bad header metadata: {exc}") from None
-
-
-def _is_block_name(name: str) -> bool:
-    return len(name) == 32 and _HEX.issuperset(name)
-
-
-def _is_fan(name: str) -> bool:
-    return len(name) == 2 and _HEX.issuperset(name)
-
-
-def _write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+__all__ = ["BadBlockError", "DiskTier"]
 
 
 def _always(block_id: BlockId) -> bool:
@@ -190,7 +114,7 @@ class DiskTier:
         return None if entry is None else max(0.0, time.time() - entry.mtime)
 
     def block_path(self, name: str) -> str:
-        return os.path.join(self.path, name[0:2], name[2:4], name)
+        return blockfile.block_path(self.path, name)
 
     def __repr__(self) -> str:
         return f"DiskTier(name={self.name!r}, path={self.path!r}, used={self._used}, quota={self.quota}, blocks={len(self._index)})"
@@ -435,31 +359,9 @@ class DiskTier:
             return taken, bad, exc
         return taken, bad, None
 
+
     def _write_file(self, path: str, header: bytes, data: bytes) -> None:
-        """Write header+data under a temporary name beside `path`, then rename into place."""
-        folder = os.path.dirname(path)
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        temporary = os.path.join(folder, f"{TMP_PREFIX}{os.path.basename(path)}-{secrets.token_hex(4)}")
-        # Cached objects are other people's data: readable by the gateway's user only.
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            try:
-                _write_all(fd, header)
-                _write_all(fd, data)
-                if self.fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(temporary, path)
-        except BaseException:
-            self._unlink_quiet(temporary)
-            raise
-        if self.fsync:
-            dir_fd = os.open(folder, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+        blockfile.write_file(path, header, data, fsync=self.fsync, unlink=self._unlink_quiet)
 
     def _fetch(self, path: str, block_id: BlockId) -> bytes:
         """Read and verify one block; a bad file is deleted before BadBlockError is raised."""
@@ -469,76 +371,32 @@ class DiskTier:
             self._unlink_quiet(path)
             raise
 
+
     def _read_block(self, path: str, block_id: BlockId) -> bytes:
-        """open + fstat + pread + verify, as one unit."""
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            file_size = os.fstat(fd).st_size
-            head = os.pread(fd, _PROBE, 0)
-            header_length, data_length, crc = decode_fixed(head)
-            if header_length > len(head):
-                head = os.pread(fd, header_length, 0)
-                if len(head) < header_length:
-                    raise BadBlockError("truncated header")
-            if decode_meta(head[FIXED_HEADER.size : header_length]) != block_id:
-                raise BadBlockError("the header names another block")
-            if header_length + data_length != file_size:
-                raise BadBlockError(f"{file_size} bytes on disk for {header_length}+{data_length}")
-            data = os.pread(fd, data_length, header_length)
-        finally:
-            os.close(fd)
-        if len(data) != data_length:
-            raise BadBlockError("short read")
-        if checksum(data) != crc:
-            raise BadBlockError("checksum mismatch")
-        return data
+        return blockfile.read_block(path, block_id)
 
     def _read_entry(self, path: str, name: str) -> _Entry:
         """The index entry of one block file, from its header alone."""
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            stat = os.fstat(fd)
-            head = os.pread(fd, _PROBE, 0)
-            header_length, data_length, _ = decode_fixed(head)
-            if header_length > len(head):
-                head = os.pread(fd, header_length, 0)
-                if len(head) < header_length:
-                    raise BadBlockError("truncated header")
-        finally:
-            os.close(fd)
-        block_id = decode_meta(head[FIXED_HEADER.size : header_length])
-        if block_id.name != name:
-            raise BadBlockError("the header does not match the file name")
-        if header_length + data_length != stat.st_size:
-            raise BadBlockError(f"{stat.st_size} bytes on disk for {header_length}+{data_length}")
-        return _Entry(block_id, data_length, stat.st_mtime)
+        return _Entry(*blockfile.read_entry(path, name))
 
     def _scan(self) -> tuple[list[_Entry], int, int]:
         """Every block file's entry; deletes temporaries and files with bad headers."""
         os.makedirs(self.path, mode=0o700, exist_ok=True)
         found: list[_Entry] = []
         bad = temporaries = 0
-        for first in os.scandir(self.path):
-            if not (_is_fan(first.name) and first.is_dir(follow_symlinks=False)):
+        for path, name, temporary in blockfile.block_files(self.path):
+            if temporary:
+                self._unlink_quiet(path)
+                temporaries += 1
                 continue
-            for second in os.scandir(first.path):
-                if not (_is_fan(second.name) and second.is_dir(follow_symlinks=False)):
-                    continue
-                for item in os.scandir(second.path):
-                    if item.name.startswith(TMP_PREFIX):
-                        self._unlink_quiet(item.path)
-                        temporaries += 1
-                        continue
-                    if not (_is_block_name(item.name) and item.name[0:2] == first.name and item.name[2:4] == second.name):
-                        continue  # not ours: leave it alone
-                    try:
-                        found.append(self._read_entry(item.path, item.name))
-                    except BadBlockError as exc:
-                        log.warning("disk tier %s: deleting %s: %s", self.name, item.path, exc)
-                        self._unlink_quiet(item.path)
-                        bad += 1
-                    except OSError as exc:
-                        log.warning("disk tier %s: skipping %s: %s", self.name, item.path, exc)
+            try:
+                found.append(self._read_entry(path, name))
+            except BadBlockError as exc:
+                log.warning("disk tier %s: deleting %s: %s", self.name, path, exc)
+                self._unlink_quiet(path)
+                bad += 1
+            except OSError as exc:
+                log.warning("disk tier %s: skipping %s: %s", self.name, path, exc)
         return found, bad, temporaries
 
     def _unlink_all(self, paths: list[str]) -> None:

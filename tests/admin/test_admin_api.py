@@ -100,7 +100,7 @@ def test_metrics_count_the_invalidation_confirmations_of_writes(start_gateway, c
     for gateway in (a, b):
         shared = gateway.server.config.app.s3.engine.shared
         deadline = time.monotonic() + 10
-        while not shared.listening() and time.monotonic() < deadline:
+        while not shared.invalidation.listening() and time.monotonic() < deadline:
             time.sleep(0.05)
     s3 = client(a.endpoint)
     s3.create_bucket(Bucket="bkt")

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from gateway.cluster.membership import Member, Membership, identity
-from gateway.cluster.shared import SharedMetadata
+from gateway.cluster.redis_handle import RedisHandle
 from gateway.config import ClusterSettings, RedisSettings, ServerSettings, Settings
 
 TTL = 0.6
@@ -17,16 +17,16 @@ TTL = 0.6
 
 @pytest.fixture
 async def make_member(clean_redis) -> AsyncIterator[Callable[[str], Membership]]:
-    made: list[SharedMetadata] = []
+    made: list[RedisHandle] = []
 
     def make(name: str) -> Membership:
-        shared = SharedMetadata(RedisSettings(url=clean_redis.url, socket_timeout=0.3, retry_interval=0.1))
-        made.append(shared)
-        return Membership(shared, Member(name, f"http://{name}:8080"), interval=0.1, ttl=TTL)
+        redis = RedisHandle(RedisSettings(url=clean_redis.url, socket_timeout=0.3, retry_interval=0.1))
+        made.append(redis)
+        return Membership(redis, Member(name, f"http://{name}:8080"), interval=0.1, ttl=TTL)
 
     yield make
-    for shared in made:
-        await shared.aclose()
+    for redis in made:
+        await redis.aclose()
     if clean_redis.proc is None:
         clean_redis.start()
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from gateway.cluster.pins import Pin, RuntimePins
-from gateway.cluster.shared import SharedMetadata
+from gateway.cluster.redis_handle import RedisHandle
 from gateway.config import RedisSettings
 
 
@@ -32,14 +32,14 @@ class Applied:
 
 @pytest.fixture
 async def make_pins(clean_redis) -> AsyncIterator[Callable[..., tuple[RuntimePins, Applied]]]:
-    made: list[SharedMetadata] = []
+    made: list[RedisHandle] = []
     tasks: list[asyncio.Task[None]] = []
 
     def make(*, configured: tuple[Pin, ...] = (), refresh: float = 0.05, run: bool = False) -> tuple[RuntimePins, Applied]:
-        shared = SharedMetadata(RedisSettings(url=clean_redis.url, socket_timeout=0.3, retry_interval=0.2))
-        made.append(shared)
+        redis = RedisHandle(RedisSettings(url=clean_redis.url, socket_timeout=0.3, retry_interval=0.2))
+        made.append(redis)
         applied = Applied()
-        pins = RuntimePins(configured, applied, shared, refresh=refresh)
+        pins = RuntimePins(configured, applied, redis, refresh=refresh)
         if run:
             tasks.append(asyncio.create_task(pins.run()))
         return pins, applied
@@ -48,8 +48,8 @@ async def make_pins(clean_redis) -> AsyncIterator[Callable[..., tuple[RuntimePin
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    for shared in made:
-        await shared.aclose()
+    for redis in made:
+        await redis.aclose()
     if clean_redis.proc is None:
         clean_redis.start()
 

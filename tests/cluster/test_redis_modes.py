@@ -1,6 +1,6 @@
 """The shared state on a real 3-master Redis Cluster and on a Sentinel-watched master.
 
-The single-server tests of SharedMetadata, Membership and RuntimePins run here again, as
+The single-server tests of the shared state, Membership and RuntimePins run here again, as
 they are: imported into this module, they take its `clean_redis`, which is the cluster
 or the Sentinel setup. The tests that stop the single server stay there; what a failed
 master does is tested below.
@@ -17,7 +17,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from gateway.cluster.connection import SentinelMaster, redis_client
 from gateway.cluster.membership import Member, Membership
-from gateway.cluster.shared import SharedMetadata
+from gateway.cluster.shared import Shared
 from gateway.config import RedisSettings
 from tests.cluster.test_membership import (  # noqa: F401 (fixtures and tests, run here on each mode)
     make_member,
@@ -62,18 +62,18 @@ async def test_the_url_picks_the_client(clean_redis_cluster, clean_redis_sentine
 
 
 async def test_keys_spread_over_the_masters(clean_redis_cluster):
-    shared = SharedMetadata(settings(clean_redis_cluster.url))
+    shared = Shared.connect(settings(clean_redis_cluster.url))
     try:
         for i in range(30):
-            await shared.put_meta((f"bucket-{i}", "k", ""), b"x", ttl=30)
-            await shared.put_listing((f"bucket-{i}", "", ()), b"page", ttl=30)
-        assert not shared.errors
+            await shared.level2.put_meta((f"bucket-{i}", "k", ""), b"x", ttl=30)
+            await shared.level2.put_listing((f"bucket-{i}", "", ()), b"page", ttl=30)
+        assert not shared.redis.errors
         counts = [master.dbsize() for master in clean_redis_cluster.masters()]
         assert sum(counts) == 30 * 3  # an object hash, a page and its bucket's index
         assert all(count > 0 for count in counts), counts
         for i in range(30):
-            assert (await shared.get_meta((f"bucket-{i}", "k", "")))[0] == b"x"
-            assert (await shared.get_listing((f"bucket-{i}", "", ())))[0] == b"page"
+            assert (await shared.level2.get_meta((f"bucket-{i}", "k", "")))[0] == b"x"
+            assert (await shared.level2.get_listing((f"bucket-{i}", "", ())))[0] == b"page"
     finally:
         await shared.aclose()
 
@@ -82,39 +82,39 @@ async def test_a_cluster_master_down_costs_shared_state_not_errors(clean_redis_c
     """The master a node hears invalidations on goes down: calls fail fast (the circuit opens),
     the node listens on another one, and all is back by itself once the master is."""
     got_b: Received = []
-    a = SharedMetadata(settings(clean_redis_cluster.url), node_id="a")
-    b = SharedMetadata(settings(clean_redis_cluster.url), node_id="b")
-    listener = asyncio.create_task(b.listen(lambda bucket, key: got_b.append((bucket, key))))
+    a = Shared.connect(settings(clean_redis_cluster.url), node_id="a")
+    b = Shared.connect(settings(clean_redis_cluster.url), node_id="b")
+    listener = asyncio.create_task(b.invalidation.listen(lambda bucket, key: got_b.append((bucket, key))))
     try:
-        await asyncio.wait_for(b.subscribed.wait(), 3)
+        await asyncio.wait_for(b.invalidation.subscribed.wait(), 3)
         buckets = [f"bucket-{i}" for i in range(12)]
         for bucket in buckets:
-            await a.put_meta((bucket, "k", ""), b"x", ttl=30)
+            await a.level2.put_meta((bucket, "k", ""), b"x", ttl=30)
         heard_on = next(i for i, master in enumerate(clean_redis_cluster.masters())
                         if master.pubsub_numsub("gw:invalidate")[0][1])
         clean_redis_cluster.stop(heard_on)
         started = time.monotonic()
-        found = [await a.get_meta((bucket, "k", "")) for bucket in buckets]
+        found = [await a.level2.get_meta((bucket, "k", "")) for bucket in buckets]
         assert time.monotonic() - started < 1.5
-        assert None in found and a.errors["get_meta"] >= 1
-        await eventually(lambda: not b.subscribed.is_set())
-        await eventually(lambda: b.subscribed.is_set(), within=5)  # on a live node
-        assert b.errors["listen"] >= 1
-        await a.invalidate("bucket-0", "k")  # fails (the cluster is down or a's circuit open): kept
-        assert a._pending
+        assert None in found and a.redis.errors["get_meta"] >= 1
+        await eventually(lambda: not b.invalidation.subscribed.is_set())
+        await eventually(lambda: b.invalidation.subscribed.is_set(), within=5)  # on a live node
+        assert b.redis.errors["listen"] >= 1
+        await a.invalidation.invalidate("bucket-0", "k")  # fails (the cluster is down or a's circuit open): kept
+        assert a.invalidation._pending
     finally:
         await asyncio.to_thread(clean_redis_cluster.start)
     try:
         deadline = time.monotonic() + 5
         while ("bucket-0", "k") not in got_b:  # a writes the invalidation again once Redis is back
-            assert time.monotonic() < deadline, (a.errors, got_b)
+            assert time.monotonic() < deadline, (a.redis.errors, got_b)
             await asyncio.sleep(0.1)
-            await a.invalidate("bucket-0", "k")
-        await a.put_meta(("bucket-1", "k", ""), b"back", ttl=30)
-        assert (await a.get_meta(("bucket-1", "k", "")))[0] == b"back"
+            await a.invalidation.invalidate("bucket-0", "k")
+        await a.level2.put_meta(("bucket-1", "k", ""), b"back", ttl=30)
+        assert (await a.level2.get_meta(("bucket-1", "k", "")))[0] == b"back"
         # Heard on another master, invalidations are not ordered with b's PINGs there: b
         # trusts its caches again only once back on the channel's master, by itself.
-        await eventually(lambda: b.listening(), within=10)
+        await eventually(lambda: b.invalidation.listening(), within=10)
         home = clean_redis_cluster.client().get_node_from_key("gw:invalidate").port
         assert any(master.pubsub_numsub("gw:invalidate")[0][1] for master in clean_redis_cluster.masters()
                    if master.connection_pool.connection_kwargs["port"] == home)
@@ -129,26 +129,26 @@ async def test_a_sentinel_failover_is_followed(clean_redis_sentinel):
     """The master dies: calls fail while the Sentinel promotes the replica, then go to the new
     master by themselves; the invalidation channel follows too."""
     got_b: Received = []
-    a = SharedMetadata(settings(clean_redis_sentinel.url), node_id="a")
-    b = SharedMetadata(settings(clean_redis_sentinel.url), node_id="b")
-    members = Membership(a, Member("a", "http://a:8080"), interval=0.1, ttl=5)
-    listener = asyncio.create_task(b.listen(lambda bucket, key: got_b.append((bucket, key))))
+    a = Shared.connect(settings(clean_redis_sentinel.url), node_id="a")
+    b = Shared.connect(settings(clean_redis_sentinel.url), node_id="b")
+    members = Membership(a.redis, Member("a", "http://a:8080"), interval=0.1, ttl=5)
+    listener = asyncio.create_task(b.invalidation.listen(lambda bucket, key: got_b.append((bucket, key))))
     try:
-        await asyncio.wait_for(b.subscribed.wait(), 3)
-        await a.put_meta(("bkt", "k", ""), b"before", ttl=30)
+        await asyncio.wait_for(b.invalidation.subscribed.wait(), 3)
+        await a.level2.put_meta(("bkt", "k", ""), b"before", ttl=30)
         assert await members.heartbeat()
         old_master = clean_redis_sentinel.master.port
         await asyncio.to_thread(clean_redis_sentinel.fail_over)
         assert clean_redis_sentinel.master.port != old_master
         deadline = time.monotonic() + 5
         while not await members.heartbeat():  # writes work again, on the new master
-            assert time.monotonic() < deadline, a.errors
+            assert time.monotonic() < deadline, a.redis.errors
             await asyncio.sleep(0.1)
-        await a.put_meta(("bkt", "k", ""), b"after", ttl=30)
+        await a.level2.put_meta(("bkt", "k", ""), b"after", ttl=30)
         assert clean_redis_sentinel.master.client().exists("gw:fleet:{members}")
-        await eventually(lambda: b.subscribed.is_set(), within=5)  # b lost the channel too, and is back
-        assert (await b.get_meta(("bkt", "k", "")))[0] == b"after"
-        await a.invalidate("bkt", "k")
+        await eventually(lambda: b.invalidation.subscribed.is_set(), within=5)  # b lost the channel too, and is back
+        assert (await b.level2.get_meta(("bkt", "k", "")))[0] == b"after"
+        await a.invalidation.invalidate("bkt", "k")
         await eventually(lambda: ("bkt", "k") in got_b, within=5)
     finally:
         listener.cancel()

@@ -1,4 +1,5 @@
-"""SharedMetadata against a real redis-server: expiry, invalidation, pub/sub, outages."""
+"""The shared state (Level2 and Invalidations on one RedisHandle) against a real redis-server:
+expiry, invalidation, pub/sub, outages."""
 
 from __future__ import annotations
 
@@ -9,27 +10,27 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from gateway.cluster.shared import SharedMetadata
+from gateway.cluster.shared import Shared
 from gateway.config import RedisSettings
 
 Received = list[tuple[str, str | None]]
 
 
 @pytest.fixture
-async def make_shared(clean_redis) -> AsyncIterator[Callable[..., SharedMetadata]]:
-    """SharedMetadata instances on the test Redis (short timeouts), closed after the test."""
-    made: list[SharedMetadata] = []
+async def make_shared(clean_redis) -> AsyncIterator[Callable[..., Shared]]:
+    """Shared instances on the test Redis (short timeouts), closed after the test."""
+    made: list[Shared] = []
     listeners: list[asyncio.Task[None]] = []
 
     def make(node_id: str, *, listen: Received | None = None, resyncs: list[float] | None = None,
-             deadline: float = 1.0) -> SharedMetadata:
-        shared = SharedMetadata(RedisSettings(url=clean_redis.url, socket_timeout=0.3, retry_interval=0.2,
+             deadline: float = 1.0) -> Shared:
+        shared = Shared.connect(RedisSettings(url=clean_redis.url, socket_timeout=0.3, retry_interval=0.2,
                                               invalidation_timeout=deadline), node_id=node_id)
         made.append(shared)
         if listen is not None:
             on_resync = (lambda: resyncs.append(time.monotonic())) if resyncs is not None else None
             listeners.append(asyncio.create_task(
-                shared.listen(lambda bucket, key: listen.append((bucket, key)), on_resync=on_resync)))
+                shared.invalidation.listen(lambda bucket, key: listen.append((bucket, key)), on_resync=on_resync)))
         return shared
 
     yield make
@@ -52,74 +53,74 @@ async def eventually(check: Callable[[], object], within: float = 3.0) -> None:
 
 async def test_metadata_lives_as_long_as_its_ttl(make_shared):
     shared = make_shared("a")
-    await shared.put_meta(("b", "k", ""), b"payload", ttl=0.4)
-    found = await shared.get_meta(("b", "k", ""))
+    await shared.level2.put_meta(("b", "k", ""), b"payload", ttl=0.4)
+    found = await shared.level2.get_meta(("b", "k", ""))
     assert found is not None and found[0] == b"payload" and 0 <= found[1] < 0.3
     await asyncio.sleep(0.2)
-    found = await shared.get_meta(("b", "k", ""))
+    found = await shared.level2.get_meta(("b", "k", ""))
     assert found is not None and 0.15 <= found[1] < 0.4  # its age, on Redis's clock
     await asyncio.sleep(0.3)
-    assert await shared.get_meta(("b", "k", "")) is None
-    assert await make_shared("other").get_meta(("b", "missing", "")) is None
+    assert await shared.level2.get_meta(("b", "k", "")) is None
+    assert await make_shared("other").level2.get_meta(("b", "missing", "")) is None
 
 
 async def test_invalidating_a_key_drops_every_version_of_it(make_shared):
     a, b = make_shared("a"), make_shared("b")
     for key in [("bkt", "k", ""), ("bkt", "k", "v1"), ("bkt", "k2", ""), ("other", "k", "")]:
-        await a.put_meta(key, repr(key).encode(), ttl=30)
-    await a.invalidate("bkt", "k")
-    assert await b.get_meta(("bkt", "k", "")) is None
-    assert await b.get_meta(("bkt", "k", "v1")) is None
-    assert (await b.get_meta(("bkt", "k2", "")))[0] == repr(("bkt", "k2", "")).encode()
-    assert await b.get_meta(("other", "k", "")) is not None
+        await a.level2.put_meta(key, repr(key).encode(), ttl=30)
+    await a.invalidation.invalidate("bkt", "k")
+    assert await b.level2.get_meta(("bkt", "k", "")) is None
+    assert await b.level2.get_meta(("bkt", "k", "v1")) is None
+    assert (await b.level2.get_meta(("bkt", "k2", "")))[0] == repr(("bkt", "k2", "")).encode()
+    assert await b.level2.get_meta(("other", "k", "")) is not None
 
 
 async def test_listing_pages_are_dropped_when_their_prefix_can_hold_the_key(make_shared):
     a, b = make_shared("a"), make_shared("b")
     pages = {prefix: ("bkt", prefix, (("list-type", "2"),)) for prefix in ["", "a/", "a/b/", "a/c/", "z/"]}
     for prefix, key in pages.items():
-        await a.put_listing(key, f"page {prefix}".encode(), ttl=30)
-    await a.put_listing(("other", "", ()), b"elsewhere", ttl=30)
-    found = await b.get_listing(pages["a/"])
+        await a.level2.put_listing(key, f"page {prefix}".encode(), ttl=30)
+    await a.level2.put_listing(("other", "", ()), b"elsewhere", ttl=30)
+    found = await b.level2.get_listing(pages["a/"])
     assert found is not None and found[0] == b"page a/"
-    await a.invalidate("bkt", "a/b/new")
+    await a.invalidation.invalidate("bkt", "a/b/new")
     for prefix in ["", "a/", "a/b/"]:
-        assert await b.get_listing(pages[prefix]) is None, prefix
+        assert await b.level2.get_listing(pages[prefix]) is None, prefix
     for prefix in ["a/c/", "z/"]:
-        assert await b.get_listing(pages[prefix]) is not None, prefix
-    await a.invalidate("bkt", None)  # the whole bucket: every page and all its metadata
-    assert await b.get_listing(pages["z/"]) is None
-    assert await b.get_listing(("other", "", ())) is not None
+        assert await b.level2.get_listing(pages[prefix]) is not None, prefix
+    await a.invalidation.invalidate("bkt", None)  # the whole bucket: every page and all its metadata
+    assert await b.level2.get_listing(pages["z/"]) is None
+    assert await b.level2.get_listing(("other", "", ())) is not None
 
 
 async def test_listing_pages_expire(make_shared):
     shared = make_shared("a")
-    await shared.put_listing(("bkt", "", ()), b"page", ttl=0.3)
-    assert (await shared.get_listing(("bkt", "", ())))[0] == b"page"
+    await shared.level2.put_listing(("bkt", "", ()), b"page", ttl=0.3)
+    assert (await shared.level2.get_listing(("bkt", "", ())))[0] == b"page"
     await asyncio.sleep(0.4)
-    assert await shared.get_listing(("bkt", "", ())) is None
+    assert await shared.level2.get_listing(("bkt", "", ())) is None
 
 
 async def test_bucket_invalidation_reaches_metadata_on_every_node(make_shared):
     got_b: Received = []
     a, b = make_shared("a"), make_shared("b", listen=got_b)
-    await asyncio.wait_for(b.subscribed.wait(), 3)
-    await b.put_meta(("bkt", "k", ""), b"old", ttl=30)  # b knows the bucket's generation now
-    assert await a.get_meta(("bkt", "k", "")) is not None
-    await a.invalidate("bkt", None)
+    await asyncio.wait_for(b.invalidation.subscribed.wait(), 3)
+    await b.level2.put_meta(("bkt", "k", ""), b"old", ttl=30)  # b knows the bucket's generation now
+    assert await a.level2.get_meta(("bkt", "k", "")) is not None
+    await a.invalidation.invalidate("bkt", None)
     await eventually(lambda: ("bkt", None) in got_b)
-    assert await a.get_meta(("bkt", "k", "")) is None
-    assert await b.get_meta(("bkt", "k", "")) is None  # b moved to the new generation
-    assert await make_shared("c").get_meta(("bkt", "k", "")) is None
+    assert await a.level2.get_meta(("bkt", "k", "")) is None
+    assert await b.level2.get_meta(("bkt", "k", "")) is None  # b moved to the new generation
+    assert await make_shared("c").level2.get_meta(("bkt", "k", "")) is None
 
 
 async def test_invalidations_reach_other_nodes_not_the_sender(make_shared):
     got_a: Received = []
     got_b: Received = []
     a, b = make_shared("a", listen=got_a), make_shared("b", listen=got_b)
-    await asyncio.wait_for(asyncio.gather(a.subscribed.wait(), b.subscribed.wait()), 3)
-    await a.invalidate("bkt", "dir/k")
-    await b.invalidate("bkt", None)
+    await asyncio.wait_for(asyncio.gather(a.invalidation.subscribed.wait(), b.invalidation.subscribed.wait()), 3)
+    await a.invalidation.invalidate("bkt", "dir/k")
+    await b.invalidation.invalidate("bkt", None)
     await eventually(lambda: got_b == [("bkt", "dir/k")] and got_a == [("bkt", None)])
     await asyncio.sleep(0.2)
     assert got_a == [("bkt", None)] and got_b == [("bkt", "dir/k")]  # nobody hears itself
@@ -129,44 +130,44 @@ async def test_redis_down_means_no_shared_state_not_errors(make_shared, clean_re
     got_b: Received = []
     resyncs: list[float] = []
     a, b = make_shared("a"), make_shared("b", listen=got_b, resyncs=resyncs)
-    await asyncio.wait_for(b.subscribed.wait(), 3)
-    await a.put_meta(("bkt", "k", ""), b"x", ttl=30)
+    await asyncio.wait_for(b.invalidation.subscribed.wait(), 3)
+    await a.level2.put_meta(("bkt", "k", ""), b"x", ttl=30)
     clean_redis.stop()
 
     started = time.monotonic()
-    assert await a.get_meta(("bkt", "k", "")) is None
-    await a.put_meta(("bkt", "k", ""), b"x", ttl=30)
-    await a.put_listing(("bkt", "", ()), b"page", ttl=30)
-    assert await a.get_listing(("bkt", "", ())) is None
+    assert await a.level2.get_meta(("bkt", "k", "")) is None
+    await a.level2.put_meta(("bkt", "k", ""), b"x", ttl=30)
+    await a.level2.put_listing(("bkt", "", ()), b"page", ttl=30)
+    assert await a.level2.get_listing(("bkt", "", ())) is None
     assert time.monotonic() - started < 1.0  # one failed call at most, then the circuit is open
-    assert sum(a.errors.values()) >= 1 and a.skipped >= 1
+    assert sum(a.redis.errors.values()) >= 1 and a.redis.skipped >= 1
     # An invalidation is tried again until the deadline after the outage was noticed (by then
     # no node trusts its caches), then kept for later.
-    confirmation = await a.invalidate("bkt", "written-during-the-outage")
+    confirmation = await a.invalidation.invalidate("bkt", "written-during-the-outage")
     assert confirmation.expected is None and time.monotonic() - started < 1.25 + 0.5
-    await eventually(lambda: not b.subscribed.is_set())
-    assert b.errors["listen"] >= 1
+    await eventually(lambda: not b.invalidation.subscribed.is_set())
+    assert b.redis.errors["listen"] >= 1
     await asyncio.sleep(0.5)  # more failed attempts, still one outage
-    assert a.errors["get_meta"] == 1  # one timeout, then the circuit stayed open
+    assert a.redis.errors["get_meta"] == 1  # one timeout, then the circuit stayed open
     assert sum(r.getMessage().startswith("Redis unavailable") for r in caplog.records) == 2  # once per node
 
     clean_redis.start()
-    await asyncio.wait_for(b.subscribed.wait(), 5)  # b resubscribed by itself
+    await asyncio.wait_for(b.invalidation.subscribed.wait(), 5)  # b resubscribed by itself
     assert len(resyncs) == 2  # at the start, and after the outage
     await asyncio.sleep(0.25)  # past retry_interval: a tries Redis again
-    await a.put_meta(("bkt", "k", ""), b"back", ttl=30)
-    assert (await a.get_meta(("bkt", "k", "")))[0] == b"back"
+    await a.level2.put_meta(("bkt", "k", ""), b"back", ttl=30)
+    assert (await a.level2.get_meta(("bkt", "k", "")))[0] == b"back"
     # The invalidation a could not send went out as soon as Redis answered (b, subscribed
     # again after it, dropped what it had cached instead).
-    await eventually(lambda: not a._pending)
+    await eventually(lambda: not a.invalidation._pending)
     got_a: Received = []
-    listener = asyncio.create_task(a.listen(lambda bucket, key: got_a.append((bucket, key))))
+    listener = asyncio.create_task(a.invalidation.listen(lambda bucket, key: got_a.append((bucket, key))))
     try:
-        await eventually(lambda: a.subscribed.is_set())
+        await eventually(lambda: a.invalidation.subscribed.is_set())
     finally:
         listener.cancel()
         await asyncio.gather(listener, return_exceptions=True)
-    await a.invalidate("bkt", "after")
+    await a.invalidation.invalidate("bkt", "after")
     await eventually(lambda: ("bkt", "after") in got_b)
 
 
@@ -175,25 +176,25 @@ async def test_an_answer_fetched_before_an_invalidation_is_not_shared_after_it(m
     of the key (of the bucket, for listings) came in between: else it may predate the write."""
     a, b = make_shared("a"), make_shared("b")
     key, page = ("bkt", "k", ""), ("bkt", "", (("list-type", "2"),))
-    assert await a.get_meta(key) is None and await a.get_listing(page) is None
-    await b.invalidate("bkt", "k")  # a write lands while a asks the origin
-    await a.put_meta(key, b"from before the write", ttl=30)
-    await a.put_listing(page, b"listing from before the write", ttl=30)
-    assert await b.get_meta(key) is None and await b.get_listing(page) is None
-    assert a.errors["put_meta_raced"] == 1 and a.errors["put_listing_raced"] == 1
+    assert await a.level2.get_meta(key) is None and await a.level2.get_listing(page) is None
+    await b.invalidation.invalidate("bkt", "k")  # a write lands while a asks the origin
+    await a.level2.put_meta(key, b"from before the write", ttl=30)
+    await a.level2.put_listing(page, b"listing from before the write", ttl=30)
+    assert await b.level2.get_meta(key) is None and await b.level2.get_listing(page) is None
+    assert a.redis.errors["put_meta_raced"] == 1 and a.redis.errors["put_listing_raced"] == 1
     # With no invalidation in between, what was fetched is shared.
-    assert await a.get_meta(key) is None and await a.get_listing(page) is None
-    await a.put_meta(key, b"fresh", ttl=30)
-    await a.put_listing(page, b"fresh listing", ttl=30)
-    assert (await b.get_meta(key))[0] == b"fresh" and (await b.get_listing(page))[0] == b"fresh listing"
+    assert await a.level2.get_meta(key) is None and await a.level2.get_listing(page) is None
+    await a.level2.put_meta(key, b"fresh", ttl=30)
+    await a.level2.put_listing(page, b"fresh listing", ttl=30)
+    assert (await b.level2.get_meta(key))[0] == b"fresh" and (await b.level2.get_listing(page))[0] == b"fresh listing"
     # A revalidation (the entry was there) is dropped the same way; and a bucket-wide
     # invalidation counts for the bucket's listings.
-    assert (await a.get_meta(key))[0] == b"fresh" and (await a.get_listing(page))[0] == b"fresh listing"
-    await b.invalidate("bkt", "k")
-    await b.invalidate("bkt", None)
-    await a.put_meta(key, b"revalidated before the write", ttl=30)
-    await a.put_listing(page, b"listing revalidated before", ttl=30)
-    assert await b.get_meta(key) is None and await b.get_listing(page) is None
+    assert (await a.level2.get_meta(key))[0] == b"fresh" and (await a.level2.get_listing(page))[0] == b"fresh listing"
+    await b.invalidation.invalidate("bkt", "k")
+    await b.invalidation.invalidate("bkt", None)
+    await a.level2.put_meta(key, b"revalidated before the write", ttl=30)
+    await a.level2.put_listing(page, b"listing revalidated before", ttl=30)
+    assert await b.level2.get_meta(key) is None and await b.level2.get_listing(page) is None
 
 
 async def test_a_write_waits_for_every_listening_node_to_confirm(make_shared):
@@ -201,40 +202,40 @@ async def test_a_write_waits_for_every_listening_node_to_confirm(make_shared):
     got_c: Received = []
     a = make_shared("a", listen=[], deadline=0.5)
     b, c = make_shared("b", listen=got_b, deadline=0.5), make_shared("c", listen=got_c, deadline=0.5)
-    await eventually(lambda: a.listening() and b.listening() and c.listening())
-    confirmation = await a.invalidate("bkt", "k")
+    await eventually(lambda: a.invalidation.listening() and b.invalidation.listening() and c.invalidation.listening())
+    confirmation = await a.invalidation.invalidate("bkt", "k")
     assert confirmation.expected == 3  # a itself, b and c subscribed
     assert await confirmation.wait() is True
     assert ("bkt", "k") in got_b and ("bkt", "k") in got_c  # applied before they confirmed
-    assert a.confirmations["confirmed"] == 1
+    assert a.invalidation.confirmations["confirmed"] == 1
 
     # c is held back: a waits the deadline, by the end of which c no longer trusts its caches.
-    c.hold_listener_until = time.monotonic() + 1.5
-    confirmation = await a.invalidate("bkt", "k2")
+    c.invalidation.hold_listener_until = time.monotonic() + 1.5
+    confirmation = await a.invalidation.invalidate("bkt", "k2")
     started = time.monotonic()
     assert await confirmation.wait() is False
     assert 0.3 < time.monotonic() - started < 0.6
-    assert confirmation.confirmed == 2 and a.confirmations["unconfirmed"] == 1
-    assert not c.listening() and b.listening()
+    assert confirmation.confirmed == 2 and a.invalidation.confirmations["unconfirmed"] == 1
+    assert not c.invalidation.listening() and b.invalidation.listening()
     assert ("bkt", "k2") not in got_c
-    await eventually(lambda: c.listening())  # released: it applied what it missed, and listens again
+    await eventually(lambda: c.invalidation.listening())  # released: it applied what it missed, and listens again
     assert ("bkt", "k2") in got_c
 
 
 async def test_a_node_knows_within_the_deadline_that_redis_stopped_answering(make_shared, clean_redis):
     b = make_shared("b", listen=[], deadline=0.5)
-    await eventually(lambda: b.listening())
+    await eventually(lambda: b.invalidation.listening())
     clean_redis.proc.send_signal(signal.SIGSTOP)
     try:
         stopped = time.monotonic()
-        await eventually(lambda: not b.listening(), within=2)
+        await eventually(lambda: not b.invalidation.listening(), within=2)
         assert time.monotonic() - stopped < 0.5 + 0.2  # its last PONG answered a PING sent before the stop
         # A write during the hang, by a node that was listening too: unsent, it waits the
         # deadline from when this node found Redis unreachable.
         a = make_shared("a", deadline=0.5)
-        confirmation = await a.invalidate("bkt", "k")
-        assert confirmation.expected is None and a.confirmations["unsent"] == 1
+        confirmation = await a.invalidation.invalidate("bkt", "k")
+        assert confirmation.expected is None and a.invalidation.confirmations["unsent"] == 1
         assert await confirmation.wait() is False
     finally:
         clean_redis.proc.send_signal(signal.SIGCONT)
-    await eventually(lambda: b.listening(), within=5)
+    await eventually(lambda: b.invalidation.listening(), within=5)

@@ -91,8 +91,8 @@ class Fleet:
         ids = {node_id(n) for n in nodes}
         try:
             # Each sees the others, and trusts its caches again (past the distrust that follows
-            # a new subscription to the invalidation channel: SharedMetadata.listening).
-            wait_for(lambda: all(view(n) == ids and engine(n).shared.listening() for n in nodes))
+            # a new subscription to the invalidation channel: Invalidations.listening).
+            wait_for(lambda: all(view(n) == ids and engine(n).shared.invalidation.listening() for n in nodes))
         except AssertionError:
             raise AssertionError(f"want {sorted(ids)}, views {[sorted(view(n)) for n in nodes]}") from None
 
@@ -348,7 +348,7 @@ def test_an_object_changed_behind_the_fleet_is_noticed_through_a_peer(fleet, dir
     reading = next(n for n in fleet.nodes if n is not owner)
     reader = client(reading.endpoint)
     # The reader trusts what it caches only while it is known to hear invalidations.
-    wait_for(lambda: engine(reading).shared.listening())
+    wait_for(lambda: engine(reading).shared.invalidation.listening())
     assert reader.get_object(Bucket="bkt", Key="k", Range="bytes=0-9")["Body"].read() == old[:10]
     direct.put_object(Bucket="bkt", Key="k", Body=new)  # behind the gateway: same size, new ETag
     # The reader still describes the old version; the owner's If-Match fails at the origin,

@@ -259,7 +259,8 @@ def pair(start_gateway, clean_origin, clean_redis):  # type: ignore[no-untyped-d
         "listing": dataclasses.replace(settings.listing, ttl=60.0),
     }
     a, b = start_gateway(**sections), start_gateway(**sections)
-    wait_for(lambda: engine(a).shared.listening() and engine(b).shared.listening(), 5, "both listen")
+    wait_for(lambda: engine(a).shared.invalidation.listening() and engine(b).shared.invalidation.listening(), 5,
+             "both listen")
     s3a, s3b = client(a.endpoint), client(b.endpoint)
     s3a.create_bucket(Bucket=BUCKET)
     return a, b, s3a, s3b
@@ -273,16 +274,16 @@ def test_a_held_back_listener_makes_the_write_wait_the_deadline_and_its_node_ask
     hits = engine(b).stats["meta_hit"]
     assert _state(s3b, "dir/k")[0] == b"old" and engine(b).stats["meta_hit"] == hits + 1  # B answers from memory
 
-    engine(b).shared.hold_listener_until = time.monotonic() + 3 * DEADLINE  # B hears nothing for 1.5 s
+    engine(b).shared.invalidation.hold_listener_until = time.monotonic() + 3 * DEADLINE  # B hears nothing for 1.5 s
     started = time.monotonic()
     s3a.put_object(Bucket=BUCKET, Key="dir/k", Body=b"new!")
     waited = time.monotonic() - started
     s3a.put_object(Bucket=BUCKET, Key="dir/new", Body=b"created")
     # The write waited for B's confirmation, which did not come, until the deadline ...
     assert DEADLINE * 0.9 <= waited < DEADLINE + 1.0, waited
-    assert engine(a).shared.confirmations["unconfirmed"] >= 1
+    assert engine(a).shared.invalidation.confirmations["unconfirmed"] >= 1
     # ... by which time B knew it might have missed something: it asks the origin.
-    assert not engine(b).shared.listening()
+    assert not engine(b).shared.invalidation.listening()
     tally = Tally()
     _expect([s3b], "dir/k", b"new!", tally, "held back")
     _expect([s3b], "dir/new", b"created", tally, "held back")
@@ -290,8 +291,8 @@ def test_a_held_back_listener_makes_the_write_wait_the_deadline_and_its_node_ask
     assert engine(b).stats["meta_revalidate"] + engine(b).stats["meta_miss"] > 0
 
     # Released, B applies what it missed, confirms, and trusts its caches again.
-    engine(b).shared.hold_listener_until = 0.0
-    wait_for(lambda: engine(b).shared.listening(), 5, "B listens again")
+    engine(b).shared.invalidation.hold_listener_until = 0.0
+    wait_for(lambda: engine(b).shared.invalidation.listening(), 5, "B listens again")
     started = time.monotonic()
     s3a.put_object(Bucket=BUCKET, Key="dir/k", Body=b"newer")
     assert time.monotonic() - started < DEADLINE, "confirmed, not waited for"

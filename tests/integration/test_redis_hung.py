@@ -94,7 +94,7 @@ def test_a_hung_redis_never_hides_a_write_and_is_recovered_from(pair, hung):
             _expect([s3b], key, acked[key][1], tally, "Redis hung")
             assert tally.stale == [], tally.stale
         # B stopped trusting its caches within the deadline (its PINGs went unanswered).
-        assert not engine(b).shared.listening()
+        assert not engine(b).shared.invalidation.listening()
         print(f"writes while Redis hung: {', '.join(f'{k} {t:.2f} s' for k, t in timings.items())}")
         # The first write noticed the hang (socket_timeout) and waited out the deadline from
         # then; the later ones know Redis is down.
@@ -104,8 +104,9 @@ def test_a_hung_redis_never_hides_a_write_and_is_recovered_from(pair, hung):
         hung.resume()  # type: ignore[attr-defined]
     try:
         # Back by itself: both listen again, A's invalidations waiting for Redis went out.
-        wait_for(lambda: engine(a).shared.listening() and engine(b).shared.listening(), 10, "both listen again")
-        wait_for(lambda: not engine(a).shared._pending, 5, "A's invalidations replayed")
+        wait_for(lambda: engine(a).shared.invalidation.listening() and engine(b).shared.invalidation.listening(), 10,
+                 "both listen again")
+        wait_for(lambda: not engine(a).shared.invalidation._pending, 5, "A's invalidations replayed")
         started = time.monotonic()
         s3a.put_object(Bucket=BUCKET, Key="dir/over", Body=b"after")
         acked["dir/over"] = (time.monotonic(), b"after")

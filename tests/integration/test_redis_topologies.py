@@ -71,7 +71,7 @@ def test_a_cluster_master_down_keeps_the_fleet_answering(fleet, direct, clean_re
         listing = client(c.endpoint).list_objects_v2(Bucket="bkt")
         assert sorted(o["Key"] for o in listing["Contents"]) == ["during", "k"]
         assert all(len(view(n)) == 3 for n in (a, b, c))  # the last view is kept
-        assert any(sum(engine(n).shared.errors.values()) for n in (a, b, c))
+        assert any(sum(engine(n).shared.redis.errors.values()) for n in (a, b, c))
     finally:
         clean_redis_cluster.start()
     # Back by itself: every node is registered again and shares metadata again.
@@ -105,8 +105,8 @@ def test_a_gateway_follows_a_sentinel_failover(start_gateway, clean_origin, dire
     assert s3.get_object(Bucket="bkt", Key="before")["Body"].read() == b"before"
     deadline = time.monotonic() + 5
     while not new.client().keys("gw:m:bkt:*after*"):  # the new master takes the node's writes
-        assert time.monotonic() < deadline, dict(shared.errors)
+        assert time.monotonic() < deadline, dict(shared.redis.errors)
         engine(gateway).purge()
         assert s3.get_object(Bucket="bkt", Key="after")["Body"].read() == b"after"
         time.sleep(0.1)
-    assert shared.errors and shared._down_since is None
+    assert shared.redis.errors and shared.redis.down_since is None

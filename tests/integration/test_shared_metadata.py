@@ -42,8 +42,8 @@ def pair(start_gateway, clean_origin, clean_redis):
         "listing": dataclasses.replace(settings.listing, ttl=60.0),
     }
     a, b = start_gateway(**sections), start_gateway(**sections)
-    # Subscribed, and past the distrust that follows a new subscription (SharedMetadata.listening).
-    wait_for(lambda: engine(a).shared.listening() and engine(b).shared.listening(), 5)
+    # Subscribed, and past the distrust that follows a new subscription (Invalidations.listening).
+    wait_for(lambda: engine(a).shared.invalidation.listening() and engine(b).shared.invalidation.listening(), 5)
     s3a, s3b = client(a.endpoint), client(b.endpoint)
     s3a.create_bucket(Bucket="bkt")
     return a, b, s3a, s3b
@@ -111,7 +111,7 @@ def test_redis_outage_costs_speed_not_answers(pair, clean_redis, direct):
     s3a.put_object(Bucket="bkt", Key="k", Body=b"changed while Redis was down")
     assert s3a.get_object(Bucket="bkt", Key="k")["Body"].read() == b"changed while Redis was down"
     assert sorted(keys(s3b, "")) == ["during", "k"]
-    wait_for(lambda: not engine(b).shared.subscribed.is_set())
+    wait_for(lambda: not engine(b).shared.invalidation.subscribed.is_set())
     # B cannot hear A's invalidations now: it asks the origin before answering from its
     # cache (a conditional HEAD), so A's acknowledged write is seen through B at once.
     assert s3b.get_object(Bucket="bkt", Key="k")["Body"].read() == b"changed while Redis was down"
@@ -120,14 +120,15 @@ def test_redis_outage_costs_speed_not_answers(pair, clean_redis, direct):
     with pytest.raises(ClientError):
         s3b.head_object(Bucket="bkt", Key="during")
     s3a.put_object(Bucket="bkt", Key="during", Body=b"back")
-    assert sum(engine(a).shared.errors.values()) >= 1
+    assert sum(engine(a).shared.redis.errors.values()) >= 1
 
     clean_redis.start()
-    wait_for(lambda: engine(a).shared.subscribed.is_set() and engine(b).shared.subscribed.is_set(), 5)
+    wait_for(lambda: engine(a).shared.invalidation.subscribed.is_set()
+             and engine(b).shared.invalidation.subscribed.is_set(), 5)
     # B missed A's invalidation while Redis was down; having resubscribed it dropped
     # what it cached, and A's waiting invalidation was replayed.
     assert s3b.get_object(Bucket="bkt", Key="k")["Body"].read() == b"changed while Redis was down"
-    wait_for(lambda: not engine(a).shared._pending)
+    wait_for(lambda: not engine(a).shared.invalidation._pending)
     # Invalidations flow again.
     new = s3a.put_object(Bucket="bkt", Key="k", Body=b"after")["ETag"]
     wait_for(lambda: s3b.head_object(Bucket="bkt", Key="k")["ETag"] == new)

@@ -23,7 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "origin": BASE | {"signing"},
     "events": BASE | {"signing"},
     "cluster": BASE | {"heat", "store", "signing", "objects"},
-    "engine": BASE | {"bytebudget", "cluster", "objects", "origin", "store"},
+    "engine": BASE | {"bytebudget", "cluster", "heat", "objects", "origin", "store"},
     "s3api": BASE | {"engine", "heat", "signing"},
     "httpserver": BASE,
     "advisor": BASE | {"store"},

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from fractions import Fraction
 
 import click
 
 from gateway.advisor import model as m
 from gateway.advisor.simulate import BlockNames
-from gateway.advisor.trace import TraceError, open_trace
-from gateway.config import ConfigError, load, parse_duration, parse_size
+from gateway.advisor.trace import Trace, TraceError, open_trace
+from gateway.config import CacheSettings, ConfigError, load, parse_duration, parse_size
 
 
 def _size(text: str, name: str) -> int:
@@ -79,9 +80,64 @@ def advise(
     requests and bytes saved, an estimated mean GET latency, the monthly cost and a
     cost-performance figure. See docs/advisor.md.
     """
+    base_model, cache = _model(config_path, prices, latency, bandwidth)
+    plan = _plan(cache, policies, block_size, readahead, no_promote, budget, hdd, memory_shares, sample_rate)
+    if chart:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise click.ClickException("--chart needs matplotlib: pip install 's3-cache-gateway[advisor]'") from None
+    try:
+        trace = open_trace(log_path, csv_format=csv_format)
+    except TraceError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        seconds = parse_duration(period, "--period") if period else trace.stats.period
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--period") from None
+    model = m.Model(base_model.prices, base_model.latency, base_model.bandwidth, seconds)
+    result = _simulate(trace, plan, model, with_curves=bool(chart))
+    if chart:
+        from gateway.advisor.chart import draw
+
+        draw(chart, result.curves, result.outcomes, result.chosen,
+             title=f"{log_path}: {len(trace.reads)} GETs, budget {human(plan.total)}")
+    if as_json:
+        click.echo(_as_json(trace, plan, model, seconds, result))
+        return
+    _print_report(trace, plan, result)
+    if chart:
+        click.echo(f"chart: {chart}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What to replay: the options checked, the config's cache settings filled in."""
+
+    policies: list[str]
+    block_size: int
+    readahead: int
+    promote: bool
+    total: int
+    hdd: int
+    shares: list[float]
+    sample_rate: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Result:
+    outcomes: list[m.Outcome]
+    chosen: m.Outcome
+    best: m.Outcome
+    curves: dict[str, list[tuple[int, float, float]]]
+    elapsed: float
+    replays: int
+
+
+def _model(config_path: str | None, prices: str, latency: str, bandwidth: str) -> tuple[m.Model, CacheSettings | None]:
+    """The cost and speed model from the options, and the cache settings of --config if given."""
     try:
         settings = load(config_path) if config_path else None
-        cache = settings.cache if settings else None
         model = m.Model(
             prices={**m.DEFAULT_PRICES, **m.parse_pairs(prices, m.DEFAULT_PRICES, float, "--prices")},
             latency={**m.DEFAULT_LATENCY, **m.parse_pairs(latency, m.DEFAULT_LATENCY, m.parse_latency, "--latency")},
@@ -90,6 +146,13 @@ def advise(
         )
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
+    return model, settings.cache if settings else None
+
+
+def _plan(
+    cache: CacheSettings | None, policies: str, block_size: str | None, readahead: int | None, no_promote: bool,
+    budget: str, hdd: str, memory_shares: str, sample_rate: float,
+) -> _Plan:
     names = [p.strip().lower() for p in policies.split(",") if p.strip()]
     unknown = [p for p in names if p not in ("lru", "s3fifo")]
     if not names or unknown:
@@ -104,70 +167,63 @@ def advise(
     shares = _shares(memory_shares)
     if total <= 0:
         raise click.BadParameter("must be more than 0 bytes", param_hint="--budget")
-    if chart:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise click.ClickException("--chart needs matplotlib: pip install 's3-cache-gateway[advisor]'") from None
+    return _Plan(names, size_of_block, ahead, promote, total, hdd_bytes, shares, sample_rate)
 
-    try:
-        trace = open_trace(log_path, csv_format=csv_format)
-    except TraceError as exc:
-        raise click.ClickException(str(exc)) from None
-    try:
-        seconds = parse_duration(period, "--period") if period else trace.stats.period
-    except ConfigError as exc:
-        raise click.BadParameter(str(exc), param_hint="--period") from None
-    model = m.Model(model.prices, model.latency, model.bandwidth, seconds)
 
+def _simulate(trace: Trace, plan: _Plan, model: m.Model, *, with_curves: bool) -> _Result:
+    """Every split and policy replayed, the recommended and the fastest picked; miss-ratio curves for a chart."""
     began = time.perf_counter()
-    outcomes = m.sweep(trace.reads, total, policies=names, fractions=shares, hdd=hdd_bytes, block_size=size_of_block,
-                       promote=promote, readahead=ahead, rate=sample_rate, model=model)
+    outcomes = m.sweep(trace.reads, plan.total, policies=plan.policies, fractions=plan.shares, hdd=plan.hdd,
+                       block_size=plan.block_size, promote=plan.promote, readahead=plan.readahead,
+                       rate=plan.sample_rate, model=model)
     chosen = m.recommend(outcomes)
     best = m.fastest(outcomes)
     curves = {}
-    if chart:
-        sizes = [max(size_of_block, int(total * 2.0**k)) for k in range(-8, 2)]
+    if with_curves:
+        sizes = [max(plan.block_size, int(plan.total * 2.0**k)) for k in range(-8, 2)]
         block_names = BlockNames()
-        curves = {p: m.miss_ratio_curve(trace.reads, sizes, p, block_size=size_of_block, readahead=ahead,
-                                        rate=sample_rate, names=block_names) for p in names}
+        curves = {p: m.miss_ratio_curve(trace.reads, sizes, p, block_size=plan.block_size, readahead=plan.readahead,
+                                        rate=plan.sample_rate, names=block_names) for p in plan.policies}
     elapsed = time.perf_counter() - began
     replays = len(outcomes) + sum(len(curve) for curve in curves.values())
+    return _Result(outcomes, chosen, best, curves, elapsed, replays)
 
-    if chart:
-        from gateway.advisor.chart import draw
 
-        draw(chart, curves, outcomes, chosen, title=f"{log_path}: {len(trace.reads)} GETs, budget {human(total)}")
+def _as_json(trace: Trace, plan: _Plan, model: m.Model, seconds: float | None, result: _Result) -> str:
     stats = trace.stats
-    if as_json:
-        click.echo(json.dumps({
-            "trace": {"gets": stats.reads, "placed": len(trace.reads), "unplaced": stats.unplaced,
-                      "writes": stats.writes, "skipped_lines": stats.skipped, "period_seconds": seconds,
-                      "sized_by_field": stats.sized_by_field, "sized_by_trace": stats.sized_by_trace,
-                      "sized_by_bound": stats.sized_by_bound},
-            "settings": {"budget": total, "hdd": hdd_bytes, "block_size": size_of_block, "readahead": ahead,
-                         "promote": promote, "sample_rate": sample_rate, "prices": model.prices,
-                         "latency": model.latency, "bandwidth": model.bandwidth},
-            "outcomes": [o.as_dict() for o in outcomes],
-            "recommended": chosen.as_dict(), "fastest": best.as_dict(),
-            "curves": {p: [{"size": s, "byte_miss_ratio": b, "get_miss_ratio": g} for s, b, g in c]
-                       for p, c in curves.items()},
-            "simulation_seconds": round(elapsed, 3), "replays": replays,
-        }, indent=2))
-        return
+    return json.dumps({
+        "trace": {"gets": stats.reads, "placed": len(trace.reads), "unplaced": stats.unplaced,
+                  "writes": stats.writes, "skipped_lines": stats.skipped, "period_seconds": seconds,
+                  "sized_by_field": stats.sized_by_field, "sized_by_trace": stats.sized_by_trace,
+                  "sized_by_bound": stats.sized_by_bound},
+        "settings": {"budget": plan.total, "hdd": plan.hdd, "block_size": plan.block_size, "readahead": plan.readahead,
+                     "promote": plan.promote, "sample_rate": plan.sample_rate, "prices": model.prices,
+                     "latency": model.latency, "bandwidth": model.bandwidth},
+        "outcomes": [o.as_dict() for o in result.outcomes],
+        "recommended": result.chosen.as_dict(), "fastest": result.best.as_dict(),
+        "curves": {p: [{"size": s, "byte_miss_ratio": b, "get_miss_ratio": g} for s, b, g in c]
+                   for p, c in result.curves.items()},
+        "simulation_seconds": round(result.elapsed, 3), "replays": result.replays,
+    }, indent=2)
+
+
+def _print_report(trace: Trace, plan: _Plan, result: _Result) -> None:
+    stats, chosen, best, hdd_bytes = trace.stats, result.chosen, result.best, plan.hdd
     read_bytes = sum(r.end - r.start + 1 for r in trace.reads)
     click.echo(f"trace: {len(trace.reads)} GETs of {human(read_bytes)}"
                + (f" ({stats.unplaced} suffix reads of objects of unknown size left out)" if stats.unplaced else "")
                + f"; object sizes: {stats.sized_by_field} from the size field, {stats.sized_by_trace} from the trace, "
                f"{stats.sized_by_bound} lower bounds")
-    click.echo(f"budget {human(total)}" + (f" + HDD {human(hdd_bytes)}" if hdd_bytes else "")
-               + f", blocks of {human(size_of_block)}, readahead {ahead}, {'CACHE_PROMOTE' if promote else 'CACHE'}"
-               + (f", sampled at {sample_rate:g}" if sample_rate < 1 else "")
-               + f"; {replays} replays in {elapsed:.1f}s ({replays * stats.reads / elapsed:,.0f} GETs/s)")
+    click.echo(f"budget {human(plan.total)}" + (f" + HDD {human(hdd_bytes)}" if hdd_bytes else "")
+               + f", blocks of {human(plan.block_size)}, readahead {plan.readahead}, "
+               f"{'CACHE_PROMOTE' if plan.promote else 'CACHE'}"
+               + (f", sampled at {plan.sample_rate:g}" if plan.sample_rate < 1 else "")
+               + f"; {result.replays} replays in {result.elapsed:.1f}s "
+               f"({result.replays * stats.reads / result.elapsed:,.0f} GETs/s)")
     click.echo("")
     click.echo(f"{'policy':<7} {'memory':>9} {'ssd':>9} {'byte hit':>8} {'GET hit':>8} {'origin GETs saved':>17} "
                f"{'origin saved':>12} {'latency ms':>10} {'$/month':>9} {'GET/s per $':>11}")
-    for o in outcomes:
+    for o in result.outcomes:
         mark = " <- recommended" if o is chosen else (" <- fastest" if o is best else "")
         click.echo(f"{o.policy:<7} {human(o.memory):>9} {human(o.ssd):>9} {o.counters.byte_hit_ratio:>8.1%} "
                    f"{o.counters.object_hit_ratio:>8.1%} {o.origin_requests_saved:>17.0f} "
@@ -181,5 +237,3 @@ def advise(
     if best is not chosen:
         click.echo(f"fastest: {best.policy} with {human(best.memory)} memory: ~{best.mean_latency * 1000:.2f} ms per GET "
                    f"for ${best.cost:.2f}/month")
-    if chart:
-        click.echo(f"chart: {chart}")

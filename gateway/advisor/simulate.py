@@ -254,6 +254,7 @@ def replay(
     return counters
 
 
+# long: the replay's hot loop, one generator frame whose state lives in locals: no call per read or block
 def replayer(
     spec: StoreSpec, *, rate: float = 1.0, names: BlockNames | None = None, trail: list[str] | None = None,
 ) -> Generator[Counters, Any, None]:

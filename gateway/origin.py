@@ -99,6 +99,19 @@ class OriginResponse:
         self._response.release()
 
 
+def _payload_hash(method: str, body: bytes | BodyFactory | None, body_length: int | None, headers: dict[str, str]) -> str:
+    """The x-amz-content-sha256 the request is signed with; sets its Content-Length in `headers`."""
+    if isinstance(body, bytes):
+        headers["content-length"] = str(len(body))
+        return sha256_hex(body) if body else EMPTY_SHA256
+    if body is not None:
+        headers["content-length"] = str(body_length or 0)
+        return UNSIGNED_PAYLOAD
+    if method in ("PUT", "POST"):
+        headers["content-length"] = "0"
+    return EMPTY_SHA256
+
+
 class Origin:
     """Signed, streaming, retrying access to the origin bucket service."""
 
@@ -147,25 +160,10 @@ class Origin:
         """
         query = list(query)
         host, path = self._address(bucket, key)
-        url = f"{self._scheme}://{host}{_encode_path(path)}"
-        if query:
-            url += "?" + "&".join(
-                uri_encode(k, keep_slash=False) + ("=" + uri_encode(v, keep_slash=False) if v != "" else "")
-                for k, v in query
-            )
-        target = URL(url, encoded=True)  # exactly the path and query that were signed
+        target = self._target(host, path, query)
         base_headers = {k.lower(): v for k, v in (headers or {}).items()}
         base_headers["host"] = host
-        if isinstance(body, bytes):
-            payload_hash = sha256_hex(body) if body else EMPTY_SHA256
-            base_headers["content-length"] = str(len(body))
-        elif body is not None:
-            payload_hash = UNSIGNED_PAYLOAD
-            base_headers["content-length"] = str(body_length or 0)
-        else:
-            payload_hash = EMPTY_SHA256
-            if method in ("PUT", "POST"):
-                base_headers["content-length"] = "0"
+        payload_hash = _payload_hash(method, body, body_length, base_headers)
 
         client = self._client()
         attempts = self.settings.retries + 1
@@ -197,6 +195,16 @@ class Origin:
                 continue
             return OriginResponse(response)
         raise AssertionError("unreachable")
+
+    def _target(self, host: str, path: str, query: list[tuple[str, str]]) -> URL:
+        """The request's URL: exactly the path and query that are signed."""
+        url = f"{self._scheme}://{host}{_encode_path(path)}"
+        if query:
+            url += "?" + "&".join(
+                uri_encode(k, keep_slash=False) + ("=" + uri_encode(v, keep_slash=False) if v != "" else "")
+                for k, v in query
+            )
+        return URL(url, encoded=True)
 
     async def error_from(self, response: OriginResponse, resource: str | None = None) -> S3Error:
         """Turn an origin error response into an S3Error with the origin's code and status."""

@@ -44,28 +44,58 @@ async def load_prefix(engine: Engine, bucket: str, prefix: str, *, replicas: int
     are fetched by their owners, all at once (`replicas`: that many owners per block
     instead of the object's count); this node only lists and hands out the work.
     """
-    progress = LoadProgress(bucket, prefix)
-    keys: asyncio.Queue[str | None] = asyncio.Queue(maxsize=4 * concurrency)
-    settled = asyncio.Event()  # finished, or the listing failed
-    in_fleet = engine.fleet is not None
+    load = _Load(engine, bucket, prefix, replicas=replicas, concurrency=concurrency)
+    workers = [asyncio.create_task(load.worker()) for _ in range(concurrency)]
+    listing = asyncio.create_task(load.lister())
+    try:
+        while not load.settled.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(load.settled.wait(), report_every)
+            if not load.settled.is_set():
+                yield load.progress
+        await listing  # raises the listing's error, if it failed
+        await asyncio.gather(*workers)
+    finally:
+        for task in [listing, *workers]:
+            task.cancel()
+        await asyncio.gather(listing, *workers, return_exceptions=True)
+    yield load.progress
 
-    async def load_one(key: str) -> None:
+
+class _Load:
+    """One load's shared state: its progress, the queue of keys from the lister to the
+    workers (None: no more), and the event set once it is finished or its listing failed."""
+
+    def __init__(self, engine: Engine, bucket: str, prefix: str, *, replicas: int | None, concurrency: int) -> None:
+        self.engine = engine
+        self.bucket = bucket
+        self.prefix = prefix
+        self.replicas = replicas
+        self.concurrency = concurrency
+        self.progress = LoadProgress(bucket, prefix)
+        self.keys: asyncio.Queue[str | None] = asyncio.Queue(maxsize=4 * concurrency)
+        self.settled = asyncio.Event()
+        self.in_fleet = engine.fleet is not None
+
+    async def load_one(self, key: str) -> None:
+        engine, bucket, progress = self.engine, self.bucket, self.progress
         try:
-            if in_fleet:
+            if self.in_fleet:
                 head = await engine.head_object(bucket, key)
-                await engine.spread(bucket, key, head.meta, replicas=replicas)
+                await engine.spread(bucket, key, head.meta, replicas=self.replicas)
                 progress.bytes += head.meta.size
             else:
-                await read_through(key)
+                await self.read_through(key)
             progress.loaded += 1
         except S3Error as err:
             progress.failed.append(f"{key}: {err.code}")
         except Exception as exc:  # a load reports every object; one failure must not stop the others
             progress.failed.append(f"{key}: {exc.__class__.__name__}")
         if progress.finished:
-            settled.set()
+            self.settled.set()
 
-    async def read_through(key: str) -> None:
+    async def read_through(self, key: str) -> None:
+        engine, bucket, progress = self.engine, self.bucket, self.progress
         head = await engine.head_object(bucket, key, read_from=0)
         async with await engine.read_object(bucket, key, head.meta, first=head.first) as read:
             if read.body is not None:
@@ -75,43 +105,27 @@ async def load_prefix(engine: Engine, bucket: str, prefix: str, *, replicas: int
                 async for chunk in read.chunks:
                     progress.bytes += len(chunk)
 
-    async def worker() -> None:
-        while (key := await keys.get()) is not None:
-            await load_one(key)
+    async def worker(self) -> None:
+        while (key := await self.keys.get()) is not None:
+            await self.load_one(key)
 
-    async def lister() -> None:
-        token = ""
+    async def lister(self) -> None:
+        progress, token = self.progress, ""
         try:
             while True:
-                query = [("list-type", "2"), ("encoding-type", "url"), ("prefix", prefix)]
+                query = [("list-type", "2"), ("encoding-type", "url"), ("prefix", self.prefix)]
                 if token:
                     query.append(("continuation-token", token))
-                page = parse_list_objects(await engine.list_objects(bucket, query))
+                page = parse_list_objects(await self.engine.list_objects(self.bucket, query))
                 for entry in page.contents:
                     progress.objects += 1
-                    await keys.put(entry.key)
+                    await self.keys.put(entry.key)
                 if not page.is_truncated or not page.next_continuation_token:
                     break
                 token = page.next_continuation_token
             progress.listed = True
-            for _ in workers:
-                await keys.put(None)
+            for _ in range(self.concurrency):
+                await self.keys.put(None)
         finally:
             if progress.finished or not progress.listed:
-                settled.set()
-
-    workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
-    listing = asyncio.create_task(lister())
-    try:
-        while not settled.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(settled.wait(), report_every)
-            if not settled.is_set():
-                yield progress
-        await listing  # raises the listing's error, if it failed
-        await asyncio.gather(*workers)
-    finally:
-        for task in [listing, *workers]:
-            task.cancel()
-        await asyncio.gather(listing, *workers, return_exceptions=True)
-    yield progress
+                self.settled.set()

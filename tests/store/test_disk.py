@@ -1,4 +1,4 @@
-"""store.disk: the file format, restart, corruption, degraded disks, and the thread pool."""
+"""store.disk and store.blockfile: the file format, restart, corruption, degraded disks, and the thread pool."""
 
 from __future__ import annotations
 
@@ -313,13 +313,19 @@ async def test_no_file_io_runs_on_the_event_loop_thread(tmp_path: Path) -> None:
     assert all(thread.name.startswith("gateway-store-ssd0") for thread in disk.threads)
 
 
-async def test_a_cancelled_put_still_lands_and_is_accounted(disks: Factory) -> None:
+async def write_in_flight(disks: Factory) -> tuple[GatedDisk, BlockId, asyncio.Task[list[BlockId]]]:
+    """A gated disk with the write of one block of 100 bytes under way, held at the gate."""
     disk = disks(cls=GatedDisk)
     assert isinstance(disk, GatedDisk)
     await disk.open()
     block = bid("k")
     task = asyncio.create_task(disk.put(block, payload(block, 100)))
     await asyncio.to_thread(disk.writing.wait, 5)
+    return disk, block, task
+
+
+async def test_a_cancelled_put_still_lands_and_is_accounted(disks: Factory) -> None:
+    disk, block, task = await write_in_flight(disks)
     assert disk.used == 100  # reserved while in flight
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -334,12 +340,7 @@ async def test_a_cancelled_put_still_lands_and_is_accounted(disks: Factory) -> N
 
 
 async def test_remove_during_a_write_wins(disks: Factory, tmp_path: Path) -> None:
-    disk = disks(cls=GatedDisk)
-    assert isinstance(disk, GatedDisk)
-    await disk.open()
-    block = bid("k")
-    task = asyncio.create_task(disk.put(block, payload(block, 100)))
-    await asyncio.to_thread(disk.writing.wait, 5)
+    disk, block, task = await write_in_flight(disks)
     assert await disk.get(block) is None  # not readable until written
     assert await disk.put(block, payload(block, 100)) == []  # one write per block at a time
     assert await disk.remove(block) is True

@@ -1,5 +1,5 @@
 """Fuzz target `auth`: SigV4/SigV2 header and presigned-query parsing and canonicalisation
-(gateway/s3api/auth.py, gateway/signing.py).
+(gateway/s3api/auth/, gateway/signing.py).
 
 Text: a request, `METHOD TARGET` on line 1 and `name: value` headers after it (latin-1,
 as the server decodes the wire). Controls: a mode, and the payload hash for mode 1.
@@ -27,7 +27,7 @@ import atheris
 from _harness import Controls, check, client_error, main, seed
 
 with atheris.instrument_imports(include=["gateway"]):
-    from gateway.s3api import auth
+    from gateway.s3api.auth.common import _percent_decode
     from gateway.s3api.auth import RequestView, authenticate
     from gateway.signing import (
         canonical_headers,
@@ -160,7 +160,7 @@ def test_one_input(data: bytes) -> None:
     else:
         view = sign_v2_header(method, path, {n: v for n, v in sent.items() if n != "x-amz-content-sha256"})
     # The percent-decoding the verifier does undoes uri_encode exactly, surrogates included.
-    check(auth._percent_decode(uri_encode(path, keep_slash=True)) == path, f"path {path!r} does not round-trip")
+    check(_percent_decode(uri_encode(path, keep_slash=True)) == path, f"path {path!r} does not round-trip")
     try:
         identity = authenticate(view, SECRETS.get, now=NOW)
     except Exception as exc:

@@ -1,4 +1,4 @@
-"""Fuzz target `config`: the size and duration parsers of the settings (gateway/config.py
+"""Fuzz target `config`: the size and duration parsers of the settings (gateway/config/units.py
 parse_size, parse_duration), which read `2GiB` and `30s` from TOML and GATEWAY_* variables.
 
 Text: the value, UTF-8. Contract: a size is an int >= 0, a duration a finite float >= 0,

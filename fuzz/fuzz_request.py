@@ -1,6 +1,6 @@
 """Fuzz target `request`: the request line and headers before authentication: percent-decoding,
 bucket and key validation (gateway/s3api/server.py parse_request), operation routing, partNumber,
-x-amz-copy-source, max-keys, continuation tokens, and the body headers (gateway/s3api/body.py:
+x-amz-copy-source, max-keys, continuation tokens, and the body headers (gateway/s3api/bodycheck.py:
 lengths, aws-chunked, checksums and trailers announced, Content-MD5).
 
 Text: raw bytes, `METHOD TARGET` on line 1, `name: value` headers after it, given to the parser
@@ -20,7 +20,7 @@ from _harness import Controls, check, client_error, main, seed
 
 # Only the front end: server.py's imports pull in the engine, the store and the cluster.
 with atheris.instrument_imports(include=["gateway.s3api", "gateway.signing", "gateway.errors"]):
-    from gateway.s3api import body, handlers, routes, server, xml
+    from gateway.s3api import body, bodycheck, handlers, routes, server, xml
     from gateway.s3api.auth import ChunkSigner, PayloadCheck
 
 SIGNER = ChunkSigner(b"k" * 32, "20240501T120000Z", "20240501/us-east-1/s3/aws4_request", "0" * 64)
@@ -68,7 +68,7 @@ def test_one_input(data: bytes) -> None:
         lambda: server._check_part_number(req.query["partNumber"]) if "partNumber" in req.query else None,
         lambda: xml.validate_max_keys(req.query.get("max-keys")),
         lambda: handlers._decode_own_token(req.query),
-        lambda: body._plan(req.headers, payload, max_size),
+        lambda: bodycheck.plan_body(req.headers, payload, max_size),
         lambda: body.strip_aws_chunked(req.headers.get("content-encoding")),
     ]
     if "x-amz-copy-source" in req.headers:
@@ -79,7 +79,7 @@ def test_one_input(data: bytes) -> None:
         except Exception as exc:
             client_error(exc, allow=S3_501)
             continue
-        if isinstance(result, body._Plan):
+        if isinstance(result, bodycheck.BodyPlan):
             declared = result.decoded_length if result.chunked else result.content_length
             check(declared is None or declared <= max_size, f"a plan for {declared} bytes over {max_size}")
             check(len(result.checksum_algorithms) <= 1, f"checksums {result.checksum_algorithms}")

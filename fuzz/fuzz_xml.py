@@ -1,4 +1,4 @@
-"""Fuzz target `xml`: S3's XML request bodies and origin answers (gateway/s3api/xml.py).
+"""Fuzz target `xml`: S3's XML request bodies and origin answers (gateway/s3api/xml/).
 
 Text: an XML document. Controls: which parser, and the size cap. Client bodies
 (CompleteMultipartUpload, Delete, CreateBucketConfiguration) must parse or raise an

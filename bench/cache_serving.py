@@ -667,7 +667,7 @@ def warm(endpoint: str, keys: Sequence[str], size: int, connections: int) -> col
 # frames (asyncio, hmac, urllib, _strptime, ...) are no area of their own: their time goes to
 # the innermost frame of an area that called them ("self" below means exactly that).
 CATEGORIES = [
-    ("auth/SigV4 (s3api/auth.py, signing.py)", re.compile(r"\((?:gateway/s3api/auth|gateway/signing)\.py\)")),
+    ("auth/SigV4 (s3api/auth/, signing.py)", re.compile(r"\((?:gateway/s3api/auth/\w+|gateway/signing)\.py\)")),
     ("gateway s3api (parse, handlers, responses)", re.compile(r"\((?:gateway/s3api/|gateway/app\.py)")),
     ("engine (engine/, objects.py)", re.compile(r"\(gateway/(?:engine/\w+|objects)\.py\)")),
     ("store (store/)", re.compile(r"\(gateway/store/")),

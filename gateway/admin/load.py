@@ -96,8 +96,8 @@ class _Load:
 
     async def read_through(self, key: str) -> None:
         engine, bucket, progress = self.engine, self.bucket, self.progress
-        head = await engine.head_object(bucket, key, read_from=0)
-        async with await engine.read_object(bucket, key, head.meta, first=head.first) as read:
+        opened = await engine.open_object(bucket, key, read_from=0)
+        async with await opened.read() as read:
             if read.body is not None:
                 progress.bytes += len(read.body)
             else:

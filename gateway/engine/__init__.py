@@ -5,12 +5,10 @@ is configured, shared by the nodes (cluster.shared, the L2); object bytes come f
 block cache (store) or the origin. `s3api` never talks to the origin itself.
 """
 
-from gateway.engine.engine import Engine
-from gateway.engine.fetch import FirstBlock
+from gateway.engine.engine import Engine, OpenObject
 from gateway.engine.metadata import ObjectHead
 from gateway.engine.reads import ObjectRead
-from gateway.objects import ObjectChanged, ObjectMeta, meta_from_headers
-from gateway.origin import OriginResponse
+from gateway.engine.writes import Forwarded
+from gateway.objects import ObjectMeta, meta_from_headers
 
-__all__ = ["Engine", "FirstBlock", "ObjectChanged", "ObjectHead", "ObjectMeta", "ObjectRead", "OriginResponse",
-           "meta_from_headers"]
+__all__ = ["Engine", "Forwarded", "ObjectHead", "ObjectMeta", "ObjectRead", "OpenObject", "meta_from_headers"]

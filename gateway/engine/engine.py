@@ -13,7 +13,8 @@ and the peer API ask of it. Each step of a request has its own module:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TypeVar
 
 from gateway.bytebudget import ByteBudget
 from gateway.cluster.fleet import Fleet
@@ -28,11 +29,31 @@ from gateway.engine.peers import Peers
 from gateway.engine.reads import ObjectRead, Reads
 from gateway.engine.replicas import Replicas
 from gateway.engine.writes import Writes
-from gateway.errors import S3Error
-from gateway.objects import ObjectMeta
-from gateway.origin import Origin, OriginResponse
+from gateway.objects import ObjectChanged, ObjectMeta
+from gateway.origin import Origin
 from gateway.store.meta import MetadataCache
 from gateway.store.tiers import TieredStore
+
+
+R = TypeVar("R")
+
+
+class OpenObject:
+    """An object described and ready to be read: its metadata, whether that came from
+    memory, and `read` of exactly the version the metadata describes (with the block a
+    cold open brought along in hand)."""
+
+    __slots__ = ("meta", "from_memory", "_head", "_reads", "_bucket", "_key", "_headers")
+
+    def __init__(self, head: ObjectHead, reads: Reads, bucket: str, key: str, headers: dict[str, str] | None) -> None:
+        self.meta = head.meta
+        self.from_memory = head.from_memory
+        self._head, self._reads, self._bucket, self._key, self._headers = head, reads, bucket, key, headers
+
+    async def read(self, start: int | None = None, end: int | None = None) -> ObjectRead:
+        """The bytes [start, end] (inclusive; the whole object when None): see Reads.read_object."""
+        return await self._reads.read_object(self._bucket, self._key, self.meta, start=start, end=end,
+                                             headers=self._headers, first=self._head.first)
 
 
 class Engine:
@@ -76,11 +97,11 @@ class Engine:
             self.replicas = Replicas(fleet, self.fetch, self.peers, self._describe)
             self.peers.hold = self.replicas.hold
         self.head_object = self.metadata.head_object
-        self.read_object = self.reads.read_object
         self.list_objects = self.listings.list_objects
         self.forward = self.writes.forward
+        self.put_object = self.writes.put_object
+        self.complete_upload = self.writes.complete_upload
         self.invalidate_local = self.writes.invalidate_local
-        self.cache_written = self.writes.cache_written
 
     @property
     def stats(self) -> Counter[str]:
@@ -133,9 +154,30 @@ class Engine:
         asked, or invalidations from other nodes may have been missed)."""
         self.writes.forget_everything()
 
-    async def error_from(self, response: OriginResponse, *, resource: str) -> S3Error:
-        """The S3Error an origin error response stands for (the response is consumed)."""
-        return await self.origin.error_from(response, resource=resource)
+    async def open_object(self, bucket: str, key: str, *, version_id: str | None = None,
+                          headers: dict[str, str] | None = None, checksums: bool = False,
+                          read_from: int | None = None) -> OpenObject:
+        """An object's metadata, ready to read: see Metadata.head_object for the arguments."""
+        head = await self.metadata.head_object(bucket, key, version_id=version_id, headers=headers,
+                                               checksums=checksums, read_from=read_from)
+        return OpenObject(head, self.reads, bucket, key, headers)
+
+    async def get_object(self, bucket: str, key: str, answer: Callable[[OpenObject], Awaitable[R]], *,
+                         version_id: str | None = None, headers: dict[str, str] | None = None,
+                         checksums: bool = False, read_from: int | None = None) -> R:
+        """`answer(opened)` for the object as it is now: when the metadata turns out to
+        describe a version the origin no longer holds (the object changed behind the
+        gateway), the stale entry is already dropped, so one more open describes the
+        current version and `answer` runs again on it."""
+        for attempt in (1, 2):
+            opened = await self.open_object(bucket, key, version_id=version_id, headers=headers,
+                                            checksums=checksums, read_from=read_from)
+            try:
+                return await answer(opened)
+            except ObjectChanged:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     # --- the fleet ---------------------------------------------------------------------
 
@@ -164,6 +206,6 @@ class Engine:
         return self.peers
 
     async def _describe(self, bucket: str, key: str) -> ObjectMeta:
-        return (await self.head_object(bucket, key)).meta
+        return (await self.metadata.head_object(bucket, key)).meta
 
 

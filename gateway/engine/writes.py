@@ -1,6 +1,7 @@
 """Writes: sent on to the origin, then everything cached that they may have changed is
 forgotten on every node before the write is acknowledged; with cache.cache_through the
-bytes of an acknowledged PUT fill the cache."""
+bytes of an acknowledged PUT fill the cache. Requests the gateway does not interpret are
+sent on here too."""
 
 from __future__ import annotations
 
@@ -14,10 +15,35 @@ from gateway.engine.coherence import Coherence
 from gateway.engine.fetch import BlockFetcher
 from gateway.engine.listings import Listings
 from gateway.engine.metadata import Metadata
+from gateway.errors import S3Error
 from gateway.origin import BodyFactory, Origin, OriginResponse
 from gateway.store.blocks import BlockId
 
 _WRITES = frozenset({"PUT", "POST", "DELETE"})
+
+
+class Forwarded:
+    """The origin's answer to a request sent on, when it succeeded (2xx, or 304 to a
+    conditional read). `header_items` are its headers as sent (names lower-cased, values
+    latin-1 text), `headers` the same as a dict. The caller reads the body (`read`,
+    `chunks`) or closes it."""
+
+    __slots__ = ("status", "headers", "header_items", "_response")
+
+    def __init__(self, response: OriginResponse) -> None:
+        self._response = response
+        self.status = response.status
+        self.headers = response.headers
+        self.header_items = response.header_items
+
+    async def read(self) -> bytes:
+        return await self._response.read()
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        return self._response.iter_bytes()
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
 
 
 class Writes:
@@ -46,23 +72,61 @@ class Writes:
         headers: dict[str, str] | None = None,
         body: bytes | BodyFactory | None = None,
         body_length: int | None = None,
-    ) -> OriginResponse:
+        resource: str,
+    ) -> Forwarded:
         """Any request sent on to the origin as it is: writes (write-through) and pass-through ops.
 
-        The answer may be an error status; the caller decides how to present it. A
-        write drops the cached metadata and listings of its key (of the whole bucket
-        when it names no key, as DeleteObjects and bucket operations do), whatever
-        the origin answered, since a failed write may still have changed something.
-        Uploading parts does not change an object until the upload is completed.
+        An error answer is raised as the origin's S3Error, naming `resource`. A write
+        drops the cached metadata and listings of its key (of the whole bucket when it
+        names no key, as DeleteObjects and bucket operations do), whatever the origin
+        answered, since a failed write may still have changed something. Uploading
+        parts does not change an object until the upload is completed.
         """
         query = list(query)
         try:
-            return await self.origin.send(
+            response = await self.origin.send(
                 method, bucket, key, query=query, headers=headers, body=body, body_length=body_length
             )
         finally:
             if method in _WRITES and bucket is not None and _may_change_objects(method, query):
                 await self.invalidate(bucket, key)
+        if response.status >= 300 and response.status != 304:
+            raise await self.origin.error_from(response, resource=resource)
+        return Forwarded(response)
+
+    async def put_object(self, bucket: str, key: str, *, query: Iterable[tuple[str, str]] = (),
+                         headers: dict[str, str], body: BodyFactory, body_length: int, resource: str,
+                         personal: bool = False) -> Forwarded:
+        """PutObject and UploadPart, written through. An object the origin acknowledged
+        fills the cache with the same bytes (cache_written), unless it is a part or
+        `personal` (readable only with the writer's own headers, such as SSE-C keys)."""
+        query = list(query)
+        answer = await self.forward("PUT", bucket, key, query=query, headers=headers, body=body,
+                                    body_length=body_length, resource=resource)
+        if answer.status == 200 and not personal and all(name != "uploadId" for name, _ in query):
+            await self._cache_written(bucket, key, etag=answer.headers.get("etag", ""),
+                                     version_id=answer.headers.get("x-amz-version-id"), chunks=body(), size=body_length)
+        return answer
+
+    async def complete_upload(self, bucket: str, key: str, upload_id: str, *, query: Iterable[tuple[str, str]],
+                              headers: dict[str, str], body: bytes, resource: str) -> Forwarded:
+        """CompleteMultipartUpload. Some origins (moto) answer an upload they do not know
+        with a 500: a ListParts tells that apart (NoSuchUpload) from a real failure, which
+        stays the answer."""
+        try:
+            return await self.forward("POST", bucket, key, query=query, headers=headers, body=body, resource=resource)
+        except S3Error as failure:
+            if failure.status < 500:
+                raise
+            try:
+                probe = await self.forward("GET", bucket, key, query=[("uploadId", upload_id), ("max-parts", "1")],
+                                           resource=resource)
+            except S3Error as unknown:
+                if unknown.status == 404:
+                    raise unknown from None
+                raise failure from None
+            await probe.aclose()
+            raise
 
     async def invalidate(self, bucket: str, key: str | None = None) -> None:
         """Forget cached metadata and listings a write to `key` (or to the bucket) may have
@@ -98,7 +162,7 @@ class Writes:
         if self._fetch is not None:
             self._fetch.forget_opens()
 
-    async def cache_written(
+    async def _cache_written(
         self, bucket: str, key: str, *, etag: str, version_id: str | None, chunks: AsyncIterator[bytes], size: int
     ) -> None:
         """CACHE_THROUGH: the blocks of an object the origin just acknowledged, so a read after

@@ -12,7 +12,7 @@ from urllib.parse import quote, unquote
 
 from starlette.responses import Response
 
-from gateway.engine import ObjectChanged, ObjectMeta, OriginResponse
+from gateway.engine import Forwarded, ObjectMeta, OpenObject
 from gateway.errors import S3Error
 from gateway.s3api import headers as hdrs
 from gateway.s3api import ranges, xml
@@ -63,10 +63,22 @@ class Context:
         """The request's query as the origin receives it: the one parsed query, less authentication."""
         return [(k, v) for k, v in self.req.query.items() if k not in _AUTH_QUERY and k not in drop]
 
-    async def relay(self, response: OriginResponse, *, headers: dict[str, str] | None = None) -> Response:
+    async def forward(self, method: str, *, headers: dict[str, str] | None = None, body: bytes | None = None,
+                      query: list[tuple[str, str]] | None = None) -> Forwarded:
+        """The request sent on to the origin: to its object, with its query by default."""
+        req = self.req
+        return await self.app.engine.forward(method, req.bucket, req.key,
+                                             query=self.origin_query() if query is None else query,
+                                             headers=headers, body=body, resource=req.resource)
+
+    async def forward_to_bucket(self, method: str, *, headers: dict[str, str] | None = None,
+                                body: bytes | None = None) -> Forwarded:
+        """A bucket operation sent on to the origin (no key, no query)."""
+        return await self.app.engine.forward(method, self.req.bucket, None, headers=headers, body=body,
+                                             resource=self.req.resource)
+
+    async def relay(self, response: Forwarded, *, headers: dict[str, str] | None = None) -> Response:
         """Send the origin's answer on: its status, object headers and (streamed) body."""
-        if response.status >= 300 and response.status != 304:
-            raise await self.app.engine.error_from(response, resource=self.req.resource)
         out = hdrs.from_origin(response.header_items)
         out.update(headers or {})
         if response.status == 206 and "content-range" in response.headers:
@@ -76,7 +88,7 @@ class Context:
         if self.req.method == "HEAD" or response.status in (204, 304):
             await response.aclose()
             return empty_response(self.req.request_id, status=response.status, headers=out)
-        return stream_response(response.iter_bytes(), self.req.request_id, status=response.status, headers=out)
+        return stream_response(response.chunks(), self.req.request_id, status=response.status, headers=out)
 
 
 Handler = Callable[[Context], Awaitable[Response]]
@@ -86,9 +98,7 @@ Handler = Callable[[Context], Awaitable[Response]]
 
 async def list_buckets(ctx: Context) -> Response:
     ctx.check()
-    response = await ctx.app.engine.forward("GET", None, None)
-    if response.status >= 300:
-        raise await ctx.app.engine.error_from(response, resource="/")
+    response = await ctx.app.engine.forward("GET", None, None, resource="/")
     result = xml.parse_list_buckets(await response.read())
     user = ctx.req.user
     result.buckets = [b for b in result.buckets if ctx.app.policy.may_see_bucket(user, b.name)]
@@ -97,7 +107,7 @@ async def list_buckets(ctx: Context) -> Response:
 
 async def head_bucket(ctx: Context) -> Response:
     ctx.check()
-    return await ctx.relay(await ctx.app.engine.forward("HEAD", ctx.req.bucket, None))
+    return await ctx.relay(await ctx.forward_to_bucket("HEAD"))
 
 
 async def create_bucket(ctx: Context) -> Response:
@@ -108,12 +118,12 @@ async def create_bucket(ctx: Context) -> Response:
     _, data = await ctx.app.small_body(ctx.req)
     xml.parse_create_bucket_configuration(data, limit=ctx.app.settings.server.max_xml_size)
     headers = hdrs.for_origin_write(ctx.req.headers)
-    return await ctx.relay(await ctx.app.engine.forward("PUT", bucket, None, headers=headers, body=data))
+    return await ctx.relay(await ctx.forward_to_bucket("PUT", headers=headers, body=data))
 
 
 async def delete_bucket(ctx: Context) -> Response:
     ctx.check()
-    return await ctx.relay(await ctx.app.engine.forward("DELETE", ctx.req.bucket, None))
+    return await ctx.relay(await ctx.forward_to_bucket("DELETE"))
 
 
 async def list_objects(ctx: Context) -> Response:
@@ -218,8 +228,7 @@ async def passthrough(ctx: Context) -> Response:
             headers["content-md5"] = base64.b64encode(bytes.fromhex(verified.md5_hex)).decode()
     else:
         headers = hdrs.for_origin_subresource_read(req.headers) if req.method in ("GET", "HEAD") else hdrs.for_origin_write(req.headers)
-    response = await ctx.app.engine.forward(req.method, req.bucket, req.key, query=ctx.origin_query(), headers=headers, body=body)
-    return await ctx.relay(response)
+    return await ctx.relay(await ctx.forward(req.method, headers=headers, body=body))
 
 
 # --- objects ---------------------------------------------------------------------------
@@ -227,32 +236,26 @@ async def passthrough(ctx: Context) -> Response:
 async def get_object(ctx: Context) -> Response:
     """GetObject and HeadObject: metadata first, conditionals and range decided here."""
     ctx.check()
-    try:
-        return await _get_object(ctx)
-    except ObjectChanged:
-        # Our metadata described an older version (changed behind the gateway): the
-        # engine dropped it, so one more pass describes and serves the current one.
-        return await _get_object(ctx)
-
-
-async def _get_object(ctx: Context) -> Response:
     req = ctx.req
-    bucket, key = req.bucket or "", req.key or ""
     overrides = {name: _checked_override(name, value) for name, value in req.query.items() if name in _RESPONSE_OVERRIDES}
     if overrides and req.user is None:
         raise S3Error("InvalidRequest", "Request specific response headers cannot be used for anonymous GET requests.")
     if "partNumber" in req.query:
         # A part is its own byte range with its own answer headers; the origin knows them.
-        headers = hdrs.for_origin_read(req.headers, conditionals=True)
-        response = await ctx.app.engine.forward(req.method, bucket, key, query=ctx.origin_query(), headers=headers)
+        response = await ctx.forward(req.method, headers=hdrs.for_origin_read(req.headers, conditionals=True))
         return await ctx.relay(response, headers=_override_headers(overrides))
-    read_headers = hdrs.personal_read_headers(req.headers)
     # Checksums describe the whole object, so only a read of all of it shows them.
     checksums = hdrs.wants_checksums(req.headers) and ("range" not in req.headers or "if-range" in req.headers)
-    head = await ctx.app.engine.head_object(
-        bucket, key, version_id=req.query.get("versionId"), headers=read_headers, checksums=checksums,
+    return await ctx.app.engine.get_object(
+        req.bucket or "", req.key or "", lambda opened: _answer_get(ctx, opened, overrides),
+        version_id=req.query.get("versionId"), headers=hdrs.personal_read_headers(req.headers), checksums=checksums,
         read_from=ranges.first_byte(req.headers.get("range")) if req.method == "GET" else None)
-    meta = head.meta
+
+
+async def _answer_get(ctx: Context, opened: OpenObject, overrides: dict[str, str]) -> Response:
+    """The answer to a GET or HEAD of the object `opened` describes."""
+    req = ctx.req
+    meta = opened.meta
     try:
         ranges.evaluate_preconditions(req.headers, etag=meta.etag, last_modified=meta.last_modified)
     except S3Error as err:
@@ -277,13 +280,12 @@ async def _get_object(ctx: Context) -> Response:
     else:
         out["content-length"] = str(meta.size)
     if req.method == "HEAD":
-        out[X_CACHE] = "hit-mem" if head.from_memory else "miss"
+        out[X_CACHE] = "hit-mem" if opened.from_memory else "miss"
         return empty_response(req.request_id, status=status, headers=out)
     if byte_range is not None:
-        read = await ctx.app.engine.read_object(bucket, key, meta, start=byte_range.start, end=byte_range.end,
-                                                headers=read_headers, first=head.first)
+        read = await opened.read(byte_range.start, byte_range.end)
     else:
-        read = await ctx.app.engine.read_object(bucket, key, meta, headers=read_headers, first=head.first)
+        read = await opened.read()
     await req.held.enter_async_context(read)
     out[X_CACHE] = read.source
     if read.body is not None:
@@ -301,16 +303,9 @@ async def put_object(ctx: Context) -> Response:
     headers = hdrs.for_origin_write(req.headers)
     headers.update(body.checksums)
     headers["content-md5"] = base64.b64encode(bytes.fromhex(body.md5_hex)).decode()
-    response = await ctx.app.engine.forward(
-        "PUT", req.bucket, req.key, query=ctx.origin_query(), headers=headers,
-        body=body.chunks, body_length=body.length,
-    )
-    if response.status == 200 and "uploadId" not in req.query and not hdrs.personal_read_headers(req.headers):
-        # Acknowledged by the origin: with cache_through the same bytes fill the cache.
-        await ctx.app.engine.cache_written(
-            req.bucket or "", req.key or "", etag=response.headers.get("etag", ""),
-            version_id=response.headers.get("x-amz-version-id"), chunks=body.chunks(), size=body.length,
-        )
+    response = await ctx.app.engine.put_object(
+        req.bucket or "", req.key or "", query=ctx.origin_query(), headers=headers, body=body.chunks,
+        body_length=body.length, resource=req.resource, personal=bool(hdrs.personal_read_headers(req.headers)))
     return await ctx.relay(response)
 
 
@@ -321,17 +316,13 @@ async def copy_object(ctx: Context) -> Response:
     source_bucket, source_key = parse_copy_source(req.headers["x-amz-copy-source"])
     ctx.check("read", source_bucket, source_key)
     hdrs.check_user_metadata(req.headers)
-    headers = hdrs.for_origin_write(req.headers)
-    response = await ctx.app.engine.forward("PUT", req.bucket, req.key, query=ctx.origin_query(), headers=headers)
-    return await ctx.relay(response)
+    return await ctx.relay(await ctx.forward("PUT", headers=hdrs.for_origin_write(req.headers)))
 
 
 async def delete_object(ctx: Context) -> Response:
     ctx.check()
     req = ctx.req
-    headers = hdrs.for_origin_write(req.headers)
-    response = await ctx.app.engine.forward("DELETE", req.bucket, req.key, query=ctx.origin_query(), headers=headers)
-    return await ctx.relay(response)
+    return await ctx.relay(await ctx.forward("DELETE", headers=hdrs.for_origin_write(req.headers)))
 
 
 async def delete_objects(ctx: Context) -> Response:
@@ -351,9 +342,8 @@ async def delete_objects(ctx: Context) -> Response:
     if allowed:
         payload = xml.render_delete_request(xml.DeleteRequest(quiet=request.quiet, objects=allowed, conditions=request.conditions))
         response = await ctx.app.engine.forward("POST", req.bucket, None, query=[("delete", "")],
-                                                headers=_rewritten_xml_headers(req.headers, payload), body=payload)
-        if response.status >= 300:
-            raise await ctx.app.engine.error_from(response, resource=req.resource)
+                                                headers=_rewritten_xml_headers(req.headers, payload), body=payload,
+                                                resource=req.resource)
         result = xml.parse_delete_result(await response.read())
     result.errors.extend(denied)
     return xml_response(xml.render_delete_result(result.deleted, result.errors, request.quiet), req.request_id)
@@ -365,9 +355,7 @@ async def create_multipart_upload(ctx: Context) -> Response:
     ctx.check()
     req = ctx.req
     hdrs.check_user_metadata(req.headers)
-    headers = hdrs.for_origin_write(req.headers)
-    response = await ctx.app.engine.forward("POST", req.bucket, req.key, query=ctx.origin_query(), headers=headers, body=b"")
-    return await ctx.relay(response)
+    return await ctx.relay(await ctx.forward("POST", headers=hdrs.for_origin_write(req.headers), body=b""))
 
 
 async def complete_multipart_upload(ctx: Context) -> Response:
@@ -384,18 +372,8 @@ async def complete_multipart_upload(ctx: Context) -> Response:
     payload = xml.render_complete_multipart_request(parts)
     headers = _rewritten_xml_headers(req.headers, payload)
     headers.update(hdrs.object_checksums(req.headers))
-    response = await ctx.app.engine.forward("POST", req.bucket, req.key, query=ctx.origin_query(), headers=headers, body=payload)
-    if response.status >= 500:
-        # Some origins (moto) answer an upload they do not know with a 500: a ListParts tells
-        # that apart from a real failure, which stays the answer.
-        error = await ctx.app.engine.error_from(response, resource=req.resource)
-        probe = await ctx.app.engine.forward("GET", req.bucket, req.key, query=[("uploadId", upload_id), ("max-parts", "1")])
-        if probe.status == 404:
-            raise await ctx.app.engine.error_from(probe, resource=req.resource)
-        await probe.aclose()
-        raise error
-    if response.status >= 300:
-        raise await ctx.app.engine.error_from(response, resource=req.resource)
+    response = await ctx.app.engine.complete_upload(req.bucket or "", req.key or "", upload_id, query=ctx.origin_query(),
+                                                    headers=headers, body=payload, resource=req.resource)
     out = hdrs.from_origin(response.header_items)
     data = await response.read()
     # The origin names itself in <Location>; the client must see the gateway's URL.
@@ -413,8 +391,7 @@ async def list_uploads(ctx: Context) -> Response:
     """ListParts and ListMultipartUploads: sent on, answered as the origin answered."""
     ctx.check()
     req = ctx.req
-    response = await ctx.app.engine.forward("GET", req.bucket, req.key, query=ctx.origin_query())
-    return await ctx.relay(response)
+    return await ctx.relay(await ctx.forward("GET"))
 
 
 # --- helpers -----------------------------------------------------------------------------

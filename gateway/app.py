@@ -22,6 +22,7 @@ from gateway.cluster.shared import Shared
 from gateway.config import CacheSettings, Settings
 from gateway.engine import Engine
 from gateway.events import SqsConsumer
+from gateway.heat import HeatCounter
 from gateway.origin import Origin
 from gateway.s3api.server import S3App
 from gateway.store.disk import DiskTier
@@ -56,8 +57,10 @@ class GatewayApp:
             membership = Membership(shared.redis, identity(self.settings), interval=cluster.heartbeat_interval,
                                     ttl=cluster.member_ttl)
             self.fleet = Fleet(cluster, membership, PeerClient(cluster))
+        # Access heat (GETs served per object): the hottest-objects view, and replication's input.
+        heat = HeatCounter(max(10_000, 4 * cluster.hot_objects), cluster.heat_half_life)
         engine = Engine(Origin(self.settings.origin), self.settings.metadata, self.settings.listing,
-                        store=store, cache=self.settings.cache, shared=shared, fleet=self.fleet)
+                        store=store, cache=self.settings.cache, shared=shared, fleet=self.fleet, heat=heat)
         if self.fleet is not None:
             self.peer = PeerApp(cluster.secret, engine.serve_block, engine.serve_open,
                                 engine.serve_hold)
@@ -81,7 +84,7 @@ class GatewayApp:
             self._tasks.append(asyncio.create_task(pins.run(), name="gateway-pins"))
         self.s3 = S3App(self.settings, engine)
         if shared is not None and self.fleet is not None and cluster.hot_replication:
-            self.replication = Replication(cluster, shared.redis, self.fleet, self.s3.stats.heat, engine.rebalance)
+            self.replication = Replication(cluster, shared.redis, self.fleet, engine.heat, engine.rebalance)
             self._tasks.append(asyncio.create_task(self.replication.run(), name="gateway-replication"))
         shadow = build_shadow(self.settings.cache) if store is not None else None
         if shadow is not None:

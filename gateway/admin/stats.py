@@ -31,7 +31,7 @@ def stats_document(node: Node) -> dict[str, Any]:
             for label, tier in node.tiers()
         ],
         "hot_objects": [{"bucket": bucket, "key": key, "hits": count}
-                        for bucket, key, count in node.requests.heat.top(HOT_OBJECTS)],
+                        for bucket, key, count in node.engine.heat.top(HOT_OBJECTS)],
         "members": node.members,
         "pinned": [{"bucket": bucket, "prefix": prefix} for bucket, prefix in node.pins.pins],
         "shadow": node.shadow.estimates() if node.shadow is not None else None,

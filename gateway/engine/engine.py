@@ -29,6 +29,7 @@ from gateway.engine.peers import Peers
 from gateway.engine.reads import ObjectRead, Reads
 from gateway.engine.replicas import Replicas
 from gateway.engine.writes import Writes
+from gateway.heat import HeatCounter
 from gateway.objects import ObjectChanged, ObjectMeta
 from gateway.origin import Origin
 from gateway.store.meta import MetadataCache
@@ -41,19 +42,24 @@ R = TypeVar("R")
 class OpenObject:
     """An object described and ready to be read: its metadata, whether that came from
     memory, and `read` of exactly the version the metadata describes (with the block a
-    cold open brought along in hand)."""
+    cold open brought along in hand). `heat`: set for an S3 GET (Engine.get_object), whose
+    read counts as a hit of the object; HEADs and loads do not count."""
 
-    __slots__ = ("meta", "from_memory", "_head", "_reads", "_bucket", "_key", "_headers")
+    __slots__ = ("meta", "from_memory", "heat", "_head", "_reads", "_bucket", "_key", "_headers")
 
     def __init__(self, head: ObjectHead, reads: Reads, bucket: str, key: str, headers: dict[str, str] | None) -> None:
         self.meta = head.meta
         self.from_memory = head.from_memory
+        self.heat: HeatCounter | None = None
         self._head, self._reads, self._bucket, self._key, self._headers = head, reads, bucket, key, headers
 
     async def read(self, start: int | None = None, end: int | None = None) -> ObjectRead:
         """The bytes [start, end] (inclusive; the whole object when None): see Reads.read_object."""
-        return await self._reads.read_object(self._bucket, self._key, self.meta, start=start, end=end,
+        read = await self._reads.read_object(self._bucket, self._key, self.meta, start=start, end=end,
                                              headers=self._headers, first=self._head.first)
+        if self.heat is not None:  # a GET served (its first block in hand): one more hit of the object
+            self.heat.hit(self._bucket, self._key)
+        return read
 
 
 class Engine:
@@ -73,12 +79,14 @@ class Engine:
         cache: CacheSettings | None = None,
         shared: Shared | None = None,
         fleet: Fleet | None = None,
+        heat: HeatCounter | None = None,
     ) -> None:
         cache = cache or CacheSettings()
         self.origin = origin
         self.store = store
         self.shared = shared
         self.fleet = fleet
+        self.heat = heat if heat is not None else HeatCounter()  # GETs served per object (OpenObject.read)
         self.budget = ByteBudget(cache.read_buffer)
         level2 = shared.level2 if shared is not None else None
         invalidation = shared.invalidation if shared is not None else None
@@ -172,6 +180,7 @@ class Engine:
         for attempt in (1, 2):
             opened = await self.open_object(bucket, key, version_id=version_id, headers=headers,
                                             checksums=checksums, read_from=read_from)
+            opened.heat = self.heat
             try:
                 return await answer(opened)
             except ObjectChanged:

@@ -74,9 +74,7 @@ class S3App:
         self.engine = engine
         self.policy = AccessPolicy(settings.auth)
         self._skew = timedelta(seconds=settings.auth.max_clock_skew)
-        cluster = settings.cluster
-        self.stats = RequestStats(heat_half_life=cluster.heat_half_life,
-                                  heat_capacity=max(10_000, 4 * cluster.hot_objects))
+        self.stats = RequestStats()
         # Called with every request's access-log entry (a dict), logged or not: the shadow estimate.
         self.observers: list[Callable[[dict[str, Any]], None]] = []
 
@@ -124,8 +122,7 @@ class S3App:
             seconds = time.perf_counter() - started
             self.stats.record(
                 req.operation.name if req is not None and req.operation is not None else "unknown",
-                outcome["status"], seconds, cache=outcome["cache"], sent=outcome["bytes"],
-                bucket=req.bucket if req is not None else None, key=req.key if req is not None else None)
+                outcome["status"], seconds, cache=outcome["cache"], sent=outcome["bytes"])
             _access_log(req, scope, request_id, outcome, seconds, self.observers)
 
     async def _handle(self, req: S3Request) -> Response:

@@ -6,8 +6,6 @@ from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
 
-from gateway.heat import HeatCounter
-
 # Upper bounds (seconds) of the latency histogram's buckets; +Inf is implied.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -33,18 +31,17 @@ class RequestStats:
     - `requests[(operation, status)]`: answers by operation name and HTTP status.
     - `latency[operation]`: time from the request's arrival to its last byte sent.
     - `served[source]`: body bytes of answers that carried x-cache, by source (SOURCES).
-    - `heat`: successful GetObjects per object, for the hottest-objects view and, in a
-      fleet, the replication controller.
+
+    (The access heat of objects is the engine's: Engine.heat.)
     """
 
-    def __init__(self, *, heat_half_life: float = 300.0, heat_capacity: int = 10_000) -> None:
+    def __init__(self) -> None:
         self.requests: Counter[tuple[str, int]] = Counter()
         self.latency: dict[str, Latency] = {}
         self.served: Counter[str] = Counter()
-        self.heat = HeatCounter(heat_capacity, heat_half_life)
 
     def record(self, operation: str, status: int, seconds: float, *, cache: str | None = None,
-               sent: int = 0, bucket: str | None = None, key: str | None = None) -> None:
+               sent: int = 0) -> None:
         self.requests[(operation, status)] += 1
         latency = self.latency.get(operation)
         if latency is None:
@@ -56,8 +53,6 @@ class RequestStats:
             source = SOURCES.get(cache)
             if source is not None:
                 self.served[source] += sent
-        if operation == "GetObject" and status < 300 and bucket and key:
-            self.heat.hit(bucket, key)
 
     @property
     def total(self) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
@@ -24,6 +25,7 @@ from gateway.engine import Engine
 from gateway.events import SqsConsumer
 from gateway.heat import HeatCounter
 from gateway.origin import Origin
+from gateway.s3api.hits import HitPath
 from gateway.s3api.server import S3App
 from gateway.store.disk import DiskTier
 from gateway.store.memory import MemoryTier
@@ -37,6 +39,7 @@ class GatewayApp:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.s3: S3App | None = None
+        self.hits: HitPath | None = None  # cache hits answered below ASGI (server.hit_path)
         self.admin: AdminApp | None = None
         self.peer: PeerApp | None = None  # the peer API, when the fleet is on
         self.fleet: Fleet | None = None
@@ -83,6 +86,8 @@ class GatewayApp:
             await pins.refresh()
             self._tasks.append(asyncio.create_task(pins.run(), name="gateway-pins"))
         self.s3 = S3App(self.settings, engine)
+        if self.settings.server.hit_path:
+            self.hits = HitPath(self.s3)
         if shared is not None and self.fleet is not None and cluster.hot_replication:
             self.replication = Replication(cluster, shared.redis, self.fleet, engine.heat, engine.rebalance)
             self._tasks.append(asyncio.create_task(self.replication.run(), name="gateway-replication"))
@@ -110,7 +115,7 @@ class GatewayApp:
             self._events = None
         if self.s3 is not None:
             await self.s3.engine.aclose()
-            self.s3 = None
+            self.s3, self.hits = None, None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -126,6 +131,15 @@ class GatewayApp:
             await self.admin(scope, receive, send)
         else:
             await self.s3(scope, receive, send)
+
+    def hit(self, scope: dict[str, Any], default_headers: list[tuple[bytes, bytes]],
+            keep_alive: bool) -> list[bytes] | None:
+        """A cache hit answered below ASGI (gateway.httpserver.Hits), or None: __call__ answers."""
+        hits, path = self.hits, scope["path"]
+        if hits is None or (self.peer is not None and self.peer.handles(path)) or \
+                (self.admin is not None and self.admin.handles(path)):
+            return None
+        return hits.answer(scope, default_headers, keep_alive)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

@@ -19,8 +19,8 @@ from gateway import config
 _HEADER = """\
 # Configuration reference
 
-<!-- Generated from gateway/config.py by `python -m gateway.configdoc > docs/configuration.md`.
-     Do not edit by hand: change the help texts in gateway/config.py and regenerate. -->
+<!-- Generated from gateway/config/settings.py by `python -m gateway.configdoc > docs/configuration.md`.
+     Do not edit by hand: change the help texts in gateway/config/settings.py and regenerate. -->
 
 The gateway reads one TOML file (`gateway serve --config FILE`; `gateway config check --config FILE`
 validates it and prints the effective settings with secrets hidden) and environment variables.

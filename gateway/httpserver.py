@@ -23,6 +23,10 @@ counts requests in flight, not connections.
   connection. The request's task then sees the disconnect: a streamed answer is cancelled
   and the budget its blocks held is given back.
 
+It can also be given `Hits`: a function that answers a request whose head just arrived in
+full, or declines (None). A request it answers (a cache hit, gateway.s3api.hits) runs no
+ASGI cycle and no task; any other request goes to the app as before.
+
 Idle keep-alive connections are uvicorn's `timeout_keep_alive` (`server.keepalive_timeout`),
 and SIGTERM's drain is bounded by its `timeout_graceful_shutdown` (`server.shutdown_timeout`).
 """
@@ -57,6 +61,11 @@ errors itself (too many connections, a head too large or too slow) and renders t
 the function it is given (gateway.s3api.responses.error_page), knowing nothing of S3's XML."""
 
 
+Hits = Callable[[dict[str, Any], list[tuple[bytes, bytes]], bool], "list[bytes] | None"]
+"""(ASGI HTTP scope of a request without a body, the server's default headers, keep-alive)
+-> the whole HTTP answer as pieces to write, or None: the app answers the request."""
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """The per-connection limits, from `server.*`."""
@@ -71,18 +80,18 @@ class Limits:
         return cls(server.max_connections, server.head_timeout, server.max_head_size, server.stall_timeout)
 
 
-def uvicorn_options(server: ServerSettings, error_page: ErrorPage) -> dict[str, Any]:
+def uvicorn_options(server: ServerSettings, error_page: ErrorPage, hits: Hits | None = None) -> dict[str, Any]:
     """The uvicorn.Config arguments that carry `server.*` limits (with `protocol_factory`)."""
     return {
-        "http": protocol_factory(Limits.of(server), error_page),
+        "http": protocol_factory(Limits.of(server), error_page, hits),
         "timeout_keep_alive": server.keepalive_timeout,
         "timeout_graceful_shutdown": server.shutdown_timeout,
     }
 
 
-def protocol_factory(limits: Limits, error_page: ErrorPage) -> Any:
+def protocol_factory(limits: Limits, error_page: ErrorPage, hits: Hits | None = None) -> Any:
     """What uvicorn.Config takes as `http`: builds a GuardedProtocol with `limits`."""
-    return functools.partial(GuardedProtocol, limits=limits, errors=_Errors(error_page))
+    return functools.partial(GuardedProtocol, limits=limits, errors=_Errors(error_page), hits=hits)
 
 
 def raise_open_files_limit(max_connections: int) -> None:
@@ -148,10 +157,12 @@ class GuardedProtocol(HttpToolsProtocol):
     heads_too_large = 0
     stalls = 0
 
-    def __init__(self, *args: Any, limits: Limits, errors: _Errors, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, limits: Limits, errors: _Errors, hits: Hits | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.limits = limits
         self._errors = errors
+        self._hits = hits
+        self._app = self.app  # the app proper (self.app is swapped for a refusal while one is made)
         self._over_cap = False
         self._in_head = True  # between the end of a request (or connecting) and the end of the next head
         self._head_started = False  # a byte of that head arrived
@@ -217,9 +228,28 @@ class GuardedProtocol(HttpToolsProtocol):
                 super().on_headers_complete()
             finally:
                 self.app = app
-        if not self.transport.is_closing() and self.cycle is not None and self.cycle.more_body:
+        if not self.transport.is_closing() and self.cycle is not None and self.cycle.more_body \
+                and not self.cycle.response_complete:
             self._last_data = self.loop.time()
             self._body_timer = self.loop.call_later(self.limits.stall_timeout, self._body_check)
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        """uvicorn starts each request here, once the one before it was answered: a hit is
+        answered at once (`Hits`), as uvicorn would have sent the app's answer."""
+        answer = None
+        if self._hits is not None and app is self._app:
+            try:
+                answer = self._hits(cycle.scope, cycle.default_headers, cycle.keep_alive)
+            except Exception:  # the app then answers, and reports what it finds
+                logger.exception("the hit path failed; the app answers the request")
+        if answer is None:
+            super()._start_asgi_task(cycle, app)
+            return
+        cycle.response_started = cycle.response_complete = True
+        self.transport.writelines(answer)
+        if not cycle.keep_alive:
+            self.transport.close()
+        cycle.on_response()
 
     def on_message_complete(self) -> None:
         super().on_message_complete()

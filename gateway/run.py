@@ -19,10 +19,11 @@ def run_server(settings: Settings) -> None:
     server = settings.server
     tls = {"ssl_certfile": server.tls_cert_file, "ssl_keyfile": server.tls_key_file} if server.tls_cert_file else {}
     raise_open_files_limit(server.max_connections)
+    app = create_app(settings)
     config = uvicorn.Config(
-        create_app(settings), host=server.host, port=server.port,
+        app, host=server.host, port=server.port,
         loop="uvloop", lifespan="on", access_log=False, log_level="warning",
-        server_header=False, date_header=True, **uvicorn_options(server, error_page), **tls,  # type: ignore[arg-type]
+        server_header=False, date_header=True, **uvicorn_options(server, error_page, app.hit), **tls,  # type: ignore[arg-type]
     )
     if tls:
         try:

@@ -24,7 +24,7 @@ from botocore.config import Config
 
 from gateway.app import create_app
 from gateway.config import AuthSettings, Grant, OriginSettings, ServerSettings, Settings, User
-from gateway.httpserver import uvicorn_options
+from gateway.httpserver import Limits, protocol_factory, uvicorn_options
 from gateway.s3api.responses import error_page
 from tests.servers import free_port, wait_serving
 
@@ -51,6 +51,10 @@ def base_settings(origin_endpoint: str) -> Settings:
     )
 
 
+# Limits no test meets unless it asks for `guarded` ones.
+UNGUARDED = Limits(max_connections=100_000, head_timeout=3600.0, max_head_size=1 << 30, stall_timeout=3600.0)
+
+
 class RunningGateway:
     """A gateway served by uvicorn in a thread of this process; `guarded`: with the limits of
     `gateway serve` (gateway.httpserver: server.max_connections, head and stall timeouts)."""
@@ -59,9 +63,11 @@ class RunningGateway:
         port = free_port()
         self.settings = dataclasses.replace(settings, server=dataclasses.replace(settings.server, port=port))
         self.endpoint = f"http://127.0.0.1:{port}"
-        options = (uvicorn_options(self.settings.server, error_page) if guarded
-                   else {"http": "httptools", "timeout_graceful_shutdown": 5})
-        config = uvicorn.Config(create_app(self.settings), host="127.0.0.1", port=port, loop="asyncio",
+        app = create_app(self.settings)
+        # The hit path (server.hit_path) runs on every test gateway, as under `gateway serve`.
+        options = (uvicorn_options(self.settings.server, error_page, app.hit) if guarded
+                   else {"http": protocol_factory(UNGUARDED, error_page, app.hit), "timeout_graceful_shutdown": 5})
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, loop="asyncio",
                                 lifespan="on", access_log=False, log_level="warning", **options)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

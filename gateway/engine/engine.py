@@ -188,6 +188,29 @@ class Engine:
                     raise
         raise AssertionError("unreachable")
 
+    # --- hits answered without an await (the hit path below ASGI) -----------------------
+
+    def fresh_now(self, bucket: str, key: str, *, version_id: str | None = None,
+                  checksums: bool = False) -> ObjectMeta | None:
+        """The metadata open_object would find in memory, fresh and trusted, or None.
+        Counts nothing: the answer counts itself (read_now, head_answered_now)."""
+        return self.metadata.fresh_now(bucket, key, version_id, checksums=checksums)
+
+    def read_now(self, bucket: str, key: str, meta: ObjectMeta, start: int | None = None,
+                 end: int | None = None) -> bytes | None:
+        """A GET's bytes when one block in the memory tier holds them, counted as get_object
+        counts that hit (the metadata hit, the block hit, the object's heat); None, counting
+        nothing, otherwise."""
+        data = self.reads.from_memory_now(bucket, key, meta, start, end)
+        if data is not None:
+            self.metadata.stats["meta_hit"] += 1
+            self.heat.hit(bucket, key)
+        return data
+
+    def head_answered_now(self) -> None:
+        """A HEAD answered from fresh_now's metadata: counted as open_object counts that hit."""
+        self.metadata.stats["meta_hit"] += 1
+
     # --- the fleet ---------------------------------------------------------------------
 
     async def rebalance(self, changes: Iterable[Change]) -> None:

@@ -162,6 +162,16 @@ class Metadata:
         await self._remember(cache_key, meta, epoch)
         return ObjectHead(meta, first=first)
 
+    def fresh_now(self, bucket: str, key: str, version_id: str | None = None, *,
+                  checksums: bool = False) -> ObjectMeta | None:
+        """The metadata head_object would answer from L1 now, without an await (the hit path
+        below ASGI asks this way), or None. Counts nothing: the caller counts the hit it
+        serves (`stats["meta_hit"]`)."""
+        found = self._from_l1((bucket, key, version_id or ""))
+        if found is None or found[0].missing or not self._usable(found, checksums):
+            return None
+        return found[0].value  # type: ignore[return-value]
+
     def _from_l1(self, cache_key: MetaKey) -> tuple[_Known, float] | None:
         found = self.cache.get(cache_key)
         if found is None:

@@ -1,97 +1,23 @@
-"""One async function per S3 operation. Each authorises, validates, then calls the engine."""
+"""One async function per S3 operation. Each authorises, validates, then calls the engine.
+Object reads are s3api.reads; what handlers share is s3api.context."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import re
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
 from starlette.responses import Response
 
-from gateway.engine import Forwarded, ObjectMeta, OpenObject
 from gateway.errors import S3Error
 from gateway.s3api import headers as hdrs
-from gateway.s3api import ranges, xml
-from gateway.s3api.responses import body_response, empty_response, stream_response, xml_response
-from gateway.s3api.routes import Action
+from gateway.s3api import xml
+from gateway.s3api.context import Context, Handler
+from gateway.s3api.reads import get_object
+from gateway.s3api.responses import xml_response
 
-if TYPE_CHECKING:
-    from gateway.s3api.server import S3App, S3Request
-
-# Query parameters that authenticate the client's own request; never sent on.
-_AUTH_QUERY = frozenset({
-    "X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires", "X-Amz-SignedHeaders",
-    "X-Amz-Signature", "X-Amz-Security-Token", "AWSAccessKeyId", "Signature", "Expires", "x-id",
-})
-_RESPONSE_OVERRIDES = {
-    "response-content-type": "content-type",
-    "response-content-language": "content-language",
-    "response-expires": "expires",
-    "response-cache-control": "cache-control",
-    "response-content-disposition": "content-disposition",
-    "response-content-encoding": "content-encoding",
-}
-# How a read was served (hit-mem | hit-disk | partial | miss): the one non-S3 header.
-X_CACHE = "x-cache"
-# Reads of the bucket itself, allowed to anyone holding some grant on it.
-_BUCKET_LEVEL_READS = frozenset({"HeadBucket", "GetBucketLocation"})
 _STRICT_BUCKET_NAME = re.compile(r"^(?!xn--)(?!sthree-)(?!.*-s3alias$)(?!.*--ol-s3$)[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-
-
-@dataclass(slots=True)
-class Context:
-    req: S3Request
-    app: S3App
-
-    def check(self, action: Action | None = None, bucket: str | None = None, key: str | None = None) -> None:
-        """Authorise the request (or a second resource it touches, such as a copy source)."""
-        req = self.req
-        assert req.operation is not None
-        action = action or req.operation.action
-        bucket = bucket if bucket is not None else req.bucket
-        if key is None and action == "list" and req.operation.name not in _BUCKET_LEVEL_READS:
-            key = req.query.get("prefix", "")  # a listing is authorised by its prefix
-        elif key is None and action in ("read", "write"):
-            key = req.key or ""
-        self.app.policy.check(req.user, action, bucket, key)
-
-    def origin_query(self, drop: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
-        """The request's query as the origin receives it: the one parsed query, less authentication."""
-        return [(k, v) for k, v in self.req.query.items() if k not in _AUTH_QUERY and k not in drop]
-
-    async def forward(self, method: str, *, headers: dict[str, str] | None = None, body: bytes | None = None,
-                      query: list[tuple[str, str]] | None = None) -> Forwarded:
-        """The request sent on to the origin: to its object, with its query by default."""
-        req = self.req
-        return await self.app.engine.forward(method, req.bucket, req.key,
-                                             query=self.origin_query() if query is None else query,
-                                             headers=headers, body=body, resource=req.resource)
-
-    async def forward_to_bucket(self, method: str, *, headers: dict[str, str] | None = None,
-                                body: bytes | None = None) -> Forwarded:
-        """A bucket operation sent on to the origin (no key, no query)."""
-        return await self.app.engine.forward(method, self.req.bucket, None, headers=headers, body=body,
-                                             resource=self.req.resource)
-
-    async def relay(self, response: Forwarded, *, headers: dict[str, str] | None = None) -> Response:
-        """Send the origin's answer on: its status, object headers and (streamed) body."""
-        out = hdrs.from_origin(response.header_items)
-        out.update(headers or {})
-        if response.status == 206 and "content-range" in response.headers:
-            out["content-range"] = response.headers["content-range"]
-        if "content-length" in response.headers and response.status not in (204, 304):
-            out["content-length"] = response.headers["content-length"]
-        if self.req.method == "HEAD" or response.status in (204, 304):
-            await response.aclose()
-            return empty_response(self.req.request_id, status=response.status, headers=out)
-        return stream_response(response.chunks(), self.req.request_id, status=response.status, headers=out)
-
-
-Handler = Callable[[Context], Awaitable[Response]]
 
 
 # --- service and buckets -------------------------------------------------------------
@@ -233,66 +159,6 @@ async def passthrough(ctx: Context) -> Response:
 
 # --- objects ---------------------------------------------------------------------------
 
-async def get_object(ctx: Context) -> Response:
-    """GetObject and HeadObject: metadata first, conditionals and range decided here."""
-    ctx.check()
-    req = ctx.req
-    overrides = {name: _checked_override(name, value) for name, value in req.query.items() if name in _RESPONSE_OVERRIDES}
-    if overrides and req.user is None:
-        raise S3Error("InvalidRequest", "Request specific response headers cannot be used for anonymous GET requests.")
-    if "partNumber" in req.query:
-        # A part is its own byte range with its own answer headers; the origin knows them.
-        response = await ctx.forward(req.method, headers=hdrs.for_origin_read(req.headers, conditionals=True))
-        return await ctx.relay(response, headers=_override_headers(overrides))
-    # Checksums describe the whole object, so only a read of all of it shows them.
-    checksums = hdrs.wants_checksums(req.headers) and ("range" not in req.headers or "if-range" in req.headers)
-    return await ctx.app.engine.get_object(
-        req.bucket or "", req.key or "", lambda opened: _answer_get(ctx, opened, overrides),
-        version_id=req.query.get("versionId"), headers=hdrs.personal_read_headers(req.headers), checksums=checksums,
-        read_from=ranges.first_byte(req.headers.get("range")) if req.method == "GET" else None)
-
-
-async def _answer_get(ctx: Context, opened: OpenObject, overrides: dict[str, str]) -> Response:
-    """The answer to a GET or HEAD of the object `opened` describes."""
-    req = ctx.req
-    meta = opened.meta
-    try:
-        ranges.evaluate_preconditions(req.headers, etag=meta.etag, last_modified=meta.last_modified)
-    except S3Error as err:
-        if err.status == 304:
-            err.headers.update(_validators(meta))
-        raise
-    byte_range = None
-    if "range" in req.headers and ranges.if_range_allows(req.headers.get("if-range"), etag=meta.etag, last_modified=meta.last_modified):
-        byte_range = ranges.parse_range(req.headers["range"], meta.size)
-    out = _object_headers(meta)
-    out.update(_override_headers(overrides))
-    status = 200
-    if byte_range is not None or not hdrs.wants_checksums(req.headers):
-        # Checksums are shown only on request, and describe the whole object: S3 sends
-        # none with a part of it.
-        for name in [n for n in out if n.startswith("x-amz-checksum-")]:
-            del out[name]
-    if byte_range is not None:
-        status = 206
-        out["content-range"] = byte_range.content_range(meta.size)
-        out["content-length"] = str(byte_range.length)
-    else:
-        out["content-length"] = str(meta.size)
-    if req.method == "HEAD":
-        out[X_CACHE] = "hit-mem" if opened.from_memory else "miss"
-        return empty_response(req.request_id, status=status, headers=out)
-    if byte_range is not None:
-        read = await opened.read(byte_range.start, byte_range.end)
-    else:
-        read = await opened.read()
-    await req.held.enter_async_context(read)
-    out[X_CACHE] = read.source
-    if read.body is not None:
-        return body_response(read.body, req.request_id, status=status, headers=out)
-    assert read.chunks is not None
-    return stream_response(read.chunks, req.request_id, status=status, headers=out)
-
 
 async def put_object(ctx: Context) -> Response:
     """PutObject and UploadPart: the verified body is written through to the origin."""
@@ -390,7 +256,6 @@ async def abort_multipart_upload(ctx: Context) -> Response:
 async def list_uploads(ctx: Context) -> Response:
     """ListParts and ListMultipartUploads: sent on, answered as the origin answered."""
     ctx.check()
-    req = ctx.req
     return await ctx.relay(await ctx.forward("GET"))
 
 
@@ -405,40 +270,6 @@ def parse_copy_source(value: str) -> tuple[str, str]:
         raise S3Error("InvalidArgument", "Copy Source must mention the source bucket and key: sourcebucket/sourcekey",
                       extra={"ArgumentName": "x-amz-copy-source", "ArgumentValue": value})
     return bucket, key
-
-
-def _object_headers(meta: ObjectMeta) -> dict[str, str]:
-    out = {k: v for k, v in meta.headers.items() if k != "content-length"}
-    out["accept-ranges"] = "bytes"
-    return out
-
-
-def _validators(meta: ObjectMeta) -> dict[str, str]:
-    out = {"ETag": meta.etag}
-    if "last-modified" in meta.headers:
-        out["Last-Modified"] = meta.headers["last-modified"]
-    return out
-
-
-def _checked_override(name: str, value: str) -> str:
-    """A response-* value as a header can carry it: ISO-8859-1 (S3's rule) without control
-    characters (CR or LF would end the header; S3 never sends them)."""
-    if any(c in _CONTROL for c in value):
-        raise S3Error("InvalidArgument", "Header value cannot contain control characters.",
-                      extra={"ArgumentName": name, "ArgumentValue": value.encode("unicode_escape").decode()[:256]})
-    try:
-        value.encode("latin-1")
-    except UnicodeEncodeError:
-        raise S3Error("InvalidArgument", "Header value cannot be represented using ISO-8859-1.",
-                      extra={"ArgumentName": name, "ArgumentValue": value[:256]}) from None
-    return value
-
-
-_CONTROL = frozenset(chr(c) for c in (*range(0x20), 0x7F)) - {"\t"}
-
-
-def _override_headers(overrides: dict[str, str]) -> dict[str, str]:
-    return {_RESPONSE_OVERRIDES[name]: value for name, value in overrides.items()}
 
 
 def _rewritten_xml_headers(client_headers: dict[str, str], payload: bytes) -> dict[str, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import time
 from contextlib import AsyncExitStack
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -86,14 +86,7 @@ class S3App:
 
         async def counting_send(message: Message) -> None:
             if message["type"] == "http.response.start":
-                outcome["status"] = message["status"]
-                for name, value in message.get("headers", ()):
-                    if name == b"x-cache":
-                        outcome["cache"] = value.decode("latin-1")
-                    elif name == b"content-range":  # bytes a-b/SIZE: the object's size
-                        outcome["size"] = value.rpartition(b"/")[2].decode("latin-1")
-                    elif name == b"content-length" and message["status"] == 200:
-                        outcome.setdefault("size", value.decode("latin-1"))
+                note_answer(outcome, message["status"], message.get("headers", ()))
             elif message["type"] == "http.response.body":
                 outcome["bytes"] += len(message.get("body", b""))
             await send(message)
@@ -119,22 +112,29 @@ class S3App:
                 await req.held.aclose()
                 if req._body is not None:
                     await req._body.aclose()
-            seconds = time.perf_counter() - started
-            self.stats.record(
-                req.operation.name if req is not None and req.operation is not None else "unknown",
-                outcome["status"], seconds, cache=outcome["cache"], sent=outcome["bytes"])
-            _access_log(req, scope, request_id, outcome, seconds, self.observers)
+            self.finished(req, scope, request_id, outcome, time.perf_counter() - started)
 
-    async def _handle(self, req: S3Request) -> Response:
+    def finished(self, req: S3Request | None, scope: Scope, request_id: str, outcome: dict[str, Any],
+                 seconds: float) -> None:
+        """A request answered (`outcome`: see note_answer): counted, and its access-log entry."""
+        self.stats.record(
+            req.operation.name if req is not None and req.operation is not None else "unknown",
+            outcome["status"], seconds, cache=outcome["cache"], sent=outcome["bytes"])
+        _access_log(req, scope, request_id, outcome, seconds, self.observers)
+
+    def identify(self, req: S3Request) -> None:
+        """Authenticate the request (raising S3Error) and name its operation (None: none fits)."""
         req.identity = authenticate(
             req.view, self.policy.secret_for, now=datetime.now(timezone.utc), max_skew=self._skew,
             bucket_from_host=req.host_bucket,
         )
         if req.identity.access_key is not None:
             req.user = self.policy.user(req.identity.access_key)
-        if req.method not in _METHODS:
-            raise S3Error("MethodNotAllowed", resource=req.resource)
-        req.operation = resolve(req.method, req.bucket, req.key, req.query, req.headers)
+        if req.method in _METHODS:
+            req.operation = resolve(req.method, req.bucket, req.key, req.query, req.headers)
+
+    async def _handle(self, req: S3Request) -> Response:
+        self.identify(req)
         if req.operation is None:
             raise S3Error("MethodNotAllowed", resource=req.resource)
         if "partNumber" in req.query:
@@ -212,6 +212,19 @@ def parse_request(scope: Scope, receive: Receive, request_id: str, domain: str) 
         method=scope["method"], bucket=bucket, key=key, query=query,
         headers=headers, view=view, host_bucket=bucket_from_host, request_id=request_id, receive=receive,
     )
+
+
+def note_answer(outcome: dict[str, Any], status: int, headers: Iterable[tuple[bytes, bytes]]) -> None:
+    """What the access log and stats keep of an answer's status line and headers: the status,
+    the x-cache value, and the object's size when the answer shows it."""
+    outcome["status"] = status
+    for name, value in headers:
+        if name == b"x-cache":
+            outcome["cache"] = value.decode("latin-1")
+        elif name == b"content-range":  # bytes a-b/SIZE: the object's size
+            outcome["size"] = value.rpartition(b"/")[2].decode("latin-1")
+        elif name == b"content-length" and status == 200:
+            outcome.setdefault("size", value.decode("latin-1"))
 
 
 def _check_part_number(value: str) -> None:

@@ -63,6 +63,10 @@ class MemoryTier:
         pass
 
     async def get(self, block_id: BlockId) -> bytes | None:
+        return self.get_now(block_id)
+
+    def get_now(self, block_id: BlockId) -> bytes | None:
+        """`get` without an await (the hit path below ASGI asks this way)."""
         held = self._blocks.get(block_id.name)
         if held is None:
             self.stats.misses += 1

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from gateway.store.blocks import BlockId
+from gateway.store.memory import MemoryTier
 from gateway.store.tier import Tier
 
 
@@ -34,7 +35,7 @@ class TieredStore:
 
     def __init__(
         self,
-        memory: Tier | None,
+        memory: MemoryTier | None,
         disks: Iterable[Tier],
         *,
         promote: bool = True,
@@ -132,6 +133,14 @@ class TieredStore:
             return data, tier.name
         self.misses += 1
         return None
+
+    def from_memory_now(self, block_id: BlockId) -> bytes | None:
+        """The block when the memory tier holds it unexpired, counted as `get` counts that hit;
+        None, counting nothing, otherwise. No await: the hit path below ASGI asks this way."""
+        memory = self.memory
+        if memory is None or block_id not in memory or self._is_expired(block_id):
+            return None
+        return memory.get_now(block_id)
 
     async def put(self, block_id: BlockId, data: bytes) -> None:
         """Cache a block in the highest level that takes it; victims cascade down."""

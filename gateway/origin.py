@@ -206,6 +206,13 @@ class Origin:
             )
         return URL(url, encoded=True)
 
+    async def probe(self) -> int:
+        """The status of a ListBuckets with the gateway's credentials (readiness: any answer
+        below 500 means the origin is there); raises S3Error when it does not answer."""
+        response = await self.send("GET")
+        await response.aclose()
+        return response.status
+
     async def error_from(self, response: OriginResponse, resource: str | None = None) -> S3Error:
         """Turn an origin error response into an S3Error with the origin's code and status."""
         code, message = _code_for(response.status), None

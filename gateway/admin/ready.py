@@ -28,14 +28,13 @@ async def _origin(engine: Engine) -> str:
     the origin is there."""
     try:
         async with asyncio.timeout(ORIGIN_TIMEOUT):
-            response = await engine.origin.send("GET")
-            await response.aclose()
+            status = await engine.origin.probe()
     except TimeoutError:
         return f"no answer within {ORIGIN_TIMEOUT:g} s"
     except S3Error as error:
         return error.message
-    if response.status >= 500:
-        return f"answered HTTP {response.status}"
+    if status >= 500:
+        return f"answered HTTP {status}"
     return "ok"
 
 
@@ -51,10 +50,9 @@ async def startup_problems(settings: Settings) -> list[str]:
     origin = Origin(settings.origin)
     try:
         async with asyncio.timeout(settings.origin.connect_timeout + ORIGIN_TIMEOUT):
-            response = await origin.send("GET")
-            await response.aclose()
-        if response.status >= 500:
-            problems.append(f"the origin {settings.origin.endpoint} answered HTTP {response.status}")
+            status = await origin.probe()
+        if status >= 500:
+            problems.append(f"the origin {settings.origin.endpoint} answered HTTP {status}")
     except TimeoutError:
         problems.append(f"the origin {settings.origin.endpoint} did not answer in time")
     except S3Error as error:

@@ -10,6 +10,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 
@@ -21,7 +22,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_serving(probe: Callable[[], object], proc: subprocess.Popen, what: str, *, timeout: float = 30,  # type: ignore[type-arg]
+def wait_serving(probe: Callable[[], object], proc: subprocess.Popen[Any], what: str, *, timeout: float = 30,
                  errors: tuple[type[BaseException], ...] = (OSError, httpx.HTTPError), interval: float = 0.1) -> None:
     """Call `probe` until it returns without raising one of `errors`; RuntimeError naming `what`
     when `proc` exits first or `timeout` seconds pass (the caller stops `proc`)."""
@@ -38,7 +39,7 @@ def wait_serving(probe: Callable[[], object], proc: subprocess.Popen, what: str,
             time.sleep(interval)
 
 
-def stop_process(proc: subprocess.Popen, timeout: float = 10) -> None:  # type: ignore[type-arg]
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 10) -> None:
     """Terminate `proc` and reap it; SIGKILL if it is still there after `timeout` seconds."""
     if proc.poll() is None:
         proc.terminate()

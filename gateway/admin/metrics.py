@@ -101,6 +101,9 @@ class NodeCollector(Collector):
         for source in SOURCE_NAMES:
             served.add_metric([source], stats.served[source])
         yield served
+        yield CounterMetricFamily("gateway_hit_path_requests_total",
+                                  "Of the S3 requests, the cache hits answered below the ASGI app (server.hit_path).",
+                                  value=stats.below_asgi)
 
     def _cache(self) -> Iterator[Metric]:
         tiers = self.node.tiers()

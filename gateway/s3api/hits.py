@@ -37,7 +37,6 @@ class HitPath:
 
     def __init__(self, app: S3App) -> None:
         self.app = app
-        self.answered = 0  # requests answered here
         self._domain = app.settings.server.domain
 
     def answer(self, scope: dict[str, Any], default_headers: list[tuple[bytes, bytes]],
@@ -94,5 +93,5 @@ class HitPath:
         outcome: dict[str, Any] = {"bytes": len(body), "cache": None}
         note_answer(outcome, answer.status, response.raw_headers)
         app.finished(req, scope, request_id, outcome, time.perf_counter() - started)
-        self.answered += 1
+        app.stats.below_asgi += 1
         return [b"".join(head), body]

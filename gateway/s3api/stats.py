@@ -31,6 +31,7 @@ class RequestStats:
     - `requests[(operation, status)]`: answers by operation name and HTTP status.
     - `latency[operation]`: time from the request's arrival to its last byte sent.
     - `served[source]`: body bytes of answers that carried x-cache, by source (SOURCES).
+    - `below_asgi`: of those requests, the hits answered by the hit path (s3api.hits).
 
     (The access heat of objects is the engine's: Engine.heat.)
     """
@@ -39,6 +40,7 @@ class RequestStats:
         self.requests: Counter[tuple[str, int]] = Counter()
         self.latency: dict[str, Latency] = {}
         self.served: Counter[str] = Counter()
+        self.below_asgi = 0
 
     def record(self, operation: str, status: int, seconds: float, *, cache: str | None = None,
                sent: int = 0) -> None:

@@ -68,6 +68,7 @@ def test_metrics_count_requests_hits_bytes_and_tiers(admin_gateway):
     assert value(found, "gateway_served_bytes_total", source="origin") == 1000
     assert value(found, "gateway_served_bytes_total", source="memory") == 1100
     assert value(found, "gateway_served_bytes_total", source="disk") == 0
+    assert value(found, "gateway_hit_path_requests_total") == 2  # the memory hits, whole and ranged
     assert value(found, "gateway_served_bytes_total", source="peer") == 0
     assert value(found, "gateway_cache_hits_total", tier="memory") == 2
     assert value(found, "gateway_cache_misses_total") >= 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import socket
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -195,3 +196,38 @@ def test_the_requests_above_took_the_hit_path_often(pair: Pair) -> None:
     """Not a vacuous comparison: many of the generated requests were hits answered below ASGI."""
     assert pair.fast.server.config.app.s3.stats.below_asgi >= 30
     assert pair.asgi.server.config.app.s3.stats.below_asgi == 0
+
+
+def _raw(endpoint: str, payload: bytes) -> bytes:
+    """Send `payload` in one write and read until the server closes or goes quiet."""
+    host, port = endpoint.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(payload)
+        received = b""
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+        except TimeoutError:
+            pass
+    return received
+
+
+def test_pipelined_hits_and_a_miss_are_answered_in_order(pair: Pair) -> None:
+    """Hits answered in the protocol callback keep HTTP/1.1's order with the app's answers
+    around them; the last request asks to close, and the connection then closes."""
+    hit = b"GET /public/small.txt HTTP/1.1\r\nHost: gw\r\n\r\n"
+    miss = b"GET /public/absent.txt HTTP/1.1\r\nHost: gw\r\n\r\n"
+    last = b"HEAD /public/small.txt HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n"
+    before = pair.fast.server.config.app.s3.stats.below_asgi
+    received = _raw(pair.fast.endpoint, hit + miss + hit + last)
+    statuses = re.findall(rb"HTTP/1.1 (\d{3}) ", received)
+    assert statuses == [b"200", b"404", b"200", b"200"]
+    assert received.count(OBJECTS[("public", "small.txt")]) == 2 and b"<Code>NoSuchKey</Code>" in received
+    assert pair.fast.server.config.app.s3.stats.below_asgi == before + 3
+
+
+def test_an_http_1_0_hit_closes_the_connection(pair: Pair) -> None:
+    received = _raw(pair.fast.endpoint, b"GET /public/small.txt HTTP/1.0\r\nHost: gw\r\n\r\n")
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ") and b"\r\nconnection: close" in head.lower()
+    assert body == OBJECTS[("public", "small.txt")]

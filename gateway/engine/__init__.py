@@ -1,8 +1,10 @@
 """The read and write paths of a node (gateway.engine.engine.Engine and its parts).
 
 Object metadata and listings are cached in process (store.meta, the L1) and, when Redis
-is configured, shared by the nodes (cluster.shared, the L2); object bytes come from the
-block cache (store) or the origin. `s3api` never talks to the origin itself.
+is configured, shared by the nodes (cluster.level2, the L2); object bytes come from the
+block cache (store) or the origin. `s3api` never talks to the origin itself: it asks for
+typed operations (open_object/get_object, forward, put_object, complete_upload), and errors
+reach it as S3Error. The `*_now` methods answer without an await, for the hit path.
 """
 
 from gateway.engine.engine import Engine, OpenObject

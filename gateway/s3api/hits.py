@@ -6,7 +6,9 @@ It takes the same steps as the ASGI path, with the same functions (parse_request
 app's `identify`, the policy, reads.object_answer, the responses module), and counts
 and logs the same way (S3App.finished). At the first doubt (a body, a write, a sub-resource,
 a personal read, a miss, any S3 error such as a failed signature or a 304) it answers
-None, having counted nothing, and the ASGI app takes the request as it came.
+None, having counted nothing, and the ASGI app takes the request; one that got as far as
+being authenticated is handed over parsed (server.IDENTIFIED), so a miss or a disk hit
+does not pay for parsing and the signature twice.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from gateway.s3api import reads
 from gateway.s3api.context import Context
 from gateway.s3api import headers as hdrs
 from gateway.s3api.responses import body_response, empty_response, new_request_id
-from gateway.s3api.server import S3App, note_answer, parse_request
+from gateway.s3api.server import IDENTIFIED, S3App, note_answer, parse_request
 
 _READS = frozenset({"GetObject", "HeadObject"})
 _BODY_HEADERS = (b"content-length", b"transfer-encoding")
@@ -57,6 +59,7 @@ class HitPath:
         try:
             req = parse_request(scope, _no_body, request_id, self._domain)
             app.identify(req)
+            scope[IDENTIFIED] = req  # declined from here on, the app takes it as it is
             if req.operation is None or req.operation.name not in _READS or "partNumber" in req.query:
                 return None
             Context(req, app).check()

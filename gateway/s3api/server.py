@@ -32,6 +32,9 @@ _MAX_KEY_BYTES = 1024
 _MAX_HEADER_BYTES = 8192  # S3's limit on the request header section
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _METHODS = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE"})
+# The scope key under which the hit path (s3api.hits) leaves a request it parsed and
+# authenticated and then declined, so that the app does not do that work again.
+IDENTIFIED = "gateway.identified"
 
 
 @dataclass(slots=True)
@@ -81,7 +84,10 @@ class S3App:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         assert scope["type"] == "http"
         started = time.perf_counter()
-        request_id = new_request_id()
+        req: S3Request | None = scope.pop(IDENTIFIED, None)
+        if req is not None:
+            req.receive = receive
+        request_id = req.request_id if req is not None else new_request_id()
         outcome: dict[str, Any] = {"status": 500, "bytes": 0, "cache": None}
 
         async def counting_send(message: Message) -> None:
@@ -91,9 +97,10 @@ class S3App:
                 outcome["bytes"] += len(message.get("body", b""))
             await send(message)
 
-        req: S3Request | None = None
         try:
-            req = parse_request(scope, receive, request_id, self.settings.server.domain)
+            if req is None:
+                req = parse_request(scope, receive, request_id, self.settings.server.domain)
+                self.identify(req)
             response = await self._handle(req)
         except S3Error as err:
             response = error_response(err if err.resource else _with_resource(err, req), request_id, method=scope["method"])
@@ -134,7 +141,6 @@ class S3App:
             req.operation = resolve(req.method, req.bucket, req.key, req.query, req.headers)
 
     async def _handle(self, req: S3Request) -> Response:
-        self.identify(req)
         if req.operation is None:
             raise S3Error("MethodNotAllowed", resource=req.resource)
         if "partNumber" in req.query:

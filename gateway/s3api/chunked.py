@@ -92,7 +92,10 @@ class AwsChunkedDecoder:
             raise self._failed
         if self._state == _TRAILER and not self._line:
             if self._signer is not None and self._trailers and not self._trailer_signed:
-                self._failed = _bad_trailer("signed trailers need x-amz-trailer-signature")
+                # After a blank line the body ended without the signature its trailers need;
+                # right after a trailer line it was cut short (the signature still to come).
+                self._failed = _bad_trailer("signed trailers need x-amz-trailer-signature") if self._separated \
+                    else _incomplete()
                 raise self._failed
             if self._signer is None or self._trailer_signed:
                 # Lenient end: the closing empty line is missing but the body is otherwise complete.

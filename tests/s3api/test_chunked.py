@@ -206,6 +206,15 @@ def test_malformed_trailers(trailer: bytes) -> None:
     expect_error("MalformedTrailerError", AwsChunkedDecoder(None, expect_trailer=True), b"3\r\nabc\r\n0\r\n" + trailer + b"\r\n")
 
 
+def test_a_signed_body_cut_between_its_trailers_is_incomplete() -> None:
+    """Cut right after a trailer line, the signature is still to come: IncompleteBody (found
+    by the truncation property below), while a body that ends after a blank line without the
+    signature is refused as malformed (the next test)."""
+    body = encode(b"\x00" * 15, [15], signer=SIGNER, trailers=[("x-amz-checksum-crc32", "0"), ("x-amz-checksum-sha256", "00")])
+    after_first_trailer = body.index(b"x-amz-checksum-sha256")
+    expect_error("IncompleteBody", AwsChunkedDecoder(SIGNER, expect_trailer=True), body[:after_first_trailer])
+
+
 def test_signed_trailers_need_their_signature() -> None:
     signer = ChunkSigner(b"k" * 32, EXAMPLE_DATE, EXAMPLE_SCOPE, "0" * 64)
     body = encode(b"abc", [3], signer=signer, trailers=[("x-amz-checksum-crc32", "NSRBwg==")])

@@ -120,6 +120,8 @@ def evaluate_preconditions(
     ignored.  The 412 names the failed header in <Condition>, as S3's does; the
     caller adds ETag/Last-Modified to a 304.
     """
+    if not any(name[:3].lower() == "if-" for name in headers):
+        return  # no conditional header (most reads): nothing to evaluate
     current = _entity_tag(etag)
     modified = _seconds(last_modified)
     if_match = _header(headers, "if-match")

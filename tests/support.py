@@ -175,7 +175,10 @@ def concurrent_gets(endpoint: str, readers: int, **params: str) -> list[bytes]:
 
 class GatewayProcess:
     """`gateway serve` as a child process configured by GATEWAY_* variables, for tests that
-    signal, kill or restart it; `ready` is a function that succeeds once it serves."""
+    signal, kill or restart it; `ready` is a function that succeeds once it serves.
+
+    The child prints every ResourceWarning, and a stop (not a kill) that finds one in its
+    output fails: a leaked socket or file in a served process is an error, as in the tests."""
 
     def __init__(self, origin_endpoint: str, *, scheme: str = "http", **env: str) -> None:
         self.port = free_port()
@@ -183,7 +186,7 @@ class GatewayProcess:
         self.env = dict(os.environ, GATEWAY_ORIGIN_ENDPOINT=origin_endpoint, GATEWAY_ORIGIN_ACCESS_KEY="origin-key",
                         GATEWAY_ORIGIN_SECRET_KEY="origin-secret", GATEWAY_SERVER_PORT=str(self.port),
                         GATEWAY_AUTH_USERS=json.dumps([{"access_key": ADMIN[0], "secret_key": ADMIN[1], "admin": True}]),
-                        **env)
+                        PYTHONWARNINGS="always::ResourceWarning", **env)
         self.proc: subprocess.Popen[str] | None = None
         self._output: deque[str] = deque(maxlen=20_000)  # its last lines (read all along: a full pipe would block it)
         self._reader: threading.Thread | None = None
@@ -210,7 +213,9 @@ class GatewayProcess:
             self.proc.terminate()
         self.proc.wait(timeout=30)
         self._gone()
-        return "".join(self._output)
+        output = "".join(self._output)
+        assert "ResourceWarning" not in output, f"the gateway leaked a resource: {output[-3000:]}"
+        return output
 
     def kill(self) -> None:
         """SIGKILL it and wait for it to be gone (`start` runs it again, on the same port)."""

@@ -135,6 +135,7 @@ class TrinoServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[str] | None = None
+        self._reader: threading.Thread | None = None
         self.output: deque[str] = deque(maxlen=5000)
         self.started_in = 0.0
         self.http = httpx.Client(timeout=60)
@@ -185,10 +186,12 @@ class TrinoServer:
         began = time.monotonic()
         self.proc = subprocess.Popen(self.command(), cwd=self.workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, env=dict(os.environ, JAVA_HOME=str(self.java_home)))
-        threading.Thread(target=self.output.extend, args=(self.proc.stdout,), daemon=True).start()
+        self._reader = threading.Thread(target=self.output.extend, args=(self.proc.stdout,), daemon=True)
+        self._reader.start()
         deadline = began + START_TIMEOUT
         while True:
             if self.proc.poll() is not None:
+                self.stop()
                 raise RuntimeError(f"{type(self).__name__} exited {self.proc.returncode}:\n{self.log_tail()}")
             if time.monotonic() > deadline:
                 self.stop()
@@ -221,14 +224,22 @@ class TrinoServer:
         return "".join(list(self.output)[-lines:])
 
     def stop(self) -> None:
+        """Stop the server (if it still runs) and close the pipe its output came through."""
         self.http.close()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
             try:
-                self.proc.wait(timeout=60)
+                proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
+                proc.kill()
+                proc.wait(timeout=30)
+        if self._reader is not None:
+            self._reader.join(timeout=10)  # the rest of the output, up to the end of the pipe
+        if proc.stdout is not None:
+            proc.stdout.close()
 
     def __enter__(self) -> TrinoServer:
         return self.start()

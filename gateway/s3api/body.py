@@ -45,12 +45,15 @@ class VerifiedBody:
             for start in range(0, len(data), size):
                 yield data[start : start + size]
             return
-        fh: BinaryIO = await asyncio.to_thread(open, self._path, "rb")
+        # Opened and closed on the loop: the open and close of a local spool file do not wait
+        # on the disk, and the close must run however the stream ends (read out, closed, or
+        # dropped unfinished by the origin client and collected), where an await may not run.
+        fh: BinaryIO = open(self._path, "rb")  # noqa: SIM115 (closed in the finally below)
         try:
             while piece := await asyncio.to_thread(fh.read, size):
                 yield piece
         finally:
-            await asyncio.to_thread(fh.close)
+            fh.close()
 
     async def read_all(self) -> bytes:
         """The whole body at once: meant for small XML bodies."""

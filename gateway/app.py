@@ -24,6 +24,7 @@ from gateway.config import CacheSettings, Settings
 from gateway.engine import Engine
 from gateway.events import SqsConsumer
 from gateway.heat import HeatCounter
+from gateway.node.workers import WorkerSet
 from gateway.origin import Origin
 from gateway.s3api.hits import HitPath
 from gateway.s3api.server import S3App
@@ -36,8 +37,9 @@ from gateway.store.tiers import TieredStore
 class GatewayApp:
     """The whole gateway as one ASGI callable: the S3 endpoint, and the admin API under admin.path."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, workers: WorkerSet | None = None) -> None:
         self.settings = settings
+        self.workers = workers or WorkerSet()  # this process among its node's workers
         self.s3: S3App | None = None
         self.hits: HitPath | None = None  # cache hits answered below ASGI (server.hit_path)
         self.admin: AdminApp | None = None
@@ -194,8 +196,8 @@ def build_shadow(cache: CacheSettings) -> ShadowAdvisor | None:
     return ShadowAdvisor({f"{k}x": spec.scaled(k) for k in (1, 2, 4)}, rate=cache.shadow_rate)
 
 
-def create_app(settings: Settings) -> GatewayApp:
-    return GatewayApp(settings)
+def create_app(settings: Settings, workers: WorkerSet | None = None) -> GatewayApp:
+    return GatewayApp(settings, workers)
 
 
 async def _stop(tasks: list[asyncio.Task[None]]) -> None:

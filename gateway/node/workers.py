@@ -1,0 +1,82 @@
+"""The worker processes of one node: which one this is, how many there are, and where
+they find each other.
+
+A node is `server.workers` processes on one port (gateway.supervisor). They are one
+cache: every block has one owner worker (`owner`, from its name), the only one that
+fetches it from the origin, writes it into the tiers and evicts it, within its share of
+each quota; any worker reads a block another one holds straight from the tier's files.
+A worker asks the owner for a block it misses over the owner's own socket
+(`socket_path`), with the peer API signed under the node's `secret`.
+
+Imports nothing of the gateway, so every layer may take a WorkerSet.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+__all__ = ["ENV", "WorkerSet"]
+
+ENV = "GATEWAY_WORKER"  # how the supervisor tells a worker who it is: "<index>/<count>/<secret hex>/<run dir>"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSet:
+    """This worker among its node's workers. `WorkerSet()` is a node of one process."""
+
+    index: int = 0
+    count: int = 1
+    run_dir: str = ""  # the node's private folder (on tmpfs): sockets, the journal, the memory tier's files
+    secret: bytes = b""  # signs the calls between the workers
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.index < self.count:
+            raise ValueError(f"worker {self.index} of {self.count}")
+        if self.count > 1 and not (self.run_dir and self.secret):
+            raise ValueError("several workers need a run folder and a secret")
+
+    @property
+    def alone(self) -> bool:
+        return self.count == 1
+
+    @property
+    def first(self) -> bool:
+        """The worker that runs what a node does once: its fleet membership, the replication
+        controller, the SQS consumer."""
+        return self.index == 0
+
+    def owner(self, name: str) -> int:
+        """The worker that owns the block named `name` (BlockId.name, 32 hex digits)."""
+        return int(name[-8:], 16) % self.count
+
+    def owns(self, name: str) -> bool:
+        return self.count == 1 or self.owner(name) == self.index
+
+    def socket_path(self, index: int) -> str:
+        return os.path.join(self.run_dir, f"worker-{index}.sock")
+
+    @property
+    def journal_path(self) -> str:
+        return os.path.join(self.run_dir, "journal")
+
+    @property
+    def memory_path(self) -> str:
+        """The memory tier's block files, shared by the workers."""
+        return os.path.join(self.run_dir, "memory")
+
+    def siblings(self) -> list[int]:
+        return [i for i in range(self.count) if i != self.index]
+
+    def encode(self) -> str:
+        return f"{self.index}/{self.count}/{self.secret.hex()}/{self.run_dir}"
+
+    @classmethod
+    def decode(cls, value: str) -> WorkerSet:
+        index, count, secret, run_dir = value.split("/", 3)
+        return cls(int(index), int(count), run_dir, bytes.fromhex(secret))
+
+    @classmethod
+    def from_env(cls) -> WorkerSet:
+        value = os.environ.get(ENV)
+        return cls.decode(value) if value else cls()

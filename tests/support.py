@@ -25,6 +25,7 @@ from botocore.config import Config
 from gateway.app import create_app
 from gateway.config import AuthSettings, Grant, OriginSettings, ServerSettings, Settings, User
 from gateway.httpserver import Limits, protocol_factory, uvicorn_options
+from gateway.node.workers import WorkerSet
 from gateway.s3api.responses import error_page
 from tests.servers import free_port, wait_serving
 
@@ -57,26 +58,30 @@ UNGUARDED = Limits(max_connections=100_000, head_timeout=3600.0, max_head_size=1
 
 class RunningGateway:
     """A gateway served by uvicorn in a thread of this process; `guarded`: with the limits of
-    `gateway serve` (gateway.httpserver: server.max_connections, head and stall timeouts)."""
+    `gateway serve` (gateway.httpserver: server.max_connections, head and stall timeouts).
+    `workers`: this gateway is that worker of a node of several, served on its own TCP port
+    and also, as under `gateway serve`, on its unix socket (WorkerSet.socket_path)."""
 
-    def __init__(self, settings: Settings, *, guarded: bool = False) -> None:
+    def __init__(self, settings: Settings, *, guarded: bool = False, workers: WorkerSet | None = None) -> None:
         port = free_port()
         self.settings = dataclasses.replace(settings, server=dataclasses.replace(settings.server, port=port))
         self.endpoint = f"http://127.0.0.1:{port}"
-        app = create_app(self.settings)
+        app = create_app(self.settings, workers)
         # The hit path (server.hit_path) runs on every test gateway, as under `gateway serve`.
         options = (uvicorn_options(self.settings.server, error_page, app.hit) if guarded
                    else {"http": protocol_factory(UNGUARDED, error_page, app.hit), "timeout_graceful_shutdown": 5})
         config = uvicorn.Config(app, host="127.0.0.1", port=port, loop="asyncio",
                                 lifespan="on", access_log=False, log_level="warning", **options)
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.sockets = None if workers is None or workers.alone else _worker_sockets(port, workers)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": self.sockets}, daemon=True)
 
     def __enter__(self) -> RunningGateway:
         self.thread.start()
         deadline = time.monotonic() + 15
         while not self.server.started:
             if not self.thread.is_alive() or time.monotonic() > deadline:
+                self.__exit__()
                 raise RuntimeError("gateway did not start")
             time.sleep(0.02)
         return self
@@ -89,7 +94,21 @@ class RunningGateway:
 
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
-        self.thread.join(timeout=10)
+        if self.thread.is_alive():
+            self.thread.join(timeout=10)
+        for sock in self.sockets or []:  # uvicorn closes them after serving, not when it never started
+            sock.close()
+
+
+def _worker_sockets(port: int, workers: WorkerSet) -> list[socket.socket]:
+    """The node's TCP socket (here the worker's own port) and the worker's unix socket."""
+    tcp = socket.create_server(("127.0.0.1", port))
+    path = workers.socket_path(workers.index)
+    if os.path.exists(path):  # left by this worker's previous run
+        os.unlink(path)
+    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    unix.bind(path)
+    return [tcp, unix]
 
 
 CLIENT_TIMEOUT = 60  # seconds for one client command; each takes a few seconds when the gateway answers right

@@ -100,7 +100,7 @@ class GatewayApp:
         node = Node(name, engine, self.s3.stats, pins,
                     membership=self.fleet.membership if self.fleet is not None else None, shadow=shadow,
                     replication=self.replication)
-        self.admin = AdminApp(self.settings.admin, node)
+        self.admin = AdminApp(self.settings.admin, node, self.workers)  # answers for the node's workers
 
     async def shutdown(self) -> None:
         await _stop([task for task in [self._invalidations, *self._tasks] if task is not None])
@@ -115,6 +115,8 @@ class GatewayApp:
         if self._events is not None:
             await self._events.aclose()
             self._events = None
+        if self.admin is not None:  # its sessions to the sibling workers
+            await self.admin.aclose()
         if self.s3 is not None:
             await self.s3.engine.aclose()
             self.s3, self.hits = None, None

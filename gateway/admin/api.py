@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable
+from typing import Any
 from urllib.parse import parse_qsl
 
 import orjson
@@ -13,13 +14,19 @@ from gateway.admin import dashboard
 from gateway.admin.load import load_prefix
 from gateway.admin.metrics import CONTENT_TYPE_LATEST, registry_for, render
 from gateway.admin.node import Node
+from gateway.admin.nodewide import node_metrics, node_shadow, node_stats, workers_figure
 from gateway.admin.ready import readiness
-from gateway.admin.stats import stats_document
+from gateway.admin.siblings import ACTION_TIMEOUT, LOCAL, SiblingAdmin
+from gateway.admin.stats import HOT_OBJECTS, stats_document
+from gateway.cluster.peers import decode_query
 from gateway.config import AdminSettings
 from gateway.errors import S3Error
 from gateway.events import MAX_EVENT_BYTES, EventError, parse_s3_event
+from gateway.node.workers import WorkerSet
 
 Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
+# A worker's own part of a node-wide request: (method, query, body) -> its answer.
+OwnPart = Callable[[str, dict[str, str], bytes], Awaitable[dict[str, Any]]]
 # Answered without the token: load balancers and probes; the dashboard page, which holds no figures.
 _OPEN = frozenset({"/healthz", "/readyz", "/dashboard"})
 
@@ -39,12 +46,22 @@ class AdminApp:
       and a last one with `"done": true`. The load goes on if the client leaves;
     - `POST events`: an S3 event notification (plain, via SNS, or EventBridge); what it
       names is forgotten.
+
+    A node of several workers (`workers`, gateway.node.workers) is one cache, and a request
+    lands on whichever worker got its connection: that worker answers for the node, its own
+    part plus its siblings' (gateway.admin.siblings, gateway.admin.nodewide). `stats` and
+    `metrics` are the figures of all workers together, with `workers` (how many of how many
+    answered); `purge`, `pin` and `events` are carried out by every worker (each holds its
+    own blocks, pins and metadata); `load` runs on this worker, its reads going to each
+    block's owner. `healthz`, `readyz` and `dashboard` are this worker's answer.
     """
 
-    def __init__(self, settings: AdminSettings, node: Node) -> None:
+    def __init__(self, settings: AdminSettings, node: Node, workers: WorkerSet | None = None) -> None:
         self.settings = settings
         self.node = node
         self.registry = registry_for(node)
+        self.workers = workers or WorkerSet()
+        self.siblings = None if self.workers.alone else SiblingAdmin(self.workers, settings.path)
         self._token = settings.token.encode()
         self._routes: dict[tuple[str, str], Handler] = {
             ("GET", "/healthz"): self._healthz,
@@ -59,6 +76,19 @@ class AdminApp:
             ("POST", "/load"): self._load,
             ("POST", "/events"): self._events,
         }
+        # This worker's part, asked by a sibling under local/ (signed with the node's secret).
+        self._own: dict[tuple[str, str], OwnPart] = {
+            ("GET", "/stats"): self._own_stats,
+            ("GET", "/metrics"): self._own_metrics,
+            ("POST", "/pin"): self._own_pin,
+            ("DELETE", "/pin"): self._own_pin,
+            ("POST", "/purge"): self._own_purge,
+            ("POST", "/events"): self._own_events,
+        }
+
+    async def aclose(self) -> None:
+        if self.siblings is not None:
+            await self.siblings.aclose()
 
     def handles(self, path: str) -> bool:
         return bool(self._token) and (path == self.settings.path or path.startswith(self.settings.path + "/"))
@@ -66,6 +96,8 @@ class AdminApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         route = scope["path"][len(self.settings.path):]
         method = scope["method"]
+        if self.siblings is not None and route.startswith(LOCAL + "/"):
+            return await self._from_sibling(scope, receive, send, route[len(LOCAL):])
         if route not in _OPEN and not self._authorized(scope):
             return await _json(send, 401, {"error": "a valid admin token is required (Authorization: Bearer ...)"})
         handler = self._routes.get((method, route))
@@ -73,6 +105,24 @@ class AdminApp:
             return await _json(send, 404, {"error": f"no admin route {method} {route or '/'}"})
         await handler(scope, receive, send)
 
+    async def _from_sibling(self, scope: Scope, receive: Receive, send: Send, route: str) -> None:
+        """A sibling asks for this worker's own part of a node-wide request."""
+        assert self.siblings is not None
+        status = self.siblings.verify(scope)
+        if status != 200:
+            return await _json(send, status, {"error": "calls between workers are signed with the node's secret "
+                                                       "(x-gateway-worker)"})
+        own = self._own.get((scope["method"], route))
+        if own is None:
+            return await _json(send, 404, {"error": f"no worker route {scope['method']} {route}"})
+        body = await _read_body(receive, MAX_EVENT_BYTES)
+        if body is None or not self.siblings.body_signed(scope, body):
+            return await _json(send, 403, {"error": "the body is not the one the call signs"})
+        answer = await own(scope["method"], decode_query(scope.get("query_string", b"").decode("latin-1")), body)
+        await _json(send, 200, {**answer, "worker": self.workers.index})
+
+    # healthz and readyz: this worker's answer. A load balancer's probe lands on one worker,
+    # like the requests it vouches for; the supervisor restarts a worker that is gone.
     async def _healthz(self, scope: Scope, receive: Receive, send: Send) -> None:
         await _json(send, 200, {"status": "ok"})
 
@@ -89,26 +139,57 @@ class AdminApp:
         await send({"type": "http.response.body", "body": dashboard.PAGE})
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await _send(send, 200, render(self.registry), CONTENT_TYPE_LATEST.encode())
+        if self.siblings is None:
+            return await _send(send, 200, render(self.registry), CONTENT_TYPE_LATEST.encode())
+        others = await self.siblings.ask("GET", "/metrics")
+        parts = [await self._own_metrics("GET", {}, b""), *others]
+        text = node_metrics([part["text"] for part in parts], node_shadow(part["shadow"] for part in parts),
+                            self.siblings.count)
+        await _send(send, 200, text, CONTENT_TYPE_LATEST.encode())
+
+    async def _own_metrics(self, method: str, query: dict[str, str], body: bytes) -> dict[str, Any]:
+        shadow = self.node.shadow
+        return {"text": render(self.registry).decode(), "shadow": shadow.estimates() if shadow is not None else None}
 
     async def _stats(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await _json(send, 200, stats_document(self.node))
+        if self.siblings is None:
+            return await _json(send, 200, stats_document(self.node))
+        others = await self.siblings.ask("GET", "/stats")
+        own = {**await self._own_stats("GET", {}, b""), "worker": self.workers.index}
+        await _json(send, 200, node_stats([own, *others], self.siblings.count))
+
+    async def _own_stats(self, method: str, query: dict[str, str], body: bytes) -> dict[str, Any]:
+        # More of the hottest objects than are shown: one warm on every worker still ranks in the sum.
+        return stats_document(self.node, hot=4 * HOT_OBJECTS)
 
     async def _pin(self, scope: Scope, receive: Receive, send: Send) -> None:
         query = _query(scope)
         bucket, prefix = query.get("bucket", ""), query.get("prefix", "")
         if not bucket or set(query) - {"bucket", "prefix"}:
             return await _json(send, 400, {"error": "pin takes bucket and an optional prefix"})
-        pin, pins = (bucket, prefix), self.node.pins
-        if scope["method"] == "DELETE":
-            if pin in pins.configured:
-                return await _json(send, 409, {"error": f"{bucket}/{prefix} is pinned by the configuration "
-                                                        "(cache.pinned); change it there"})
-            if not pins.is_runtime(pin):
+        pin, pins, method = (bucket, prefix), self.node.pins, scope["method"]
+        if method == "DELETE" and pin in pins.configured:
+            return await _json(send, 409, {"error": f"{bucket}/{prefix} is pinned by the configuration "
+                                                    "(cache.pinned); change it there"})
+        if self.siblings is None and method == "DELETE" and not pins.is_runtime(pin):
+            return await _json(send, 404, {"error": f"{bucket}/{prefix} is not pinned"})
+        # Every worker pins (without Redis, runtime pins live in each process); an unpin is
+        # "not pinned" only when no worker had the pin.
+        answers = [{**await self._own_pin(method, query, b""), "worker": self.workers.index}]
+        if self.siblings is not None:
+            answers += await self.siblings.ask(method, "/pin", [("bucket", bucket), ("prefix", prefix)],
+                                               timeout=ACTION_TIMEOUT)
+            if method == "DELETE" and not any(answer["was"] for answer in answers):
                 return await _json(send, 404, {"error": f"{bucket}/{prefix} is not pinned"})
-        pinned = scope["method"] == "POST"
-        shared = await pins.set(pin, pinned)
-        await _json(send, 200, {"bucket": bucket, "prefix": prefix, "pinned": pinned, "shared": shared})
+        document = {"bucket": bucket, "prefix": prefix, "pinned": method == "POST",
+                    "shared": all(answer["shared"] for answer in answers)}
+        await _json(send, 200, self._with_workers(document, answers))
+
+    async def _own_pin(self, method: str, query: dict[str, str], body: bytes) -> dict[str, Any]:
+        """{"was": pinned at runtime here before, "shared": Redis took it (RuntimePins.set)}."""
+        pin = (query["bucket"], query.get("prefix", ""))
+        was = self.node.pins.is_runtime(pin)
+        return {"was": was, "shared": await self.node.pins.set(pin, method == "POST")}
 
     async def _purge(self, scope: Scope, receive: Receive, send: Send) -> None:
         query = _query(scope)
@@ -116,8 +197,22 @@ class AdminApp:
         if not bucket or ("key" in query and "prefix" in query):
             return await _json(send, 400, {"error": "purge takes bucket and at most one of key, prefix"})
         exact = "key" in query
-        removed = await self.node.engine.purge_prefix(bucket, query.get("key", query.get("prefix", "")), exact)
-        await _json(send, 200, {"bucket": bucket, "blocks_removed": removed})
+        target = query.get("key", query.get("prefix", ""))
+        removed = await self.node.engine.purge_prefix(bucket, target, exact)
+        if self.siblings is None:
+            return await _json(send, 200, {"bucket": bucket, "blocks_removed": removed})
+        others = await self.siblings.ask("POST", "/purge", [("bucket", bucket), ("key" if exact else "prefix", target)],
+                                         timeout=ACTION_TIMEOUT)
+        document = {"bucket": bucket, "blocks_removed": removed + sum(other["blocks_removed"] for other in others)}
+        await _json(send, 200, self._with_workers(document, [{"worker": self.workers.index}, *others]))
+
+    async def _own_purge(self, method: str, query: dict[str, str], body: bytes) -> dict[str, Any]:
+        """The blocks this worker owns under the key or prefix, evicted; what it knows of
+        them forgotten (the worker that was asked told Redis and the other nodes)."""
+        engine, bucket, exact = self.node.engine, query["bucket"], "key" in query
+        target = query.get("key", query.get("prefix", ""))
+        engine.invalidate_local(bucket, target if exact else None)
+        return {"blocks_removed": 0 if engine.store is None else await engine.store.evict_prefix(bucket, target)}
 
     async def _load(self, scope: Scope, receive: Receive, send: Send) -> None:
         query = _query(scope)
@@ -151,7 +246,24 @@ class AdminApp:
         except EventError as exc:
             return await _json(send, 400, {"error": f"not an S3 event notification: {exc}"})
         await self.node.engine.changed(changes)
-        await _json(send, 200, {"invalidated": len(changes)})
+        if self.siblings is None:
+            return await _json(send, 200, {"invalidated": len(changes)})
+        others = await self.siblings.ask("POST", "/events", body=body, timeout=ACTION_TIMEOUT)
+        await _json(send, 200, self._with_workers({"invalidated": len(changes)},
+                                                  [{"worker": self.workers.index}, *others]))
+
+    async def _own_events(self, method: str, query: dict[str, str], body: bytes) -> dict[str, Any]:
+        """What the event names forgotten here (the worker that was asked told the other nodes)."""
+        changes = parse_s3_event(body)  # the asking worker parsed it already
+        for bucket, key in changes:
+            self.node.engine.invalidate_local(bucket, key)
+        return {"invalidated": len(changes)}
+
+    def _with_workers(self, document: dict[str, Any], answers: list[dict[str, Any]]) -> dict[str, Any]:
+        """A node-wide action's answer, with how many workers carried it out (alone: as is)."""
+        if self.siblings is None:
+            return document
+        return {**document, "workers": workers_figure(answers, self.siblings.count)}
 
     def _authorized(self, scope: Scope) -> bool:
         for name, value in scope["headers"]:

@@ -10,11 +10,12 @@ from gateway.s3api.stats import SOURCE_NAMES
 HOT_OBJECTS = 20
 
 
-def stats_document(node: Node) -> dict[str, Any]:
+def stats_document(node: Node, hot: int = HOT_OBJECTS) -> dict[str, Any]:
     """{"node", "uptime_seconds", "requests", "hits", "misses", "hit_ratio", "served_bytes",
     "tiers", "hot_objects", "members", "pinned", "shadow", "replication"}; hits and misses count
     block reads; "shadow" is the estimate of the hit ratio at 1x, 2x and 4x the quotas (None
-    when off); "replication" is the hot-object replication controller (None outside a fleet)."""
+    when off); "replication" is the hot-object replication controller (None outside a fleet).
+    `hot`: how many of the hottest objects to name."""
     hits, misses = node.hits, node.misses
     served = node.requests.served
     return {
@@ -31,7 +32,7 @@ def stats_document(node: Node) -> dict[str, Any]:
             for label, tier in node.tiers()
         ],
         "hot_objects": [{"bucket": bucket, "key": key, "hits": count}
-                        for bucket, key, count in node.engine.heat.top(HOT_OBJECTS)],
+                        for bucket, key, count in node.engine.heat.top(hot)],
         "members": node.members,
         "pinned": [{"bucket": bucket, "prefix": prefix} for bucket, prefix in node.pins.pins],
         "shadow": node.shadow.estimates() if node.shadow is not None else None,

@@ -1,0 +1,165 @@
+"""The figures of a node of several workers: each worker's own `stats` document and metrics
+together, as one answer (gateway.admin.siblings asks the siblings for theirs).
+
+What each figure becomes: counts (requests, hits, misses, bytes, tier use, quotas and
+blocks, every counter and histogram) are summed over the workers, and ratios are worked
+out again from the sums; the uptime is the oldest worker's; what every worker knows alike
+(the node's name, the fleet's members, the replication controller's view) is taken from
+the lowest-numbered worker that answered, and gauges of such shared views are the largest
+any worker reports rather than a sum. A worker that did not answer is missing from the
+sums, which `workers` (stats) and `gateway_workers_answered` (metrics) make visible;
+summed counters then dip for that scrape, as they do when a worker restarts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
+
+from gateway.admin.stats import HOT_OBJECTS
+
+__all__ = ["node_metrics", "node_shadow", "node_stats", "workers_figure"]
+
+# Gauges of something every worker sees alike (the fleet's hot objects, the controller's
+# leadership, held by one worker): the node's value is the largest, not the sum.
+_SHARED_GAUGES = frozenset({"gateway_hot_objects", "gateway_replication_leader"})
+_SHADOW_RATIO = "gateway_shadow_hit_ratio"
+
+
+def node_stats(documents: list[dict[str, Any]], count: int) -> dict[str, Any]:
+    """The node's `stats` from its workers' own documents (stats_document plus "worker",
+    its index), one per worker that answered; `workers` says which did."""
+    documents = sorted(documents, key=lambda document: int(document["worker"]))
+    first = documents[0]
+    hits, misses = sum(d["hits"] for d in documents), sum(d["misses"] for d in documents)
+    served: Counter[str] = Counter()
+    for document in documents:
+        served.update(document["served_bytes"])
+    return {
+        "node": first["node"],
+        "uptime_seconds": max(d["uptime_seconds"] for d in documents),
+        "requests": sum(d["requests"] for d in documents),
+        "hits": hits,
+        "misses": misses,
+        "hit_ratio": hits / (hits + misses) if hits + misses else 0.0,
+        "served_bytes": {source: served[source] for source in first["served_bytes"]},
+        "tiers": _tiers(documents),
+        "hot_objects": _hottest(documents),
+        "members": first["members"],
+        "pinned": sorted({(p["bucket"], p["prefix"]): p for d in documents for p in d["pinned"]}.values(),
+                         key=lambda pin: (pin["bucket"], pin["prefix"])),
+        "shadow": node_shadow([d["shadow"] for d in documents]),
+        "replication": next((d["replication"] for d in documents if d["replication"] is not None), None),
+        "workers": workers_figure(documents, count),
+    }
+
+
+def workers_figure(answers: Iterable[dict[str, Any]], count: int) -> dict[str, Any]:
+    """How many of the node's `count` workers are in a node-wide answer, from their own
+    answers (each names its "worker"), and which are missing."""
+    answered = {int(answer["worker"]) for answer in answers}
+    return {"count": count, "answered": len(answered), "missing": sorted(set(range(count)) - answered)}
+
+
+def _tiers(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each tier by name (the workers have the same ones): every worker's share summed."""
+    tiers: dict[str, dict[str, Any]] = {}
+    for document in documents:
+        for tier in document["tiers"]:
+            total = tiers.setdefault(tier["name"], {"name": tier["name"], "medium": tier["medium"], "used_bytes": 0,
+                                                    "quota_bytes": 0, "blocks": 0})
+            for figure in ("used_bytes", "quota_bytes", "blocks"):
+                total[figure] += tier[figure]
+    return list(tiers.values())
+
+
+def _hottest(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The hottest objects of the node: each worker counts the GETs it served (it sends more
+    of its hottest than are shown, so an object warm on every worker still ranks)."""
+    hits: Counter[tuple[str, str]] = Counter()
+    for document in documents:
+        for hot in document["hot_objects"]:
+            hits[(hot["bucket"], hot["key"])] += hot["hits"]
+    return [{"bucket": bucket, "key": key, "hits": count} for (bucket, key), count in hits.most_common(HOT_OBJECTS)]
+
+
+def node_shadow(estimates: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The shadow estimates of the workers together (ShadowAdvisor.estimates): GETs and
+    bytes summed, ratios weighted by the GETs behind them (the byte hit ratio too: close
+    enough while the workers see alike traffic). None when no worker runs one."""
+    found = [estimate for estimate in estimates if estimate is not None]
+    if not found:
+        return None
+    gets = sum(e["gets"] for e in found)
+    live = sum((e["live_hit_ratio"] or 0.0) * e["gets"] for e in found)
+    shadows: dict[str, dict[str, Any]] = {}
+    for name in found[0]["shadows"]:
+        parts = [e["shadows"][name] for e in found if name in e["shadows"]]
+        sampled = sum(p["sampled_gets"] for p in parts)
+        shadows[name] = {
+            "hit_ratio": _weighted(parts, "hit_ratio", sampled),
+            "byte_hit_ratio": _weighted(parts, "byte_hit_ratio", sampled),
+            "sampled_gets": sampled,
+            "origin_bytes": sum(p["origin_bytes"] for p in parts),
+        }
+    return {"gets": gets, "live_hit_ratio": round(live / gets, 4) if gets else None, "rate": found[0]["rate"],
+            "skipped": sum(e["skipped"] for e in found), "shadows": shadows}
+
+
+def _weighted(parts: list[dict[str, Any]], figure: str, total: int) -> float:
+    return round(sum(p[figure] * p["sampled_gets"] for p in parts) / total, 4) if total else 0.0
+
+
+def node_metrics(texts: list[str], shadow: dict[str, Any] | None, count: int) -> bytes:
+    """The node's Prometheus text from its workers' own (one text per worker that
+    answered): one family per name, each sample summed over the workers (see the module
+    docstring for the exceptions), and gateway_workers / gateway_workers_answered."""
+    families: dict[str, Metric] = {}
+    for text in texts:
+        for family in text_string_to_metric_families(text):
+            merged = families.get(family.name)
+            if merged is None:
+                families[family.name] = family
+            else:
+                _add(merged, family)
+    ratio = families.get(_SHADOW_RATIO)
+    if ratio is not None and shadow is not None:
+        estimated = shadow["shadows"]
+        ratio.samples = [s._replace(value=estimated[s.labels["store"]]["hit_ratio"]) if s.labels.get("store") in estimated
+                         else s for s in ratio.samples]
+    workers = [GaugeMetricFamily("gateway_workers", "Worker processes of this node (server.workers).", value=count),
+               GaugeMetricFamily("gateway_workers_answered", "Of this node's workers, those whose figures this answer "
+                                 "holds (the others did not answer in time).", value=len(texts))]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families([*families.values(), *workers]))
+    return generate_latest(registry)
+
+
+def _add(merged: Metric, family: Metric) -> None:
+    """Another worker's samples of the same family into `merged`."""
+    shared = family.name in _SHARED_GAUGES
+    index = {(s.name, tuple(sorted(s.labels.items()))): i for i, s in enumerate(merged.samples)}
+    for sample in family.samples:
+        at = index.get((sample.name, tuple(sorted(sample.labels.items()))))
+        if at is None:
+            merged.samples.append(sample)
+        else:
+            held = merged.samples[at].value
+            merged.samples[at] = merged.samples[at]._replace(value=max(held, sample.value) if shared
+                                                             else held + sample.value)
+
+
+class _Families(Collector):
+    """Metric families already made, for generate_latest."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)

@@ -1,0 +1,116 @@
+"""The admin API of the other workers of this node (gateway.node.workers), as a worker asks it.
+
+An admin request lands on whichever worker the kernel gave its connection to; that worker
+answers for the whole node: its own part, plus each sibling's, asked over the sibling's
+unix socket. A sibling is asked for its OWN figures or action, under `<admin.path>/local/`
+(`stats`, `metrics`, `purge`, `pin`, `events`), never for the node's, so no call fans out
+twice.
+
+Those routes take no admin token: a call carries `x-gateway-worker: v1 <unix time> <HMAC>`
+(cluster.peers.sign, under the node's secret, WorkerSet.secret) of its method, path and
+query string, and the query names the SHA-256 of its body (`sha256`), so the body is
+signed too. The secret never travels and exists only in the node's processes; a call
+with no valid signature is refused (401 none or malformed, 403 wrong or stale).
+
+A sibling that does not answer within the timeout (restarting, hung) is left out, and
+the node's answer says how many workers it holds (`workers`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import orjson
+from starlette.types import Scope
+from yarl import URL
+
+from gateway.cluster.peers import decode_query, encode_query, sign, verify
+from gateway.node.workers import WorkerSet
+
+__all__ = ["AUTH_HEADER", "LOCAL", "SiblingAdmin"]
+
+log = logging.getLogger("gateway.admin")
+
+LOCAL = "/local"  # under admin.path: a worker's own part of an admin request
+AUTH_HEADER = "x-gateway-worker"
+FIGURES_TIMEOUT = 2.0  # seconds for a sibling's figures: a dashboard or a scrape must not wait on a hung one
+ACTION_TIMEOUT = 10.0  # seconds for a purge or a pin: evicting a large prefix from a disk tier takes a while
+_MAX_ANSWER = 16 << 20  # a sibling's figures are some KiB; anything this large is not an answer
+
+
+class SiblingAdmin:
+    """Calls to the admin API of this worker's siblings: one keep-alive session per sibling
+    (made on first use, on the loop that uses it; `aclose` at shutdown)."""
+
+    def __init__(self, workers: WorkerSet, admin_path: str) -> None:
+        if workers.alone:
+            raise ValueError("a node of one process has no siblings")
+        self.workers = workers
+        self._prefix = quote(admin_path + LOCAL)
+        self._sessions: dict[int, aiohttp.ClientSession] = {}
+
+    @property
+    def count(self) -> int:
+        """The node's workers, this one included."""
+        return self.workers.count
+
+    async def ask(self, method: str, route: str, params: list[tuple[str, str]] | None = None, body: bytes = b"",
+                  *, timeout: float = FIGURES_TIMEOUT) -> list[dict[str, Any]]:
+        """The JSON answers of the siblings that answered `route` (under local/) with 200 in
+        time, all asked at once."""
+        answers = await asyncio.gather(*(self._ask(index, method, route, params or [], body, timeout)
+                                         for index in self.workers.siblings()))
+        return [answer for answer in answers if answer is not None]
+
+    async def _ask(self, index: int, method: str, route: str, params: list[tuple[str, str]], body: bytes,
+                   timeout: float) -> dict[str, Any] | None:
+        path = self._prefix + route
+        query = encode_query([*params, ("sha256", hashlib.sha256(body).hexdigest())])
+        headers = {AUTH_HEADER: sign(self.workers.secret, method, path, query)}
+        try:
+            async with asyncio.timeout(timeout):
+                async with self._session(index).request(method, URL(f"http://worker{path}?{query}", encoded=True),
+                                                        headers=headers, data=body, allow_redirects=False) as response:
+                    if response.status != 200 or (response.content_length or 0) > _MAX_ANSWER:
+                        log.warning("worker %d answered %s %s with %d", index, method, route, response.status)
+                        return None
+                    answer = await response.read()
+            document = orjson.loads(answer)
+        except (aiohttp.ClientError, OSError, TimeoutError, orjson.JSONDecodeError) as exc:
+            # Not started yet, restarting, gone, hung: the answer says so in its `workers` figure.
+            log.info("worker %d did not answer %s %s: %s", index, method, route, exc.__class__.__name__)
+            return None
+        return document if isinstance(document, dict) else None
+
+    def _session(self, index: int) -> aiohttp.ClientSession:
+        session = self._sessions.get(index)
+        if session is None:
+            session = self._sessions[index] = aiohttp.ClientSession(
+                connector=aiohttp.UnixConnector(self.workers.socket_path(index), limit=8, keepalive_timeout=3.0),
+                auto_decompress=False, skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"))
+        return session
+
+    async def aclose(self) -> None:
+        sessions, self._sessions = list(self._sessions.values()), {}
+        for session in sessions:
+            await session.close()
+
+    def verify(self, scope: Scope) -> int:
+        """200 when the call is signed by a worker of this node (the body still to be
+        checked with `body_signed`), else 401 or 403 (cluster.peers.verify)."""
+        header = next((v.decode("latin-1") for n, v in scope["headers"] if n == AUTH_HEADER.encode()), None)
+        raw_path = scope.get("raw_path") or scope["path"].encode("utf-8")
+        return verify(self.workers.secret, header, scope["method"], raw_path.decode("latin-1"),
+                      scope.get("query_string", b"").decode("latin-1"))
+
+    @staticmethod
+    def body_signed(scope: Scope, body: bytes) -> bool:
+        """The body is the one the signed query names."""
+        named = decode_query(scope.get("query_string", b"").decode("latin-1")).get("sha256", "")
+        return hmac.compare_digest(named.encode("latin-1", "replace"), hashlib.sha256(body).hexdigest().encode())

@@ -1,0 +1,258 @@
+"""The admin API of a node of several workers: whichever worker a request lands on answers
+for the node (stats and metrics of every worker together; purge, pins and events carried
+out by every worker), and the calls between workers are signed with the node's secret.
+
+Two gateways in this process are worker 0 and worker 1 of one node, each on its own TCP
+port (standing for the node's one port, which the kernel shares out) and on its unix socket.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Iterator
+
+import httpx
+import orjson
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.admin.stats import stats_document
+from gateway.cluster.peers import encode_query, sign
+from gateway.config import AdminSettings
+from gateway.node.workers import WorkerSet
+from tests.support import RunningGateway, base_settings, client
+
+TOKEN = "admin-token-for-tests"
+KEYS = [f"dir/k{n}" for n in range(8)]
+
+
+def admin(gateway: RunningGateway, method: str, route: str, **kwargs: object) -> httpx.Response:
+    return httpx.request(method, f"{gateway.endpoint}/_gateway{route}", headers={"authorization": f"Bearer {TOKEN}"},
+                         timeout=10, **kwargs)  # type: ignore[arg-type]
+
+
+def signed(workers: WorkerSet, index: int, method: str, route: str, params: list[tuple[str, str]],
+           body: bytes = b"", *, when: int | None = None) -> httpx.Response:
+    """A call between workers, as a sibling makes it, over worker `index`'s unix socket."""
+    path = f"/_gateway/local{route}"
+    query = encode_query([*params, ("sha256", hashlib.sha256(body).hexdigest())])
+    headers = {"x-gateway-worker": sign(workers.secret, method, path, query, when)}
+    with httpx.Client(transport=httpx.HTTPTransport(uds=workers.socket_path(index)), timeout=10) as worker:
+        return worker.request(method, f"http://worker{path}?{query}", headers=headers, content=body)
+
+
+@pytest.fixture
+def node(clean_origin: str) -> Iterator[tuple[RunningGateway, RunningGateway]]:
+    run_dir = tempfile.mkdtemp(prefix="gw-")  # short: a unix socket's path has at most 107 bytes
+    secret = os.urandom(32)
+    base = base_settings(clean_origin)
+    settings = dataclasses.replace(base, admin=AdminSettings(token=TOKEN),
+                                   metadata=dataclasses.replace(base.metadata, ttl=3600.0))
+    workers = [RunningGateway(settings, workers=WorkerSet(i, 2, run_dir, secret)) for i in range(2)]
+    try:
+        for worker in workers:
+            worker.__enter__()
+        yield workers[0], workers[1]
+    finally:
+        for worker in workers:
+            worker.__exit__()
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def own_stats(gateway: RunningGateway) -> dict[str, object]:
+    """A worker's own figures, read in this process."""
+    return stats_document(gateway.server.config.app.admin.node)
+
+
+def counted(gateway: RunningGateway, requests: int) -> None:
+    """Wait for a worker to have counted `requests` S3 requests (each is counted once its
+    answer is sent, a moment after the client has it)."""
+    deadline = time.monotonic() + 5
+    while own_stats(gateway)["requests"] != requests:
+        assert time.monotonic() < deadline, own_stats(gateway)["requests"]
+        time.sleep(0.01)
+
+
+def held(gateway: RunningGateway, bucket: str) -> int:
+    """Blocks of `bucket` this worker holds (owns) in its tiers."""
+    store = gateway.server.config.app.s3.engine.store
+    return sum(1 for tier in store.levels for block in tier if block.bucket == bucket)
+
+
+def fill(w0: RunningGateway, w1: RunningGateway) -> None:
+    """Objects written through worker 0 and read through both."""
+    s3 = client(w0.endpoint)
+    s3.create_bucket(Bucket="bkt")
+    for key in KEYS:
+        s3.put_object(Bucket="bkt", Key=key, Body=key.encode() * 100)
+    for worker in (w0, w1):
+        reader = client(worker.endpoint)
+        for key in KEYS:
+            assert reader.get_object(Bucket="bkt", Key=key)["Body"].read() == key.encode() * 100
+
+
+def test_stats_and_metrics_are_every_workers_figures_together(node):
+    w0, w1 = node
+    fill(w0, w1)
+    client(w1.endpoint).list_objects_v2(Bucket="bkt")
+    counted(w0, 1 + 2 * len(KEYS))
+    counted(w1, len(KEYS) + 1)
+    parts = [own_stats(w0), own_stats(w1)]
+    for asked in (w0, w1):
+        stats = admin(asked, "GET", "/stats").json()
+        assert stats["workers"] == {"count": 2, "answered": 2, "missing": []}
+        assert stats["node"] == parts[0]["node"] and stats["members"] == parts[0]["members"]
+        assert stats["requests"] == parts[0]["requests"] + parts[1]["requests"]
+        assert stats["hits"] == parts[0]["hits"] + parts[1]["hits"]
+        assert stats["misses"] == parts[0]["misses"] + parts[1]["misses"]
+        assert stats["hit_ratio"] == pytest.approx(stats["hits"] / (stats["hits"] + stats["misses"]))
+        assert stats["served_bytes"] == {source: parts[0]["served_bytes"][source] + parts[1]["served_bytes"][source]
+                                         for source in parts[0]["served_bytes"]}
+        assert sum(stats["served_bytes"].values()) == 2 * sum(len(k.encode() * 100) for k in KEYS)
+        [tier] = stats["tiers"]
+        assert tier["blocks"] == parts[0]["tiers"][0]["blocks"] + parts[1]["tiers"][0]["blocks"] > 0
+        assert tier["quota_bytes"] == parts[0]["tiers"][0]["quota_bytes"] + parts[1]["tiers"][0]["quota_bytes"]
+        assert stats["uptime_seconds"] >= max(p["uptime_seconds"] for p in parts)
+        assert sorted(hot["key"] for hot in stats["hot_objects"]) == KEYS
+        assert all(hot["hits"] == 2 for hot in stats["hot_objects"])  # one GET through each worker
+
+        text = admin(asked, "GET", "/metrics").text
+        names = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")]
+        assert len(names) == len(set(names))  # one family each
+        found = {(s.name, frozenset(s.labels.items())): s.value
+                 for family in text_string_to_metric_families(text) for s in family.samples}
+        assert found[("gateway_workers", frozenset())] == 2 and found[("gateway_workers_answered", frozenset())] == 2
+        gets = frozenset({("operation", "GetObject"), ("status", "200")})
+        assert found[("gateway_requests_total", gets)] == 2 * len(KEYS)
+        assert found[("gateway_requests_total", frozenset({("operation", "ListObjectsV2"), ("status", "200")}))] == 1
+        assert found[("gateway_request_duration_seconds_count", frozenset({("operation", "GetObject")}))] == 16
+        assert found[("gateway_cache_tier_used_bytes", frozenset({("tier", "memory")}))] == tier["used_bytes"]
+        assert found[("gateway_cache_hits_total", frozenset({("tier", "memory")}))] == stats["hits"]
+
+
+def test_purge_asked_of_one_worker_evicts_every_workers_blocks(node):
+    w0, w1 = node
+    fill(w0, w1)
+    before = held(w0, "bkt") + held(w1, "bkt")
+    assert before > 0
+    answer = admin(w1, "POST", "/purge?bucket=bkt&prefix=dir/").json()
+    assert answer == {"bucket": "bkt", "blocks_removed": before,
+                      "workers": {"count": 2, "answered": 2, "missing": []}}
+    assert held(w0, "bkt") == held(w1, "bkt") == 0
+    for worker in (w0, w1):  # the metadata too: every worker asks the origin again
+        assert worker.server.config.app.s3.engine.meta_cache.get(("bkt", KEYS[0], "")) is None
+
+
+def test_pins_asked_of_one_worker_apply_on_every_worker(node):
+    w0, w1 = node
+    stores = [worker.server.config.app.s3.engine.store for worker in node]
+    answer = admin(w0, "POST", "/pin?bucket=bkt&prefix=hot/").json()
+    assert answer == {"bucket": "bkt", "prefix": "hot/", "pinned": True, "shared": True,
+                      "workers": {"count": 2, "answered": 2, "missing": []}}
+    assert all(store.pinned == [("bkt", "hot/")] for store in stores)
+    assert admin(w1, "GET", "/stats").json()["pinned"] == [{"bucket": "bkt", "prefix": "hot/"}]
+    assert admin(w1, "DELETE", "/pin?bucket=bkt&prefix=hot/").status_code == 200
+    assert all(store.pinned == [] for store in stores)
+    assert admin(w0, "DELETE", "/pin?bucket=bkt&prefix=hot/").status_code == 404
+    # A pin only one worker holds (without Redis a restarted worker has lost its own) is unpinned all the same.
+    assert signed(w0.server.config.app.workers, 1, "POST", "/pin", [("bucket", "bkt"), ("prefix", "p/")]).json() == \
+        {"was": False, "shared": True, "worker": 1}
+    assert admin(w0, "GET", "/stats").json()["pinned"] == [{"bucket": "bkt", "prefix": "p/"}]
+    assert admin(w0, "DELETE", "/pin?bucket=bkt&prefix=p/").status_code == 200
+    assert all(store.pinned == [] for store in stores)
+
+
+def test_an_event_asked_of_one_worker_is_forgotten_by_every_worker(node):
+    w0, w1 = node
+    fill(w0, w1)
+    caches = [worker.server.config.app.s3.engine.meta_cache for worker in node]
+    assert all(cache.get(("bkt", KEYS[0], "")) is not None for cache in caches)
+    event = orjson.dumps({"Records": [{"s3": {"bucket": {"name": "bkt"}, "object": {"key": KEYS[0]}}}]})
+    answer = admin(w0, "POST", "/events", content=event).json()
+    assert answer == {"invalidated": 1, "workers": {"count": 2, "answered": 2, "missing": []}}
+    assert all(cache.get(("bkt", KEYS[0], "")) is None for cache in caches)
+    assert all(cache.get(("bkt", KEYS[1], "")) is not None for cache in caches)
+
+
+def test_a_load_through_one_worker_fills_the_node(node):
+    w0, w1 = node
+    fill(w0, w1)
+    admin(w0, "POST", "/purge?bucket=bkt")
+    lines = admin(w1, "POST", "/load?bucket=bkt&prefix=dir/").text.splitlines()
+    last = orjson.loads(lines[-1])
+    assert last["done"] and last["loaded"] == last["objects"] == len(KEYS) and last["failed"] == []
+    assert last["bytes"] == sum(len(k.encode() * 100) for k in KEYS)
+    stats = admin(w0, "GET", "/stats").json()
+    assert stats["tiers"][0]["blocks"] == held(w0, "bkt") + held(w1, "bkt") == len(KEYS)
+
+
+def test_a_sibling_gone_or_hung_leaves_a_partial_answer_that_says_so(node):
+    w0, w1 = node
+    fill(w0, w1)
+    w1.__exit__()
+    started = time.monotonic()
+    stats = admin(w0, "GET", "/stats").json()
+    assert time.monotonic() - started < 1.0  # refused at once
+    assert stats["workers"] == {"count": 2, "answered": 1, "missing": [1]}
+    assert stats["requests"] == own_stats(w0)["requests"]
+    assert admin(w0, "POST", "/purge?bucket=bkt").json()["workers"] == {"count": 2, "answered": 1, "missing": [1]}
+    # A sibling that takes the connection and never answers: its calls time out.
+    path = w0.server.config.app.workers.socket_path(1)
+    os.unlink(path)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as hung:
+        hung.bind(path)
+        hung.listen(16)
+        started = time.monotonic()
+        text = admin(w0, "GET", "/metrics").text
+        assert 1.5 < time.monotonic() - started < 4.0
+        assert "gateway_workers_answered 1.0" in text and "gateway_workers 2.0" in text
+
+
+def test_calls_between_workers_are_signed_with_the_nodes_secret(node):
+    w0, w1 = node
+    workers = w0.server.config.app.workers
+    assert signed(workers, 1, "GET", "/stats", []).status_code == 200
+    local = f"{w1.endpoint}/_gateway/local/stats"
+    good = signed(workers, 1, "GET", "/stats", []).request
+    query = good.url.query.decode()
+    cases = {
+        "none": ({}, query, 401),
+        "the admin token, not a signature": ({"authorization": f"Bearer {TOKEN}"}, query, 401),
+        "malformed": ({"x-gateway-worker": "v1 nope"}, query, 401),
+        "not ascii digits": ({"x-gateway-worker": ("v1 ²³ " + "0" * 64).encode()}, query, 401),
+        "latin-1 bytes": ({"x-gateway-worker": "v1 1 caf\xe9".encode("latin-1")}, query, 403),
+        "a digest of utf-8": ({"x-gateway-worker": f"v1 {int(time.time())} {'é' * 32}".encode()}, query, 403),
+        "another secret": ({"x-gateway-worker": sign(b"x" * 32, "GET", "/_gateway/local/stats", query)}, query, 403),
+        "stale": ({"x-gateway-worker": sign(workers.secret, "GET", "/_gateway/local/stats", query,
+                                            int(time.time()) - 3600)}, query, 403),
+        "another query": ({"x-gateway-worker": good.headers["x-gateway-worker"]}, query + "&x=1", 403),
+    }
+    for name, (headers, asked, status) in cases.items():
+        answer = httpx.get(f"{local}?{asked}", headers=headers, timeout=10)
+        assert answer.status_code == status, name
+    # Signed for the path as sent: the same route spelled otherwise does not carry the signature.
+    odd = httpx.get(f"{w1.endpoint}/_gateway/local/%73tats?{query}",
+                    headers={"x-gateway-worker": good.headers["x-gateway-worker"]}, timeout=10)
+    assert odd.status_code == 403
+    # The body is signed through the query's sha256: another body with the same signature is refused.
+    event = orjson.dumps({"Records": [{"s3": {"bucket": {"name": "bkt"}, "object": {"key": "k"}}}]})
+    sent = signed(workers, 1, "POST", "/events", [], event)
+    assert sent.status_code == 200 and sent.json() == {"invalidated": 1, "worker": 1}
+    forged = httpx.post(str(sent.request.url).replace("http://worker", w1.endpoint), content=b'{"Records": []}',
+                        headers={"x-gateway-worker": sent.request.headers["x-gateway-worker"]}, timeout=10)
+    assert forged.status_code == 403
+    assert signed(workers, 1, "POST", "/load", [("bucket", "bkt")]).status_code == 404  # no worker route
+
+
+def test_a_node_of_one_process_has_no_worker_routes(start_gateway, clean_origin):
+    gateway = start_gateway(admin=AdminSettings(token=TOKEN))
+    assert httpx.get(f"{gateway.endpoint}/_gateway/local/stats", timeout=10).status_code == 401
+    assert admin(gateway, "GET", "/local/stats").status_code == 404
+    assert "workers" not in admin(gateway, "GET", "/stats").json()
+    assert "gateway_workers" not in admin(gateway, "GET", "/metrics").text

@@ -29,8 +29,11 @@ from gateway.origin import Origin
 from gateway.s3api.hits import HitPath
 from gateway.s3api.server import S3App
 from gateway.store.disk import DiskTier
+from gateway.store.blocks import BlockId
 from gateway.store.memory import MemoryTier
 from gateway.store.policy import make_policy
+from gateway.store.shared import SharedTier
+from gateway.store.tier import Tier
 from gateway.store.tiers import TieredStore
 
 
@@ -51,7 +54,7 @@ class GatewayApp:
         self._tasks: list[asyncio.Task[None]] = []
 
     async def startup(self) -> None:
-        store = build_store(self.settings.cache)
+        store = build_store(self.settings.cache, self.workers)
         if store is not None:
             await store.open()
         # With Redis: metadata and listings shared by the nodes, and their invalidations.
@@ -65,17 +68,19 @@ class GatewayApp:
         # Access heat (GETs served per object): the hottest-objects view, and replication's input.
         heat = HeatCounter(max(10_000, 4 * cluster.hot_objects), cluster.heat_half_life)
         engine = Engine(Origin(self.settings.origin), self.settings.metadata, self.settings.listing,
-                        store=store, cache=self.settings.cache, shared=shared, fleet=self.fleet, heat=heat)
+                        store=store, cache=self.settings.cache, shared=shared, fleet=self.fleet, heat=heat,
+                        workers=self.workers, cluster=cluster)
+        if self.fleet is not None or not self.workers.alone:  # other nodes or workers ask this one for blocks
+            secrets = [cluster.secret if self.fleet is not None else "", self.workers.secret.hex()]
+            self.peer = PeerApp(secrets, engine.serve_block, engine.serve_open, engine.serve_hold)
         if self.fleet is not None:
-            self.peer = PeerApp(cluster.secret, engine.serve_block, engine.serve_open,
-                                engine.serve_hold)
             await self.fleet.membership.heartbeat()  # join now (Redis down: alone until it is back)
             self._tasks.append(asyncio.create_task(self.fleet.membership.run(), name="gateway-membership"))
         if shared is not None:
             self._invalidations = asyncio.create_task(
                 shared.invalidation.listen(engine.invalidate_local, on_resync=engine.purge),
                 name="gateway-invalidations")
-        if self.settings.events.sqs_queue_url:
+        if self.settings.events.sqs_queue_url and self.workers.first:  # one consumer per node
             self._events = SqsConsumer(self.settings.events, engine.changed)
             self._tasks.append(asyncio.create_task(self._events.run(), name="gateway-sqs-events"))
         if store is not None and self.settings.cache.ttl:
@@ -90,7 +95,7 @@ class GatewayApp:
         self.s3 = S3App(self.settings, engine)
         if self.settings.server.hit_path:
             self.hits = HitPath(self.s3)
-        if shared is not None and self.fleet is not None and cluster.hot_replication:
+        if shared is not None and self.fleet is not None and cluster.hot_replication and self.workers.first:
             self.replication = Replication(cluster, shared.redis, self.fleet, engine.heat, engine.rebalance)
             self._tasks.append(asyncio.create_task(self.replication.run(), name="gateway-replication"))
         shadow = build_shadow(self.settings.cache) if store is not None else None
@@ -168,24 +173,40 @@ async def _expire_periodically(store: TieredStore, every: float = 30.0) -> None:
         await store.expire()
 
 
-def build_store(cache: CacheSettings) -> TieredStore | None:
+def build_store(cache: CacheSettings, workers: WorkerSet | None = None) -> TieredStore | None:
     """The tiers of `cache.*`: memory on top, then the disk folders in the order given.
 
-    None when no tier is configured: every read then streams from the origin.
+    None when no tier is configured: every read then streams from the origin. A worker of a
+    node of several keeps the blocks it owns within its share of each quota; the memory
+    tier is then block files on tmpfs, which every worker of the node reads (store.shared).
     """
     if cache.memory_quota == 0 and not cache.disk:
         return None
-    memory = None
-    if cache.memory_quota > 0:
+    workers = workers or WorkerSet()
+    alone, share = workers.alone, workers.count
+
+    def owns(block: BlockId) -> bool:
+        return workers.owns(block.bucket, block.key, block.index)
+
+    memory: MemoryTier | SharedTier | None = None
+    if cache.memory_quota > 0 and alone:
         memory = MemoryTier(cache.memory_quota, make_policy(cache.policy, cache.memory_quota))
-    disks = [
-        DiskTier(d.path, d.quota, make_policy(cache.policy, d.quota), medium=d.medium, name=f"disk{i}")
-        for i, d in enumerate(cache.disk)
-    ]
+    elif cache.memory_quota > 0:
+        quota = cache.memory_quota // share
+        memory = SharedTier(workers.memory_path, quota, make_policy(cache.policy, quota), owns, medium="memory",
+                            name="mem")
+    disks: list[Tier] = []
+    for i, d in enumerate(cache.disk):
+        if alone:
+            disks.append(DiskTier(d.path, d.quota, make_policy(cache.policy, d.quota), medium=d.medium, name=f"disk{i}"))
+        else:
+            quota = d.quota // share
+            disks.append(SharedTier(d.path, quota, make_policy(cache.policy, quota), owns, medium=d.medium,
+                                    name=f"disk{i}"))
     return TieredStore(
         memory, disks, promote=cache.promote,
         pinned=tuple((r.bucket, r.prefix) for r in cache.pinned),
-        ttl=tuple((r.bucket, r.prefix, r.seconds) for r in cache.ttl),
+        ttl=tuple((r.bucket, r.prefix, r.seconds) for r in cache.ttl), owns=owns,
     )
 
 

@@ -1,6 +1,7 @@
-"""The peer API's server side: the routes under /_peer/ that other nodes ask for blocks
-(the wire format is described in cluster/peers.py). Served on the S3 port, only when
-the fleet is on, and only to requests signed with the cluster secret."""
+"""The peer API's server side: the routes under /_peer/ that other nodes, and the other
+workers of this node, ask for blocks (the wire format is described in cluster/peers.py).
+Served on the S3 port when the fleet is on or the node has several workers, and only to
+requests signed with the cluster secret or the node's own (gateway.node.workers)."""
 
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ class PeerApp:
     `served[outcome]` counts answers (block, open, refused, unauthorized, ...).
     """
 
-    def __init__(self, secret: str, serve_block: ServeBlock, serve_open: ServeOpen, serve_hold: ServeHold) -> None:
-        self._secret = secret.encode()
+    def __init__(self, secrets: list[str], serve_block: ServeBlock, serve_open: ServeOpen, serve_hold: ServeHold) -> None:
+        self._secrets = [secret.encode() for secret in secrets if secret]
         self._serve_block = serve_block
         self._serve_open = serve_open
         self._serve_hold = serve_hold
@@ -49,7 +50,9 @@ class PeerApp:
         path, method = scope["path"], scope["method"]
         query = scope.get("query_string", b"").decode("latin-1")
         header = next((v.decode("latin-1") for n, v in scope["headers"] if n == AUTH_HEADER.encode()), None)
-        status = verify(self._secret, header, method, scope.get("raw_path", path.encode()).decode("latin-1"), query)
+        raw_path = scope.get("raw_path", path.encode()).decode("latin-1")
+        # 200 if any secret signs it, else 401 (no or malformed signature) before 403 (a wrong one).
+        status = min((verify(secret, header, method, raw_path, query) for secret in self._secrets), default=401)
         if status != 200:
             self.served["unauthorized"] += 1
             return await _answer(send, status, orjson.dumps({"error": "peer requests are signed with the "

@@ -120,10 +120,11 @@ class PeerRefused(Exception):
 class PeerClient:
     """Asks peers for blocks. One keep-alive pool for every peer; timeouts from cluster.*."""
 
-    def __init__(self, settings: ClusterSettings, *, max_connections: int = 256) -> None:
+    def __init__(self, settings: ClusterSettings, *, max_connections: int = 256, unix_socket: str = "") -> None:
         self.settings = settings
         self._secret = settings.secret.encode()
         self._max_connections = max_connections
+        self._unix_socket = unix_socket  # every request goes to the server on this socket (another worker)
         self._session: aiohttp.ClientSession | None = None
         # Peers over https: verified against cluster.peer_ca_file, else the system's CAs.
         self._tls: ssl.SSLContext | bool = (ssl.create_default_context(cafile=settings.peer_ca_file)
@@ -133,11 +134,15 @@ class PeerClient:
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:  # made on first use, on the loop that uses it
+            # Idle connections are closed before the peer's server would (uvicorn: 5 s),
+            # so a request rarely meets a connection that is being closed under it.
+            connector: aiohttp.BaseConnector = (
+                aiohttp.UnixConnector(self._unix_socket, limit=self._max_connections, keepalive_timeout=3.0)
+                if self._unix_socket else
+                aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0, keepalive_timeout=3.0,
+                                     ssl=self._tls))
             self._session = aiohttp.ClientSession(
-                # Idle connections are closed before the peer's server would (uvicorn: 5 s),
-                # so a request rarely meets a connection that is being closed under it.
-                connector=aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0, keepalive_timeout=3.0,
-                                               ssl=self._tls),
+                connector=connector,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.settings.peer_connect_timeout,
                                               sock_read=self.settings.peer_read_timeout),
                 auto_decompress=False,

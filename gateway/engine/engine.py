@@ -20,7 +20,7 @@ from gateway.bytebudget import ByteBudget
 from gateway.cluster.fleet import Fleet
 from gateway.cluster.replication import Change
 from gateway.cluster.shared import Shared
-from gateway.config import CacheSettings, ListingSettings, MetadataSettings
+from gateway.config import CacheSettings, ClusterSettings, ListingSettings, MetadataSettings
 from gateway.engine.coherence import Coherence
 from gateway.engine.fetch import BlockFetcher
 from gateway.engine.listings import Listings
@@ -28,8 +28,11 @@ from gateway.engine.metadata import Metadata, ObjectHead
 from gateway.engine.peers import Peers
 from gateway.engine.reads import ObjectRead, Reads
 from gateway.engine.replicas import Replicas
+from gateway.engine.serving import Serving
+from gateway.engine.siblings import Siblings
 from gateway.engine.writes import Writes
 from gateway.heat import HeatCounter
+from gateway.node.workers import WorkerSet
 from gateway.objects import ObjectChanged, ObjectMeta
 from gateway.origin import Origin
 from gateway.store.meta import MetadataCache
@@ -80,6 +83,8 @@ class Engine:
         shared: Shared | None = None,
         fleet: Fleet | None = None,
         heat: HeatCounter | None = None,
+        workers: WorkerSet | None = None,
+        cluster: ClusterSettings | None = None,
     ) -> None:
         cache = cache or CacheSettings()
         self.origin = origin
@@ -100,10 +105,15 @@ class Engine:
                              cache=cache, fleet=fleet)
         self.peers: Peers | None = None
         self.replicas: Replicas | None = None
-        if self.fetch is not None and fleet is not None:
+        self.siblings: Siblings | None = None  # the other workers of this node
+        self.serving = None if self.fetch is None else Serving(self.fetch)  # what peers and workers ask here
+        if self.fetch is not None and workers is not None and not workers.alone:
+            self.siblings = self.fetch.siblings = Siblings(workers, cluster or ClusterSettings(), self.fetch,
+                                                           self.invalidate)
+        if self.fetch is not None and self.serving is not None and fleet is not None:
             self.peers = self.fetch.peers = Peers(fleet, self.fetch, self.invalidate)
             self.replicas = Replicas(fleet, self.fetch, self.peers, self._describe)
-            self.peers.hold = self.replicas.hold
+            self.serving.hold = self.replicas.hold
         self.head_object = self.metadata.head_object
         self.list_objects = self.listings.list_objects
         self.forward = self.writes.forward
@@ -115,7 +125,7 @@ class Engine:
     def stats(self) -> Counter[str]:
         """Every part's counters together (each part keeps its own)."""
         total: Counter[str] = Counter()
-        for part in (self.fetch, self.metadata, self.listings, self.writes, self.peers, self.replicas):
+        for part in (self.fetch, self.metadata, self.listings, self.writes, self.peers, self.replicas, self.siblings):
             if part is not None:
                 total.update(part.stats)
         return total
@@ -127,6 +137,8 @@ class Engine:
     async def aclose(self) -> None:
         if self.replicas is not None:
             await self.replicas.aclose()
+        if self.siblings is not None:
+            await self.siblings.aclose()
         await self.origin.aclose()
         if self.store is not None:
             await self.store.aclose()
@@ -224,18 +236,18 @@ class Engine:
         await self.replicas.spread(bucket, key, meta, replicas=replicas)
 
     async def serve_block(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int) -> bytes:
-        return await self._peers().serve_block(bucket, key, etag, version_id, size, index)
+        return await self._serving().serve_block(bucket, key, etag, version_id, size, index)
 
     async def serve_open(self, bucket: str, key: str, version_id: str, index: int) -> tuple[bytes, bytes] | None:
-        return await self._peers().serve_open(bucket, key, version_id, index)
+        return await self._serving().serve_open(bucket, key, version_id, index)
 
     async def serve_hold(self, bucket: str, key: str, etag: str, version_id: str, size: int, replicas: int) -> int:
-        return await self._peers().serve_hold(bucket, key, etag, version_id, size, replicas)
+        return await self._serving().serve_hold(bucket, key, etag, version_id, size, replicas)
 
-    def _peers(self) -> Peers:
-        if self.peers is None:
+    def _serving(self) -> Serving:
+        if self.serving is None:
             raise LookupError("no block cache")  # the peer API answers that it holds nothing
-        return self.peers
+        return self.serving
 
     async def _describe(self, bucket: str, key: str) -> ObjectMeta:
         return (await self.metadata.head_object(bucket, key)).meta

@@ -24,6 +24,7 @@ from gateway.store.tiers import TieredStore
 
 if TYPE_CHECKING:
     from gateway.engine.peers import Peers
+    from gateway.engine.siblings import Siblings
 
 # Opens a fleet node remembers for a moment (see BlockFetcher._open_here): how many, how long.
 _RECENT_OPENS = 1024
@@ -65,6 +66,7 @@ class BlockFetcher:
         self.budget = budget
         self.fleet = fleet
         self.peers: Peers | None = None  # set by the engine when there is a fleet
+        self.siblings: Siblings | None = None  # set by the engine when the node has other workers
         self.stats: Counter[str] = Counter()
         self._on_changed = on_changed
         self._trusted = trusted  # Coherence.trusted: whether what was learnt before may be answered
@@ -96,6 +98,9 @@ class BlockFetcher:
                 return await asyncio.shield(flight)
             if block not in self.store:  # else stored between our look and now: look again
                 break
+        owner = self.siblings.owner(block.bucket, block.key, block.index) if self.siblings is not None else None
+        if owner is not None:  # another worker of this node owns the block: it fetches and keeps it
+            return await self._from_sibling(owner, block, meta)
         route = self.route(block.bucket, block.key, block.index, replicas) if from_peers else None
         if route is not None and self.peers is not None:
             flight = self._from_peers.joined(block.name)
@@ -106,6 +111,20 @@ class BlockFetcher:
             peers = self.peers
             return await self._from_peers.run(block.name, lambda: peers.block(block, meta, route))
         self.stats["block_miss"] += 1
+        return await self.from_origin(block, meta)
+
+    async def _from_sibling(self, owner: int, block: BlockId, meta: ObjectMeta) -> bytes:
+        siblings = self.siblings
+        assert siblings is not None
+        flight = self._from_peers.joined(block.name)
+        if flight is not None:
+            self.stats["block_wait"] += 1
+            return await asyncio.shield(flight)
+        # Not a miss here: the owner counts it (a block is counted once in the node's figures).
+        return await self._from_peers.run(block.name, lambda: siblings.block(owner, block, meta))
+
+    async def from_origin(self, block: BlockId, meta: ObjectMeta) -> bytes:
+        """The block from the origin, once however many wait, kept if this worker keeps it."""
         return await self._from_origin.run(block.name, lambda: self._fetch_block(block, meta))
 
     def fetching(self, block: BlockId) -> bool:
@@ -200,6 +219,13 @@ class BlockFetcher:
         """
         index = first_byte // self.settings.block_size
         name = open_name(bucket, key, query, index)
+        owner = self.siblings.owner(bucket, key, index) if self.siblings is not None else None
+        if owner is not None:  # the worker that owns the first block opens the object
+            siblings = self.siblings
+            assert siblings is not None
+            if not self._trusted():
+                return await siblings.open(owner, bucket, key, query, index)
+            return await self._peer_opening.run(name, lambda: siblings.open(owner, bucket, key, query, index))
         route = self.route(bucket, key, index)
         if route is not None and self.peers is not None:  # a peer owns the block: it opens the object for us
             peers = self.peers
@@ -211,16 +237,17 @@ class BlockFetcher:
     async def open_here(self, bucket: str, key: str, query: list[tuple[str, str]], index: int) -> Opened | None:
         """`open` by this node itself: one ranged GET of the origin, shared by concurrent opens.
 
-        In a fleet, an open that just finished answers the opens that arrive a moment
-        later too (`_recent_opens`): several nodes that all missed the metadata at once
-        ask the owner at slightly different times, and the block must still be fetched once.
+        In a fleet or a node of several workers, an open that just finished answers the opens
+        that arrive a moment later too (`_recent_opens`): several nodes or workers that all
+        missed the metadata at once ask the owner at slightly different times, and the block
+        must still be fetched once.
         """
         name = open_name(bucket, key, query, index)
         if not self._trusted():
             # Another node's write may have gone unheard: neither an open remembered from before
             # it nor one already under way (it may have begun before the write) may answer.
             return await self._open(bucket, key, query, index, name)
-        if self.fleet is not None:
+        if self._remembers_opens:
             recent = await self._recent_open(name)
             if recent is not None:
                 return recent
@@ -239,6 +266,11 @@ class BlockFetcher:
             return None
         self.stats["open_recent"] += 1
         return meta, FirstBlock(block, hit[0])
+
+    @property
+    def _remembers_opens(self) -> bool:
+        """Whether other nodes or workers ask this one to open objects (see open_here)."""
+        return self.fleet is not None or self.siblings is not None
 
     def forget_opens(self, bucket: str | None = None, key: str | None = None) -> None:
         """Drop remembered opens of `key` (of the bucket when None; of everything when no
@@ -298,7 +330,7 @@ class BlockFetcher:
         self.stats["origin_block_fetch"] += 1
         await self.store.put(block, data)
         opened = meta, FirstBlock(block, data)
-        if self.fleet is not None:
+        if self._remembers_opens:
             self._remember_open(name, opened)
         return opened
 

@@ -1,40 +1,34 @@
-"""The fleet's block traffic: blocks and opens asked of their owners, and what other
-nodes ask of this one (the peer API's `block`, `open` and `hold`)."""
+"""The fleet's block traffic: blocks and opens asked of their owners (what other nodes ask
+of this one is engine.serving's)."""
 
 from __future__ import annotations
 
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timezone
 
 from gateway import log
 from gateway.cluster.fleet import Fleet, Route
 from gateway.cluster.membership import Member
 from gateway.cluster.peers import PeerError, PeerRefused
 from gateway.engine.fetch import BlockFetcher, FirstBlock, Opened, version_of
-from gateway.errors import S3Error
-from gateway.objects import ObjectChanged, ObjectMeta, decode_meta, encode_meta
+from gateway.engine.serving import take_refusal
+from gateway.objects import ObjectMeta, decode_meta
 from gateway.store.blocks import BlockId
 
 _PEER_LOG_EVERY = 10.0  # seconds between two log lines about the same failing peer
-_EPOCH = datetime.fromtimestamp(0, timezone.utc)
-
-Hold = Callable[..., Awaitable[int]]  # Replicas.hold(bucket, key, meta, replicas=...)
 
 
 class Peers:
-    """Asking a block's owners, in rendezvous order, and answering them. Event loop only.
+    """Asking a block's owners, in rendezvous order. Event loop only.
 
     A peer that fails is skipped (logged at most every 10 s per peer); an owner whose
-    origin refused (a 4xx, or the object changed) gives this node the same answer. What
-    peers ask of this node comes from the tiers or the origin, never from another peer.
+    origin refused (a 4xx, or the object changed) gives this node the same answer.
     """
 
     def __init__(self, fleet: Fleet, fetch: BlockFetcher, on_changed: Callable[[str, str], Awaitable[None]]) -> None:
         self.fleet = fleet
         self.fetch = fetch
-        self.hold: Hold | None = None  # Replicas.hold, set by the engine
         self.stats: Counter[str] = Counter()
         self._on_changed = on_changed
         self._logged: dict[str, float] = {}
@@ -94,14 +88,7 @@ class Peers:
         return await self.fetch.open_here(bucket, key, query, index)
 
     async def refused(self, bucket: str, key: str, refused: PeerRefused) -> None:
-        """An owner's origin said no: that answer is ours too, unless it is the origin failing
-        (5xx), which another owner or the origin may get past (the caller goes on)."""
-        if refused.changed:
-            await self._on_changed(bucket, key)
-            raise ObjectChanged()
-        if refused.error.status < 500:
-            refused.error.resource = f"/{bucket}/{key}"
-            raise refused.error
+        await take_refusal(bucket, key, refused, self._on_changed)
 
     def failed(self, peer: Member, exc: Exception) -> None:
         self.stats["peer_failure"] += 1
@@ -109,53 +96,3 @@ class Peers:
         if now - self._logged.get(peer.id, -_PEER_LOG_EVERY) >= _PEER_LOG_EVERY:
             self._logged[peer.id] = now
             log.cluster.warning("peer %s failed (%s); asking the next owner or the origin", peer.id, exc)
-
-    # --- answering other nodes ---------------------------------------------------------
-
-    async def serve_block(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int) -> bytes:
-        """A block a peer asked for: from the tiers, else from the origin once (and kept).
-
-        Raises PeerRefused for the origin's S3 errors, ValueError for a block outside the object.
-        """
-        meta = _described(etag, version_id, size)
-        block = BlockId(bucket, key, version_of(meta), index)
-        length = self.fetch.length(block, meta)
-        memory = self.fetch.store.memory
-        held = 0 if memory is not None and block in memory else await self.fetch.budget.take(length)
-        try:
-            return await self.fetch.block(block, meta, from_peers=False)
-        except ObjectChanged as exc:
-            raise PeerRefused(exc, changed=True) from exc
-        except S3Error as exc:
-            raise PeerRefused(exc, changed=False) from exc
-        finally:
-            self.fetch.budget.give(held)
-
-    async def serve_hold(self, bucket: str, key: str, etag: str, version_id: str, size: int, replicas: int) -> int:
-        """A load a peer asked for (see Replicas.hold): the bytes fetched. Raises as `serve_block` does."""
-        if size < 0 or replicas < 1:
-            raise ValueError("size and replicas out of range")
-        assert self.hold is not None
-        try:
-            return await self.hold(bucket, key, _described(etag, version_id, size), replicas=replicas)
-        except ObjectChanged as exc:
-            raise PeerRefused(exc, changed=True) from exc
-        except S3Error as exc:
-            raise PeerRefused(exc, changed=False) from exc
-
-    async def serve_open(self, bucket: str, key: str, version_id: str, index: int) -> tuple[bytes, bytes] | None:
-        """An open a peer asked for (see BlockFetcher.open): (metadata in the shared form, block) or None."""
-        query = [("versionId", version_id)] if version_id else []
-        try:
-            opened = await self.fetch.open_here(bucket, key, query, index)
-        except S3Error as exc:
-            raise PeerRefused(exc, changed=False) from exc
-        if opened is None:
-            return None
-        return encode_meta(opened[0]), opened[1].data
-
-
-def _described(etag: str, version_id: str, size: int) -> ObjectMeta:
-    """The object version a peer named, as much of its metadata as a block needs."""
-    return ObjectMeta(size=size, etag=etag, last_modified=_EPOCH,
-                      headers={"x-amz-version-id": version_id} if version_id else {})

@@ -2,7 +2,7 @@
 they find each other.
 
 A node is `server.workers` processes on one port (gateway.supervisor). They are one
-cache: every block has one owner worker (`owner`, from its name), the only one that
+cache: every block has one owner worker (`owner`, from its object and index), the only one that
 fetches it from the origin, writes it into the tiers and evicts it, within its share of
 each quota; any worker reads a block another one holds straight from the tier's files.
 A worker asks the owner for a block it misses over the owner's own socket
@@ -13,6 +13,7 @@ Imports nothing of the gateway, so every layer may take a WorkerSet.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 
@@ -46,12 +47,14 @@ class WorkerSet:
         controller, the SQS consumer."""
         return self.index == 0
 
-    def owner(self, name: str) -> int:
-        """The worker that owns the block named `name` (BlockId.name, 32 hex digits)."""
-        return int(name[-8:], 16) % self.count
+    def owner(self, bucket: str, key: str, index: int) -> int:
+        """The worker that owns block `index` of the object, whatever its version: a cold
+        read, which does not know the version yet, asks the worker that will keep the block."""
+        name = f"{bucket}\0{key}\0{index}".encode("utf-8", "surrogateescape")
+        return int.from_bytes(hashlib.blake2b(name, digest_size=8).digest(), "big") % self.count
 
-    def owns(self, name: str) -> bool:
-        return self.count == 1 or self.owner(name) == self.index
+    def owns(self, bucket: str, key: str, index: int) -> bool:
+        return self.count == 1 or self.owner(bucket, key, index) == self.index
 
     def socket_path(self, index: int) -> str:
         return os.path.join(self.run_dir, f"worker-{index}.sock")

@@ -67,6 +67,7 @@ class DiskTier:
         fsync: bool = False,
         backoff: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        keeps: Callable[[BlockId], bool] | None = None,
     ) -> None:
         if quota < 0:
             raise ValueError(f"quota must be >= 0, not {quota}")
@@ -80,6 +81,9 @@ class DiskTier:
         self.stats = TierStats()
         self.evictable: Callable[[BlockId], bool] = _always
         self._clock = clock
+        # The folder may be shared by the workers of a node (store.shared): the index then
+        # takes only the blocks this worker `keeps`, and leaves the others' files alone.
+        self.keeps = keeps
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"gateway-store-{name}")
         self._index: dict[str, _Entry] = {}
         self._pending: dict[str, int] = {}  # name -> bytes reserved by a write in flight
@@ -166,31 +170,51 @@ class DiskTier:
 
     async def get(self, block_id: BlockId) -> bytes | None:
         """The verified bytes of a block, or None (a miss) on any trouble."""
-        name = block_id.name
-        entry = self._index.get(name)
+        entry = self._index.get(block_id.name)
         if entry is None or self._closed:
             self.stats.misses += 1
             return None
         try:
-            data = await self._run(self._fetch, self.block_path(name), block_id)
-        except BadBlockError as exc:
-            log.warning("disk tier %s: dropped bad block %s (%s/%s #%d): %s", self.name, name, block_id.bucket, block_id.key, block_id.index, exc)
+            data = await self._run(self._fetch, self.block_path(block_id.name), block_id)
+        except Exception as exc:  # noqa: BLE001 -- a cache failure never fails the read (STYLE.md)
+            self._read_failed(block_id, entry, exc)
+            return None
+        self.stats.hits += 1
+        self.policy.access(block_id.name)
+        return data
+
+    def get_now(self, block_id: BlockId) -> bytes | None:
+        """`get` without the thread hop, for a tier on tmpfs (medium "memory"), where a read is a
+        copy from memory; None, counting nothing, when the block is not held."""
+        entry = self._index.get(block_id.name)
+        if entry is None or self._closed:
+            return None
+        try:
+            data = self._fetch(self.block_path(block_id.name), block_id)
+        except Exception as exc:  # noqa: BLE001 -- as in get
+            self._read_failed(block_id, entry, exc)
+            return None
+        self.stats.hits += 1
+        self.policy.access(block_id.name)
+        return data
+
+    def _read_failed(self, block_id: BlockId, entry: _Entry, error: Exception) -> None:
+        """Count a failed read as a miss; a bad or vanished file leaves the index."""
+        name = block_id.name
+        if isinstance(error, BadBlockError):
+            log.warning("disk tier %s: dropped bad block %s (%s/%s #%d): %s", self.name, name, block_id.bucket,
+                        block_id.key, block_id.index, error)
             self.stats.bad_blocks += 1
             self._drop(name, entry)
-        except FileNotFoundError:
+        elif isinstance(error, FileNotFoundError):
             self._drop(name, entry)  # deleted behind our back, or evicted while we read
-        except (OSError, RuntimeError) as exc:  # RuntimeError: the pool is shut down
-            log.warning("disk tier %s: cannot read block %s: %s", self.name, name, exc)
+        elif isinstance(error, (OSError, RuntimeError)):  # RuntimeError: the pool is shut down
+            log.warning("disk tier %s: cannot read block %s: %s", self.name, name, error)
             self.stats.read_errors += 1
-        except Exception:  # a cache failure never fails the read (STYLE.md): a bug is a miss too
-            log.exception("disk tier %s: unexpected error reading block %s", self.name, name)
+        else:  # a bug is a miss too
+            log.error("disk tier %s: unexpected error reading block %s", self.name, name, exc_info=error)
             self.stats.read_errors += 1
-        else:
-            self.stats.hits += 1
-            self.policy.access(name)
-            return data
         self.stats.misses += 1
-        return None
 
     async def put(self, block_id: BlockId, data: bytes) -> list[BlockId]:
         """Store a block; returns the ids evicted to make room, whose files are deleted."""
@@ -386,11 +410,14 @@ class DiskTier:
         bad = temporaries = 0
         for path, name, temporary in blockfile.block_files(self.path):
             if temporary:
-                self._unlink_quiet(path)
-                temporaries += 1
+                if self.keeps is None or _abandoned(path):  # else maybe another worker's write in flight
+                    self._unlink_quiet(path)
+                    temporaries += 1
                 continue
             try:
-                found.append(self._read_entry(path, name))
+                entry = self._read_entry(path, name)
+                if self.keeps is None or self.keeps(entry.block_id):
+                    found.append(entry)
             except BadBlockError as exc:
                 log.warning("disk tier %s: deleting %s: %s", self.name, path, exc)
                 self._unlink_quiet(path)
@@ -410,3 +437,14 @@ class DiskTier:
             pass
         except OSError as exc:
             log.warning("disk tier %s: cannot delete %s: %s", self.name, path, exc)
+
+
+def _abandoned(path: str) -> bool:
+    """A temporary no write can still be busy with (a worker died while writing it)."""
+    try:
+        return time.time() - os.stat(path).st_mtime > _ABANDONED
+    except OSError:
+        return False
+
+
+_ABANDONED = 600.0  # seconds: far longer than any block write takes

@@ -63,13 +63,16 @@ class MemoryTier:
         pass
 
     async def get(self, block_id: BlockId) -> bytes | None:
-        return self.get_now(block_id)
+        data = self.get_now(block_id)
+        if data is None:
+            self.stats.misses += 1
+        return data
 
     def get_now(self, block_id: BlockId) -> bytes | None:
-        """`get` without an await (the hit path below ASGI asks this way)."""
+        """A held block, counted as `get` counts a hit; None, counting nothing, otherwise. No
+        await: the hit path below ASGI asks this way."""
         held = self._blocks.get(block_id.name)
         if held is None:
-            self.stats.misses += 1
             return None
         self.policy.access(block_id.name)
         self.stats.hits += 1

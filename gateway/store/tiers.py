@@ -8,6 +8,7 @@ from typing import Any
 
 from gateway.store.blocks import BlockId
 from gateway.store.memory import MemoryTier
+from gateway.store.shared import SharedTier
 from gateway.store.tier import Tier
 
 
@@ -35,15 +36,17 @@ class TieredStore:
 
     def __init__(
         self,
-        memory: MemoryTier | None,
+        memory: MemoryTier | SharedTier | None,
         disks: Iterable[Tier],
         *,
         promote: bool = True,
         pinned: tuple[tuple[str, str], ...] = (),
         ttl: tuple[tuple[str, str, float], ...] = (),
         clock: Callable[[], float] = time.monotonic,
+        owns: Callable[[BlockId], bool] = lambda block_id: True,
     ) -> None:
         self.memory = memory
+        self.owns = owns  # the blocks this worker keeps (store.shared): all of them, alone
         self.disks = list(disks)
         self.levels: list[Tier] = ([memory] if memory is not None else []) + self.disks
         names = [tier.name for tier in self.levels]
@@ -131,14 +134,15 @@ class TieredStore:
                 self.promotions += 1
                 await self._store_at(0, block_id, data)
             return data, tier.name
-        self.misses += 1
+        if self.owns(block_id):  # else its owner counts the miss (a worker of a node of several)
+            self.misses += 1
         return None
 
     def from_memory_now(self, block_id: BlockId) -> bytes | None:
         """The block when the memory tier holds it unexpired, counted as `get` counts that hit;
         None, counting nothing, otherwise. No await: the hit path below ASGI asks this way."""
         memory = self.memory
-        if memory is None or block_id not in memory or self._is_expired(block_id):
+        if memory is None or self._is_expired(block_id):
             return None
         return memory.get_now(block_id)
 

@@ -1,0 +1,86 @@
+"""What other nodes and the other workers of this node ask of this worker (the peer API's
+`block`, `open` and `hold`): blocks from the tiers, else from the origin once, never from
+another peer; and what an owner's refusal means to the one that asked."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
+
+from gateway.cluster.peers import PeerRefused
+from gateway.engine.fetch import BlockFetcher, version_of
+from gateway.errors import S3Error
+from gateway.objects import ObjectChanged, ObjectMeta, encode_meta
+from gateway.store.blocks import BlockId
+
+_EPOCH = datetime.fromtimestamp(0, timezone.utc)
+
+Hold = Callable[..., Awaitable[int]]  # Replicas.hold(bucket, key, meta, replicas=...)
+
+
+class Serving:
+    """The answering side of the peer API. Event loop only."""
+
+    def __init__(self, fetch: BlockFetcher) -> None:
+        self.fetch = fetch
+        self.hold: Hold | None = None  # Replicas.hold, set by the engine in a fleet
+
+    async def serve_block(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int) -> bytes:
+        """A block a peer asked for: from the tiers, else from the origin once (and kept).
+
+        Raises PeerRefused for the origin's S3 errors, ValueError for a block outside the object.
+        """
+        meta = _described(etag, version_id, size)
+        block = BlockId(bucket, key, version_of(meta), index)
+        length = self.fetch.length(block, meta)
+        memory = self.fetch.store.memory
+        held = 0 if memory is not None and block in memory else await self.fetch.budget.take(length)
+        try:
+            return await self.fetch.block(block, meta, from_peers=False)
+        except ObjectChanged as exc:
+            raise PeerRefused(exc, changed=True) from exc
+        except S3Error as exc:
+            raise PeerRefused(exc, changed=False) from exc
+        finally:
+            self.fetch.budget.give(held)
+
+    async def serve_hold(self, bucket: str, key: str, etag: str, version_id: str, size: int, replicas: int) -> int:
+        """A load a peer asked for (see Replicas.hold): the bytes fetched. Raises as `serve_block` does."""
+        if size < 0 or replicas < 1:
+            raise ValueError("size and replicas out of range")
+        if self.hold is None:
+            raise LookupError("no fleet: nothing to hold for")
+        try:
+            return await self.hold(bucket, key, _described(etag, version_id, size), replicas=replicas)
+        except ObjectChanged as exc:
+            raise PeerRefused(exc, changed=True) from exc
+        except S3Error as exc:
+            raise PeerRefused(exc, changed=False) from exc
+
+    async def serve_open(self, bucket: str, key: str, version_id: str, index: int) -> tuple[bytes, bytes] | None:
+        """An open a peer asked for (see BlockFetcher.open): (metadata in the shared form, block) or None."""
+        query = [("versionId", version_id)] if version_id else []
+        try:
+            opened = await self.fetch.open_here(bucket, key, query, index)
+        except S3Error as exc:
+            raise PeerRefused(exc, changed=False) from exc
+        if opened is None:
+            return None
+        return encode_meta(opened[0]), opened[1].data
+
+
+async def take_refusal(bucket: str, key: str, refused: PeerRefused, on_changed: Callable[[str, str], Awaitable[None]]) -> None:
+    """An owner's origin said no: that answer is ours too, unless it is the origin failing
+    (5xx), which another owner or the origin may get past (the caller goes on)."""
+    if refused.changed:
+        await on_changed(bucket, key)
+        raise ObjectChanged()
+    if refused.error.status < 500:
+        refused.error.resource = f"/{bucket}/{key}"
+        raise refused.error
+
+
+def _described(etag: str, version_id: str, size: int) -> ObjectMeta:
+    """The object version a peer named, as much of its metadata as a block needs."""
+    return ObjectMeta(size=size, etag=etag, last_modified=_EPOCH,
+                      headers={"x-amz-version-id": version_id} if version_id else {})

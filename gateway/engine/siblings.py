@@ -1,0 +1,98 @@
+"""The other workers of this node (gateway.node.workers): a block this worker does not own,
+and does not find in its owner's files, is asked of its owner, which fetches it once
+however many workers miss it, and keeps it. The same goes for the open of a cold object
+(its metadata and first block in one ranged GET): the first block's owner opens it."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+
+from gateway import log
+from gateway.cluster.membership import Member
+from gateway.cluster.peers import PeerClient, PeerError, PeerRefused
+from gateway.config import ClusterSettings
+from gateway.engine.fetch import BlockFetcher, FirstBlock, Opened, version_of
+from gateway.engine.serving import take_refusal
+from gateway.node.workers import WorkerSet
+from gateway.objects import ObjectMeta, decode_meta
+from gateway.store.blocks import BlockId
+
+_LOG_EVERY = 10.0  # seconds between two log lines about the same failing worker
+
+
+class Siblings:
+    """Asking the owner worker. Event loop only.
+
+    An owner that does not answer (it is being restarted) costs the block once more from
+    the origin, fetched here and not kept (only the owner keeps it); an owner whose origin
+    refused gives this worker the same answer.
+    """
+
+    def __init__(self, workers: WorkerSet, cluster: ClusterSettings, fetch: BlockFetcher,
+                 on_changed: Callable[[str, str], Awaitable[None]]) -> None:
+        self.workers = workers
+        self.fetch = fetch
+        self.stats: Counter[str] = Counter()
+        self._on_changed = on_changed
+        # The peer API of each other worker, on its own socket, signed with the node's secret.
+        signed = dataclasses.replace(cluster, secret=workers.secret.hex())
+        self._clients = {i: PeerClient(signed, max_connections=64, unix_socket=workers.socket_path(i))
+                         for i in workers.siblings()}
+        self._members = {i: Member(f"worker-{i}", "http://worker") for i in workers.siblings()}
+        self._logged: dict[int, float] = {}
+
+    def owner(self, bucket: str, key: str, index: int) -> int | None:
+        """The worker to ask for the block, or None: this one owns it."""
+        owner = self.workers.owner(bucket, key, index)
+        return None if owner == self.workers.index else owner
+
+    async def aclose(self) -> None:
+        for client in self._clients.values():
+            await client.aclose()
+
+    async def block(self, owner: int, block: BlockId, meta: ObjectMeta) -> bytes:
+        length = self.fetch.length(block, meta)
+        try:
+            data = await self._clients[owner].block(self._members[owner], block.bucket, block.key, meta.etag,
+                                                    meta.version_id, meta.size, block.index, length)
+        except PeerRefused as refused:
+            await take_refusal(block.bucket, block.key, refused, self._on_changed)
+        except PeerError as exc:
+            self._failed(owner, exc)
+        else:
+            self.stats["worker_block_fetch"] += 1
+            return data
+        self.stats["worker_fallback"] += 1
+        return await self.fetch.from_origin(block, meta)
+
+    async def open(self, owner: int, bucket: str, key: str, query: list[tuple[str, str]], index: int) -> Opened | None:
+        size = self.fetch.settings.block_size
+        version_id = dict(query).get("versionId")
+        try:
+            opened = await self._clients[owner].open(self._members[owner], bucket, key, version_id, index, size,
+                                                     budget=self.fetch.budget)
+        except PeerRefused as refused:
+            await take_refusal(bucket, key, refused, self._on_changed)
+        except PeerError as exc:
+            self._failed(owner, exc)
+        else:
+            if opened is None:
+                return None
+            meta = decode_meta(opened[0])
+            first = index * size
+            if isinstance(meta, ObjectMeta) and len(opened[1]) == min(first + size, meta.size) - first:
+                self.stats["worker_open"] += 1
+                return meta, FirstBlock(BlockId(bucket, key, version_of(meta), index), opened[1])
+            self._failed(owner, PeerError("an open answer that does not add up"))
+        self.stats["worker_fallback"] += 1
+        return await self.fetch.open_here(bucket, key, query, index)
+
+    def _failed(self, owner: int, exc: Exception) -> None:
+        self.stats["worker_failure"] += 1
+        now = time.monotonic()
+        if now - self._logged.get(owner, -_LOG_EVERY) >= _LOG_EVERY:
+            self._logged[owner] = now
+            log.engine.warning("worker %d did not answer (%s); reading from the origin instead", owner, exc)

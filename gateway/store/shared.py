@@ -1,0 +1,156 @@
+"""A tier whose folder the workers of one node share (gateway.node.workers): each worker
+indexes, writes and evicts the blocks it owns, within its share of the quota, and reads
+any other block straight from the file its owner wrote.
+
+Why files: a block is then held once per node however many workers serve it, and a hit
+needs no hop to another process. A file is written under a temporary name and renamed,
+so a reader only ever finds whole blocks; an eviction unlinks it, and a reader that
+opened it first still reads it whole. Every read verifies the block's checksum and
+header (store.blockfile), so a file caught in any state is a whole block or a miss.
+
+What a worker does not see: the reads other workers serve from its blocks do not reach
+its eviction policy, which so learns recency and frequency from its own share of the
+traffic (a uniform sample when connections spread evenly).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+from gateway.store import blockfile
+from gateway.store.blockfile import BadBlockError
+from gateway.store.blocks import BlockId
+from gateway.store.disk import DiskTier
+from gateway.store.policy import EvictionPolicy
+from gateway.store.stats import TierStats
+
+log = logging.getLogger("gateway.store")
+
+__all__ = ["SharedTier"]
+
+
+class SharedTier:
+    """This worker's part of a shared folder (`own`: an ordinary DiskTier that keeps only the
+    blocks `owns` names), and reads of the other parts. Event loop only.
+
+    A block another worker owns is never stored here (`put` keeps nothing): its owner
+    fetched it and holds it, or will. On tmpfs (medium "memory") reads run on the event loop
+    (`get_now`, a copy from memory); on a disk they run in a small thread pool of their own.
+    """
+
+    def __init__(self, path: str, quota: int, policy: EvictionPolicy, owns: Callable[[BlockId], bool], *,
+                 medium: str, name: str) -> None:
+        self.own = DiskTier(path, quota, policy, medium=medium, name=name, keeps=owns)
+        self.owns = owns
+        self.name = name
+        self.medium = medium
+        self.quota = quota
+        self.stats: TierStats = self.own.stats
+        self._inline = medium == "memory"
+        self._readers = None if self._inline else ThreadPoolExecutor(2, thread_name_prefix=f"gateway-shared-{name}")
+
+    # --- what the own part answers ----------------------------------------------------------
+
+    @property
+    def policy(self) -> EvictionPolicy:
+        return self.own.policy
+
+    @property
+    def evictable(self) -> Callable[[BlockId], bool]:
+        return self.own.evictable
+
+    @evictable.setter
+    def evictable(self, value: Callable[[BlockId], bool]) -> None:
+        self.own.evictable = value
+
+    @property
+    def used(self) -> int:
+        return self.own.used
+
+    @property
+    def healthy(self) -> bool:
+        return self.own.healthy
+
+    def __len__(self) -> int:
+        return len(self.own)
+
+    def __iter__(self) -> Iterator[BlockId]:
+        return iter(self.own)
+
+    def age(self, block_id: BlockId) -> float | None:
+        """Seconds since the block was written, by whichever worker owns it (on tmpfs)."""
+        if self.owns(block_id) or not self._inline:
+            return self.own.age(block_id)
+        try:
+            return max(0.0, time.time() - os.stat(self.own.block_path(block_id.name)).st_mtime)
+        except OSError:
+            return None
+
+    async def open(self) -> None:
+        await self.own.open()
+
+    async def aclose(self) -> None:
+        await self.own.aclose()
+        if self._readers is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._readers.shutdown)
+
+    def __contains__(self, block_id: object) -> bool:
+        """Held here, or (on tmpfs, where asking costs no disk access) by the worker that owns it."""
+        if not isinstance(block_id, BlockId):
+            return False
+        if self.owns(block_id):
+            return block_id in self.own
+        return self._inline and os.path.exists(self.own.block_path(block_id.name))
+
+    # --- reads and writes -------------------------------------------------------------------
+
+    async def get(self, block_id: BlockId) -> bytes | None:
+        if self.owns(block_id):
+            return await self.own.get(block_id)
+        if self._inline:
+            data = self._read_other(block_id)
+        else:
+            data = await asyncio.get_running_loop().run_in_executor(self._readers, self._read_other, block_id)
+        if data is not None:  # a miss is the owner's to count, when it is asked for the block
+            self.stats.hits += 1
+        return data
+
+    def get_now(self, block_id: BlockId) -> bytes | None:
+        """A held block (counted as a hit), or None, counting nothing. Only on tmpfs."""
+        if not self._inline:
+            return None
+        if self.owns(block_id):
+            return self.own.get_now(block_id)
+        data = self._read_other(block_id)
+        if data is not None:
+            self.stats.hits += 1
+        return data
+
+    async def put(self, block_id: BlockId, data: bytes) -> list[BlockId]:
+        return await self.own.put(block_id, data) if self.owns(block_id) else []
+
+    async def put_demoting(self, block_id: BlockId, data: bytes) -> list[tuple[BlockId, bytes | None]]:
+        return await self.own.put_demoting(block_id, data) if self.owns(block_id) else []
+
+    async def remove(self, block_id: BlockId) -> bool:
+        """Remove a block this worker owns (another's is its owner's to remove)."""
+        return await self.own.remove(block_id) if self.owns(block_id) else False
+
+    def _read_other(self, block_id: BlockId) -> bytes | None:
+        """The block another worker owns, from its file, or None. A bad file is left to its
+        owner (which deletes it when it next reads it): this worker never changes another's part."""
+        try:
+            return blockfile.read_block(self.own.block_path(block_id.name), block_id)
+        except FileNotFoundError:
+            return None
+        except (BadBlockError, OSError) as exc:
+            log.info("tier %s: block %s of another worker unreadable: %s", self.name, block_id.name, exc)
+            return None
+
+    def __repr__(self) -> str:
+        return f"SharedTier({self.own!r})"

@@ -14,6 +14,7 @@ from gateway.admin.client import AdminClient, AdminError
 from gateway.admin.summary import ProgressBar, size, summary
 from gateway.advisor.command import advise
 from gateway.config import ConfigError, Settings, load
+from gateway.supervisor import NodeFailed, supervise, worker_count
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -34,11 +35,13 @@ def main() -> None:
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML config file (GATEWAY_* env vars override it).")
 @click.option("--host", help="Listen address (server.host).")
 @click.option("--port", type=int, help="Listen port (server.port).")
+@click.option("--workers", type=click.IntRange(min=0), help="Processes serving the port (server.workers; 0: one per core).")
 @click.option("--log-level", default="INFO", show_default=True, help="Python log level; access lines are INFO.")
 @click.option("--skip-checks", is_flag=True,
               help="Start even if the origin or Redis does not answer (cached objects are then served "
                    "within metadata.stale_if_error).")
-def serve(config_path: str | None, host: str | None, port: int | None, log_level: str, skip_checks: bool) -> None:
+def serve(config_path: str | None, host: str | None, port: int | None, workers: int | None, log_level: str,
+          skip_checks: bool) -> None:
     """Serve the S3 endpoint in front of the configured origin. It first checks that the origin
     and (when configured) Redis answer, and exits with a one-line error if not."""
     import asyncio
@@ -48,8 +51,12 @@ def serve(config_path: str | None, host: str | None, port: int | None, log_level
 
     settings = _load(config_path)
     server = settings.server
-    if host or port:
-        server = dataclasses.replace(server, host=host or server.host, port=port if port is not None else server.port)
+    if host or port is not None or workers is not None:
+        try:
+            server = dataclasses.replace(server, host=host or server.host, port=server.port if port is None else port,
+                                         workers=server.workers if workers is None else workers)
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from None
         settings = dataclasses.replace(settings, server=server)
     if not skip_checks:
         problems = asyncio.run(startup_problems(settings))
@@ -57,12 +64,20 @@ def serve(config_path: str | None, host: str | None, port: int | None, log_level
             raise click.ClickException("; ".join(problems) + " (--skip-checks starts anyway)")
     log.configure(log_level.upper())
     scheme = "https" if server.tls_cert_file else "http"
-    click.echo(f"gateway listening on {scheme}://{server.host}:{server.port} -> origin {settings.origin.endpoint}", err=True)
-    from gateway.run import run_server
 
+    def listening(port: int) -> None:
+        click.echo(f"gateway listening on {scheme}://{server.host}:{port} -> origin {settings.origin.endpoint}", err=True)
+
+    count = worker_count(server)
     try:
-        run_server(settings)
-    except ConfigError as exc:
+        if count == 1:
+            from gateway.run import run_server
+
+            listening(server.port)
+            run_server(settings)
+        else:
+            supervise(settings, count, log_level.upper(), listening)
+    except (ConfigError, NodeFailed) as exc:
         raise click.ClickException(str(exc)) from None
 
 

@@ -1,14 +1,28 @@
-"""Running a node: the gateway's app on uvicorn, with the transport's limits and TLS."""
+"""Running a node's process: the gateway's app on uvicorn, with the transport's limits and TLS.
+
+`run_server` is a node of one process. `python -m gateway.run` is one worker of a node of
+several, started by gateway.supervisor (which says how it talks to it)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
+import os
+import pickle
+import signal
+import socket
 import ssl
+import sys
+import threading
 
 import uvicorn
 
+from gateway import log
 from gateway.app import create_app
 from gateway.config import ConfigError, Settings
 from gateway.httpserver import raise_open_files_limit, uvicorn_options
+from gateway.node.workers import WorkerSet
 from gateway.s3api.responses import error_page
 from gateway.tls import reload_on_sighup
 
@@ -16,10 +30,14 @@ from gateway.tls import reload_on_sighup
 def run_server(settings: Settings) -> None:
     """Serve until stopped (SIGINT/SIGTERM drain within server.shutdown_timeout; SIGHUP reloads
     TLS files). Raises ConfigError when the TLS files do not load."""
+    uvicorn.Server(_config(settings, None)).run()
+
+
+def _config(settings: Settings, workers: WorkerSet | None) -> uvicorn.Config:
     server = settings.server
     tls = {"ssl_certfile": server.tls_cert_file, "ssl_keyfile": server.tls_key_file} if server.tls_cert_file else {}
     raise_open_files_limit(server.max_connections)
-    app = create_app(settings)
+    app = create_app(settings, workers)
     config = uvicorn.Config(
         app, host=server.host, port=server.port,
         loop="uvloop", lifespan="on", access_log=False, log_level="warning",
@@ -32,4 +50,63 @@ def run_server(settings: Settings) -> None:
             raise ConfigError(f"server.tls_cert_file / tls_key_file do not load: {exc}") from None
         assert config.ssl is not None
         reload_on_sighup(config.ssl, server.tls_cert_file, server.tls_key_file)
-    uvicorn.Server(config).run()
+    return config
+
+
+class _WorkerServer(uvicorn.Server):
+    """uvicorn on the node's TCP socket (with TLS when configured) and on this worker's own
+    unix socket, in plain HTTP: only the node's workers reach it, in the node's 0700 run
+    folder. Reports "ready" to the supervisor once both serve."""
+
+    def __init__(self, config: uvicorn.Config, unix: socket.socket, report: int) -> None:
+        super().__init__(config)
+        self.unix = unix
+        self.report = report
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        protocol = functools.partial(self.config.http_protocol_class, config=self.config,  # type: ignore[call-arg]
+                                     server_state=self.server_state, app_state=self.lifespan.state)
+        loop = asyncio.get_running_loop()
+        self.servers.append(await loop.create_server(protocol, sock=self.unix, backlog=self.config.backlog))
+        os.write(self.report, b"ready\n")
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().shutdown(sockets=sockets)
+        self.unix.close()
+
+
+def run_worker(tcp_fd: int, report: int) -> None:
+    """One worker: the settings and log level come pickled on stdin, which then stays open
+    while the supervisor lives; a configuration error is reported ("error <reason>") before
+    exiting 1, as the node cannot start."""
+    settings, log_level = pickle.load(sys.stdin.buffer)
+    log.configure(log_level)
+    workers = WorkerSet.from_env()
+    try:
+        config = _config(settings, workers)
+    except ConfigError as exc:
+        os.write(report, f"error {exc}\n".encode())
+        sys.exit(1)
+    if not settings.server.tls_cert_file:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the node's reload signal: nothing to reload
+    path = workers.socket_path(workers.index)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # left by the worker this one replaces
+    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    unix.bind(path)
+    unix.listen(config.backlog)  # siblings that call while this one starts wait, not fail
+    server = _WorkerServer(config, unix, report)
+    threading.Thread(target=_stop_with_supervisor, args=(server,), name="supervisor-watch", daemon=True).start()
+    server.run(sockets=[socket.socket(fileno=tcp_fd)])
+
+
+def _stop_with_supervisor(server: uvicorn.Server) -> None:
+    """A worker outliving its supervisor (killed) would keep the port: it stops as on SIGTERM."""
+    sys.stdin.buffer.read()
+    log.s3api.warning("the node's supervisor is gone: stopping")
+    server.should_exit = True
+
+
+if __name__ == "__main__":
+    run_worker(int(sys.argv[1]), int(sys.argv[2]))

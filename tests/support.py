@@ -197,9 +197,11 @@ class GatewayProcess:
     signal, kill or restart it; `ready` is a function that succeeds once it serves.
 
     The child prints every ResourceWarning, and a stop (not a kill) that finds one in its
-    output fails: a leaked socket or file in a served process is an error, as in the tests."""
+    output fails: a leaked socket or file in a served process is an error, as in the tests.
+    `workers` is `gateway serve --workers`: a node of several serves once it says it listens."""
 
-    def __init__(self, origin_endpoint: str, *, scheme: str = "http", **env: str) -> None:
+    def __init__(self, origin_endpoint: str, *, scheme: str = "http", workers: int | None = None, **env: str) -> None:
+        self.workers = workers
         self.port = free_port()
         self.endpoint = f"{scheme}://127.0.0.1:{self.port}"
         self.env = dict(os.environ, GATEWAY_ORIGIN_ENDPOINT=origin_endpoint, GATEWAY_ORIGIN_ACCESS_KEY="origin-key",
@@ -211,18 +213,25 @@ class GatewayProcess:
         self._reader: threading.Thread | None = None
 
     def start(self, ready: Callable[[], object] | None = None, timeout: float = 30) -> GatewayProcess:
-        self.proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve"], env=self.env, text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        command = [sys.executable, "-m", "gateway.cli", "serve"]
+        self.proc = subprocess.Popen(command + ([] if self.workers is None else ["--workers", str(self.workers)]),
+                                     env=self.env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self._output.clear()
         self._reader = threading.Thread(target=self._output.extend, args=(self.proc.stdout,), daemon=True)
         self._reader.start()
-        probe = ready or (lambda: socket.create_connection(("127.0.0.1", self.port), timeout=1).close())
+        probe = ready or self._listening
         try:
             wait_serving(probe, self.proc, f"gateway on port {self.port}", timeout=timeout)
         except RuntimeError as err:
             output = self.stop()
             raise RuntimeError(f"{err}: {output[-3000:]}") from None
         return self
+
+    def _listening(self) -> None:
+        """Its socket accepts; a supervisor's accepts before its workers serve, so it must also have said so."""
+        socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+        if (self.workers or 1) > 1 and not any(line.startswith("gateway listening on") for line in list(self._output)):
+            raise ConnectionError("the node's workers do not serve yet")
 
     def stop(self) -> str:
         """Terminate it (if it still runs) and return what it printed."""

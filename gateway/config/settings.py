@@ -76,8 +76,15 @@ class ServerSettings:
     shutdown_timeout: float = setting(
         30.0, "On SIGTERM, how long requests in flight may finish before they are cancelled and the node "
               "leaves the fleet and exits.")
+    workers: int = setting(
+        1, "Processes that serve the port together, one cache (`0`: one per usable core). With more than one, "
+           "a supervisor starts them, restarts one that dies and passes SIGTERM and SIGHUP on; the memory "
+           "tier then lives in files on /dev/shm (or the temporary folder), which must have room for "
+           "`cache.memory_quota`.")
 
     def __post_init__(self) -> None:
+        if self.workers < 0:
+            raise ConfigError(f"server.workers: 0 (one per core) or more, got {self.workers}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"server.port: out of range: {self.port}")
         if bool(self.tls_cert_file) != bool(self.tls_key_file):

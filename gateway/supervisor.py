@@ -1,0 +1,316 @@
+"""A node of several worker processes on one port (`server.workers` > 1).
+
+The supervisor binds the node's TCP socket once and starts the workers (`python -m
+gateway.run`), each with the socket, its WorkerSet (in GATEWAY_WORKER) and a pipe it
+reports on: "ready" once it serves, or the configuration error it stopped on. The kernel
+spreads the connections among the workers that accept on the shared socket. The node's
+run folder (the workers' unix sockets, the journal, the memory tier's files) is made on
+tmpfs, mode 0700, and removed at exit.
+
+It restarts a worker that exits (same index): at once when it had served a while, after a
+growing pause when it dies right after starting, and it gives up, stopping the others,
+when that happens RESTART_LIMIT times in a row or a worker reports a configuration error:
+a node that cannot start fails with the reason rather than looping. SIGTERM and SIGINT stop
+the node: SIGTERM to every worker, which drains within server.shutdown_timeout, SIGKILL to
+any still running KILL_MARGIN later. SIGHUP goes on to every worker (each reloads its TLS
+files). A worker whose supervisor is gone (its stdin at EOF) stops the same way.
+
+This process serves nothing itself: it imports neither the app nor an event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from gateway.config import ConfigError, ServerSettings, Settings
+from gateway.node.workers import ENV, WorkerSet
+
+__all__ = ["NodeFailed", "supervise", "worker_count"]
+
+logger = logging.getLogger("gateway.server")
+
+RESTART_LIMIT = 3  # deaths in a row right after starting that stop the node
+EARLY = 5.0  # seconds: a worker that exits sooner after starting failed to start
+KILL_MARGIN = 5.0  # seconds past server.shutdown_timeout before a stopping worker is killed
+BACKLOG = 2048  # uvicorn's default
+TICK = 0.1  # seconds between looks at the workers and the signals received
+
+
+class NodeFailed(Exception):
+    """The node cannot run: a worker keeps dying as it starts."""
+
+
+def worker_count(server: ServerSettings) -> int:
+    """server.workers, with 0 as one per core this process may run on."""
+    return server.workers or len(os.sched_getaffinity(0))
+
+
+def supervise(settings: Settings, count: int, log_level: str, listening: Callable[[int], None]) -> None:
+    """Run a node of `count` workers until SIGTERM or SIGINT; `listening(port)` once every
+    worker serves. Raises ConfigError or NodeFailed (after stopping every worker) when the
+    node cannot start or keeps failing."""
+    base = _tmpfs()
+    _check_room(base, settings.cache.memory_quota)
+    with _listen(settings.server) as sock:
+        port = sock.getsockname()[1]
+        with _run_folder(base, port) as run_dir:
+            node = _Node(settings, count, log_level, sock, run_dir)
+            with _signals() as received:
+                try:
+                    node.serve(received, lambda: listening(port))
+                finally:
+                    node.stop(received)
+
+
+def _tmpfs() -> str:
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK) \
+        else tempfile.gettempdir()
+
+
+def _check_room(base: str, memory_quota: int) -> None:
+    """The memory tier's blocks are files in the run folder: they need the room up front,
+    or the node fails later on a full tmpfs (Docker gives /dev/shm 64 MiB)."""
+    stat = os.statvfs(base)
+    free = stat.f_bavail * stat.f_frsize
+    if memory_quota > free:
+        raise ConfigError(
+            f"cache.memory_quota is {memory_quota} bytes but {base} has {free} free: with server.workers > 1 "
+            "the memory tier's blocks are files there. Give it more room (docker run --shm-size; Kubernetes: "
+            "an emptyDir of medium Memory on /dev/shm) or lower cache.memory_quota")
+
+
+@contextlib.contextmanager
+def _listen(server: ServerSettings) -> Iterator[socket.socket]:
+    """The node's TCP socket, bound as uvicorn's Config.bind_socket does."""
+    family = socket.AF_INET6 if ":" in server.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((server.host, server.port))
+        sock.listen(BACKLOG)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"server.host / server.port: cannot listen on {server.host}:{server.port}: {exc}") from None
+    with sock:
+        yield sock
+
+
+@contextlib.contextmanager
+def _run_folder(base: str, port: int) -> Iterator[str]:
+    _remove_stale(base)
+    path = tempfile.mkdtemp(prefix=f"s3gw-{port}-{os.getpid()}-", dir=base)  # mode 0700
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _remove_stale(base: str) -> None:
+    """Remove the run folders of this user's nodes that were killed (SIGKILL, the OOM killer)
+    before removing theirs: the memory tier's files in them hold RAM. A folder is stale when
+    its supervisor's pid is gone and none of its workers' sockets answers."""
+    for name in os.listdir(base):
+        parts = name.split("-")
+        path = os.path.join(base, name)
+        if len(parts) != 4 or parts[0] != "s3gw" or not parts[2].isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if os.stat(path).st_uid != os.getuid() or _alive(int(parts[2])) or _answers(path):
+                continue
+            logger.warning("removing %s, the run folder of a node that did not remove it", path)
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's
+        pass
+    return True
+
+
+def _answers(folder: str) -> bool:
+    for name in os.listdir(folder):
+        if name.endswith(".sock"):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                try:
+                    probe.connect(os.path.join(folder, name))
+                except OSError:
+                    continue
+                return True
+    return False
+
+
+@contextlib.contextmanager
+def _signals() -> Iterator[list[int]]:
+    """The signals received, in order, taken by the supervisor's loop."""
+    received: list[int] = []
+    handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, lambda sig, frame: received.append(sig)) for sig in handled}
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@dataclass
+class _Worker:
+    index: int
+    proc: subprocess.Popen[bytes]
+    report: int  # the read end of the pipe it reports on
+    started: float = field(default_factory=time.monotonic)
+    ready: bool = False
+    error: str = ""
+    unread: bytes = b""
+
+    def __post_init__(self) -> None:
+        os.set_blocking(self.report, False)
+
+    def read_report(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(self.report, 4096):
+                self.unread += chunk
+        *lines, self.unread = self.unread.split(b"\n")
+        for line in lines:
+            word, _, rest = line.decode(errors="replace").partition(" ")
+            self.ready = self.ready or word == "ready"
+            self.error = rest if word == "error" else self.error
+
+    def close(self) -> None:
+        os.close(self.report)
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+
+
+def _describe(code: int) -> str:
+    return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+
+
+class _Node:
+    """The workers of the node and what happens to them; runs in the supervisor's thread only."""
+
+    def __init__(self, settings: Settings, count: int, log_level: str, sock: socket.socket, run_dir: str) -> None:
+        self.settings = settings
+        self.count = count
+        self.payload = pickle.dumps((settings, log_level))
+        self.sock = sock
+        self.run_dir = run_dir
+        self.secret = os.urandom(32)
+        self.workers: dict[int, _Worker] = {}
+        self.failures = [0] * count  # deaths in a row right after starting, per index
+        self.due: dict[int, float] = {}  # index -> when to start it again
+        self.selector = selectors.DefaultSelector()
+
+    def serve(self, received: list[int], listening: Callable[[], None]) -> None:
+        for index in range(self.count):
+            self._start(index)
+        announced = False
+        while True:
+            self._read_reports()
+            while received:
+                sig = received.pop(0)
+                if sig != signal.SIGHUP:
+                    logger.info("%s: stopping the node's %d workers", signal.Signals(sig).name, self.count)
+                    return
+                self._send(signal.SIGHUP, ready_only=True)
+            for worker in [w for w in self.workers.values() if w.proc.poll() is not None]:
+                self._exited(worker)
+            now = time.monotonic()
+            for index in [i for i, at in self.due.items() if at <= now]:
+                del self.due[index]
+                self._start(index)
+            if not announced and len(self.workers) == self.count and all(w.ready for w in self.workers.values()):
+                listening()
+                announced = True
+
+    def _start(self, index: int) -> None:
+        read, write = os.pipe()
+        env = dict(os.environ, **{ENV: WorkerSet(index, self.count, self.run_dir, self.secret).encode()})
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "gateway.run", str(self.sock.fileno()), str(write)],
+                                    stdin=subprocess.PIPE, env=env, pass_fds=(self.sock.fileno(), write))
+        except BaseException:
+            os.close(read)
+            raise
+        finally:
+            os.close(write)
+        worker = self.workers[index] = _Worker(index, proc, read)
+        self.selector.register(read, selectors.EVENT_READ, worker)
+        assert proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError):  # it died at once: the loop sees it exit
+            proc.stdin.write(self.payload)  # then left open: the worker stops when it reads EOF
+            proc.stdin.flush()
+        logger.info("worker %d started (pid %d)", index, proc.pid)
+
+    def _read_reports(self) -> None:
+        for key, _ in self.selector.select(TICK):
+            worker: _Worker = key.data
+            was_ready = worker.ready
+            worker.read_report()
+            if worker.ready and not was_ready:
+                logger.info("worker %d serves (pid %d)", worker.index, worker.proc.pid)
+
+    def _exited(self, worker: _Worker) -> None:
+        worker.read_report()
+        self._forget(worker)
+        code = worker.proc.returncode
+        if worker.error:
+            raise ConfigError(worker.error)
+        early = not worker.ready or time.monotonic() - worker.started < EARLY
+        self.failures[worker.index] = self.failures[worker.index] + 1 if early else 0
+        failures = self.failures[worker.index]
+        if failures >= RESTART_LIMIT:
+            raise NodeFailed(f"worker {worker.index} exited ({_describe(code)}) right after starting, "
+                             f"{failures} times in a row; its log above says why")
+        pause = 0.5 * 2 ** (failures - 1) if early else 0.0
+        logger.warning("worker %d (pid %d) exited (%s); starting it again in %.1fs", worker.index, worker.proc.pid,
+                       _describe(code), pause)
+        self.due[worker.index] = time.monotonic() + pause
+
+    def _forget(self, worker: _Worker) -> None:
+        self.selector.unregister(worker.report)
+        worker.close()
+        del self.workers[worker.index]
+
+    def _send(self, sig: int, *, ready_only: bool = False) -> None:
+        for worker in self.workers.values():
+            if worker.proc.poll() is None and (worker.ready or not ready_only):
+                worker.proc.send_signal(sig)
+
+    def stop(self, received: list[int]) -> None:
+        """SIGTERM to every worker, then SIGKILL to those still running after their drain
+        time; another SIGINT meanwhile goes on (uvicorn then stops without waiting)."""
+        self.due.clear()
+        self._send(signal.SIGTERM)
+        deadline = time.monotonic() + self.settings.server.shutdown_timeout + KILL_MARGIN
+        while any(w.proc.poll() is None for w in self.workers.values()) and time.monotonic() < deadline:
+            while received:
+                if (sig := received.pop(0)) == signal.SIGINT:
+                    self._send(sig)
+            time.sleep(TICK)
+        for worker in list(self.workers.values()):
+            if worker.proc.poll() is None:
+                logger.warning("worker %d (pid %d) did not stop within %.0fs: killed", worker.index, worker.proc.pid,
+                               self.settings.server.shutdown_timeout + KILL_MARGIN)
+                worker.proc.kill()
+            worker.proc.wait()
+            logger.info("worker %d (pid %d) stopped (%s)", worker.index, worker.proc.pid,
+                        _describe(worker.proc.returncode))
+            self._forget(worker)
+        self.selector.close()

@@ -1,0 +1,233 @@
+"""A node of several workers (`gateway serve --workers N`, gateway/supervisor.py), as real
+processes in front of moto: the workers share the port, a killed worker is replaced while
+the others serve, SIGTERM drains a request in flight, SIGHUP reaches every worker's TLS,
+a configuration the workers cannot start with fails the node with its reason, and the run
+folder goes with the node. Only the processes are checked here, not what they cache."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.servers import free_port
+from tests.support import GatewayProcess, client
+from tests.test_tls import https_client, make_certificate, same_certificate, served_certificate
+
+BUCKET = "node"
+RUN_BASE = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+
+
+def children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for path in glob.glob(f"/proc/{pid}/task/*/children"):
+        with open(path) as file:
+            found.update(int(child) for child in file.read().split())
+    return found
+
+
+def wait_for(check: Callable[[], object], within: float, what: str) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        assert time.monotonic() < deadline, f"not within {within:.0f} s: {what}"
+        time.sleep(0.05)
+
+
+def run_folders(port: int) -> list[str]:
+    import tempfile
+
+    return glob.glob(os.path.join(RUN_BASE or tempfile.gettempdir(), f"s3gw-{port}-*"))
+
+
+def gone(pid: int) -> bool:
+    return not os.path.exists(f"/proc/{pid}") or "zombie" in Path(f"/proc/{pid}/status").read_text(errors="replace")
+
+
+@pytest.fixture
+def origin(origin_endpoint: str) -> str:
+    httpx.post(origin_endpoint + "/moto-api/reset", timeout=10).raise_for_status()
+    client(origin_endpoint, ("origin-key", "origin-secret")).create_bucket(Bucket=BUCKET)
+    return origin_endpoint
+
+
+@pytest.fixture
+def node(origin: str) -> Iterator[GatewayProcess]:
+    gateway = GatewayProcess(origin, workers=2, GATEWAY_SERVER_SHUTDOWN_TIMEOUT="10",
+                             GATEWAY_CACHE_MEMORY_QUOTA="64MiB", GATEWAY_ADMIN_TOKEN="node-token").start()
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
+
+
+def test_two_workers_serve_the_port_and_go_with_the_node(node: GatewayProcess):
+    assert node.proc is not None
+    s3 = client(node.endpoint)
+    s3.put_object(Bucket=BUCKET, Key="k", Body=b"through a node of two")
+    assert s3.get_object(Bucket=BUCKET, Key="k")["Body"].read() == b"through a node of two"
+    workers = children(node.proc.pid)
+    assert len(workers) == 2
+    (folder,) = run_folders(node.port)
+    assert os.stat(folder).st_mode & 0o777 == 0o700
+    assert {"worker-0.sock", "worker-1.sock"} <= set(os.listdir(folder))
+    output = node.stop()
+    assert all(gone(worker) for worker in workers)
+    assert not run_folders(node.port)
+    assert "worker 0 started" in output and "worker 1 serves" in output
+
+
+def test_a_killed_worker_is_replaced_while_the_other_serves(node: GatewayProcess):
+    assert node.proc is not None
+    supervisor = node.proc.pid
+    before = children(supervisor)
+    victim = min(before)
+    results: list[tuple[float, bool]] = []  # (when it started, whether it was answered 200)
+    done = threading.Event()
+
+    def keep_asking() -> None:
+        while not done.is_set():
+            started = time.monotonic()
+            try:  # a new connection for every request
+                ok = httpx.get(f"{node.endpoint}/_gateway/healthz", timeout=10).status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            results.append((started, ok))
+
+    asker = threading.Thread(target=keep_asking)
+    asker.start()
+    try:
+        time.sleep(0.5)
+        os.kill(victim, signal.SIGKILL)
+        killed = time.monotonic()
+        wait_for(lambda: len(children(supervisor) - {victim}) == 2, 20, "a new worker in the killed one's place")
+        asked = len(results)
+        wait_for(lambda: len(results) > asked + 20, 30, "20 requests once the new worker is there")
+    finally:
+        done.set()
+        asker.join(30)
+    after = children(supervisor)
+    assert victim not in after and len(after) == 2 and len(after - before) == 1
+    later = [ok for started, ok in results if started > killed + 0.05]
+    assert all(later), f"{later.count(False)} of {len(later)} requests after the kill failed"
+    assert [ok for _, ok in results].count(False) <= 1  # at most the one the killed worker held
+    assert f"(pid {victim}) exited (killed by SIGKILL); starting it again" in node.stop()
+
+
+def test_sigterm_lets_a_slow_read_finish_then_every_process_exits(node: GatewayProcess):
+    assert node.proc is not None
+    body = os.urandom(32 * 1024 * 1024)
+    client(node.endpoint).put_object(Bucket=BUCKET, Key="big", Body=body)
+    workers = children(node.proc.pid)
+    stream = client(node.endpoint).get_object(Bucket=BUCKET, Key="big")["Body"]
+    received = [stream.read(256 * 1024)]
+    node.proc.send_signal(signal.SIGTERM)
+    terminated = time.monotonic()
+    while chunk := stream.read(256 * 1024):
+        received.append(chunk)
+        time.sleep(0.005)  # a reader slower than the node: the answer is in flight at SIGTERM
+    assert b"".join(received) == body
+    assert node.proc.wait(timeout=15) == 0
+    assert time.monotonic() - terminated < 10 + 2
+    assert all(gone(worker) for worker in workers)
+    output = node.stop()
+    assert "SIGTERM: stopping" in output and "did not stop" not in output
+    assert not run_folders(node.port)
+
+
+def test_sighup_gives_every_worker_the_new_certificate(origin: str, tmp_path: Path):
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is needed to make test certificates: apt-get install openssl")
+    live_cert, live_key = tmp_path / "live.pem", tmp_path / "live.key"
+    first, second = make_certificate(tmp_path, "first"), make_certificate(tmp_path, "second")
+    live_cert.write_bytes(first[0].read_bytes())
+    live_key.write_bytes(first[1].read_bytes())
+    node = GatewayProcess(origin, scheme="https", workers=2, GATEWAY_SERVER_TLS_CERT_FILE=str(live_cert),
+                          GATEWAY_SERVER_TLS_KEY_FILE=str(live_key), GATEWAY_CACHE_MEMORY_QUOTA="64MiB")
+    node.start()
+    try:
+        assert node.proc is not None
+        assert all(same_certificate(served_certificate(node.port), first[0].read_text()) for _ in range(10))
+        live_cert.write_bytes(second[0].read_bytes())
+        live_key.write_bytes(second[1].read_bytes())
+        workers = children(node.proc.pid)
+        node.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: all(same_certificate(served_certificate(node.port), second[0].read_text())
+                             for _ in range(20)), 10, "every new connection gets the new certificate")
+        assert children(node.proc.pid) == workers  # reloaded, not restarted
+        assert "Buckets" in https_client(node.port, second[0]).list_buckets()
+    finally:
+        output = node.stop()
+    assert output.count("TLS certificate reloaded") == 2
+
+
+def test_one_worker_is_the_process_itself(origin: str):
+    with GatewayProcess(origin, workers=1) as node:
+        assert node.proc is not None
+        assert client(node.endpoint).list_objects_v2(Bucket=BUCKET)["KeyCount"] == 0
+        assert children(node.proc.pid) == set()
+        assert not run_folders(node.port)
+
+
+def serve(origin: str, *args: str, **env: str) -> subprocess.Popen[str]:
+    environ = dict(os.environ, GATEWAY_ORIGIN_ENDPOINT=origin, GATEWAY_ORIGIN_ACCESS_KEY="origin-key",
+                   GATEWAY_ORIGIN_SECRET_KEY="origin-secret", GATEWAY_CACHE_MEMORY_QUOTA="64MiB",
+                   GATEWAY_ADMIN_TOKEN="node-token", PYTHONWARNINGS="always::ResourceWarning", **env)
+    return subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", *args], env=environ, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def test_workers_that_cannot_start_fail_the_node_with_the_reason(origin: str, tmp_path: Path):
+    (tmp_path / "bad.pem").write_text("not a certificate")
+    port = free_port()
+    started = time.monotonic()
+    proc = serve(origin, "--workers", "2", "--port", str(port), GATEWAY_SERVER_TLS_CERT_FILE=str(tmp_path / "bad.pem"),
+                 GATEWAY_SERVER_TLS_KEY_FILE=str(tmp_path / "bad.pem"))
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and time.monotonic() - started < 30, output
+    assert "Error: server.tls_cert_file / tls_key_file do not load" in output
+    assert "Traceback" not in output and "starting it again" not in output and "ResourceWarning" not in output
+    assert not run_folders(port)
+
+
+def test_port_0_is_bound_once_and_reported(origin: str):
+    proc = serve(origin, "--workers", "2", "--port", "0")
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            if match := re.match(r"gateway listening on http://127\.0\.0\.1:(\d+) ", line):
+                break
+        else:
+            raise AssertionError("no listening line")
+        port = int(match.group(1))
+        assert port != 0 and run_folders(port)
+        assert httpx.get(f"http://127.0.0.1:{port}/_gateway/healthz", timeout=10).status_code == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "ResourceWarning" not in output
+    assert not run_folders(port)
+
+
+def test_a_killed_nodes_run_folder_is_removed_by_the_next(origin: str):
+    base = RUN_BASE
+    if base is None:
+        pytest.skip("no writable /dev/shm")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    port = free_port()
+    stale = Path(base, f"s3gw-{port}-{dead.pid}-abcd1234")
+    stale.mkdir(mode=0o700)
+    (stale / "worker-0.sock").write_bytes(b"")  # a socket file no one listens on
+    with GatewayProcess(origin, workers=2, GATEWAY_CACHE_MEMORY_QUOTA="64MiB") as node:
+        assert not stale.exists() and len(run_folders(node.port)) == 1

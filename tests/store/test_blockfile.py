@@ -1,0 +1,60 @@
+"""A block file read back is its block or BadBlockError, whatever happened to the file:
+one read of a small file (header and data together) and two of a large one alike."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.store import blockfile
+from gateway.store.blockfile import BadBlockError
+from gateway.store.blocks import BlockId, checksum
+
+SIZES = st.sampled_from([0, 1, 4096, 64 * 1024 - 200, 64 * 1024 + 1, 200_000])
+KEYS = st.text(min_size=1, max_size=40)
+
+
+def write(root: Path, block: BlockId, data: bytes) -> str:
+    path = blockfile.block_path(str(root), block.name)
+    blockfile.write_file(path, blockfile.encode_header(block, len(data), checksum(data)), data, fsync=False,
+                         unlink=os.unlink)
+    return path
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(size=SIZES, key=KEYS, where=st.floats(0, 1, exclude_max=True), flip=st.integers(1, 255),
+       damage=st.sampled_from(["flip", "truncate", "append", "none"]))
+def test_a_read_is_the_block_or_bad(tmp_path: Path, size: int, key: str, where: float, flip: int, damage: str) -> None:
+    block = BlockId("bkt", key, "etag", 3)
+    data = os.urandom(size)
+    path = write(tmp_path, block, data)
+    raw = bytearray(Path(path).read_bytes())
+    at = int(where * len(raw))
+    if damage == "flip":
+        raw[at] ^= flip
+    elif damage == "truncate":
+        del raw[at:]
+    elif damage == "append":
+        raw += b"x"
+    Path(path).write_bytes(bytes(raw))
+    try:
+        got = blockfile.read_block(path, block)
+    except BadBlockError:
+        assert damage != "none"
+        return
+    assert got == data  # never other bytes (a flip in the header's reserved bytes changes nothing read)
+
+
+def test_a_file_of_another_block_is_refused(tmp_path: Path) -> None:
+    for size in (10, 100_000):  # read in one go, and header then data
+        mine, other = BlockId("bkt", "k", "e", 0), BlockId("bkt", "k", "e", 1)
+        path = write(tmp_path, other, os.urandom(size))
+        try:
+            blockfile.read_block(path, mine)
+        except BadBlockError as exc:
+            assert "another block" in str(exc)
+        else:
+            raise AssertionError("read a block under another block's name")

@@ -6,6 +6,7 @@ folder goes with the node. Only the processes are checked here, not what they ca
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
@@ -21,6 +22,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gateway.config import ConfigError, ServerSettings, load
+from gateway.supervisor import worker_count
 from tests.servers import free_port
 from tests.support import GatewayProcess, client
 from tests.test_tls import https_client, make_certificate, same_certificate, served_certificate
@@ -198,6 +201,38 @@ def test_workers_that_cannot_start_fail_the_node_with_the_reason(origin: str, tm
     assert "Error: server.tls_cert_file / tls_key_file do not load" in output
     assert "Traceback" not in output and "starting it again" not in output and "ResourceWarning" not in output
     assert not run_folders(port)
+
+
+def test_a_worker_that_keeps_dying_as_it_starts_stops_the_node(origin: str):
+    port = free_port()
+    proc = serve(origin, "--workers", "2", "--port", str(port), "--skip-checks")
+    killed: set[int] = set()
+    try:
+        for _ in range(6):  # every worker killed as soon as it is there, before it serves
+            wait_for(lambda: children(proc.pid) - killed or proc.poll() is not None, 30, "new workers")
+            if proc.poll() is not None:
+                break
+            for pid in children(proc.pid) - killed:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+    assert proc.returncode == 1, output
+    assert re.search(r"Error: worker \d exited \(killed by SIGKILL\) right after starting, 3 times in a row", output)
+    assert len(killed) <= 6 and not run_folders(port) and "ResourceWarning" not in output
+
+
+def test_workers_setting():
+    assert load(None, {}).server.workers == 1
+    assert load(None, {"GATEWAY_SERVER_WORKERS": "3"}).server.workers == 3
+    with pytest.raises(ConfigError, match="server.workers"):
+        load(None, {"GATEWAY_SERVER_WORKERS": "-1"})
+    assert worker_count(ServerSettings(workers=0)) == len(os.sched_getaffinity(0))
+    assert worker_count(ServerSettings(workers=2)) == 2
 
 
 def test_port_0_is_bound_once_and_reported(origin: str):

@@ -29,6 +29,9 @@ T = TypeVar("T")
 
 __all__ = ["BadBlockError", "DiskTier"]
 
+_CACHED_SIZE = blockfile.WHOLE  # blocks up to this size may be read on the event loop (see _read_cached)
+_WARM = 60.0  # seconds after its last use that a block file's inode is taken to be in memory
+
 
 def _always(block_id: BlockId) -> bool:
     return True
@@ -39,6 +42,7 @@ class _Entry:
     block_id: BlockId
     size: int  # data bytes; the header (~100 bytes) is not counted against the quota
     mtime: float  # wall clock, from the file at open()
+    warm: float = 0.0  # monotonic: when this tier last read or wrote the file (its inode is cached)
 
 
 class DiskTier:
@@ -174,28 +178,48 @@ class DiskTier:
         if entry is None or self._closed:
             self.stats.misses += 1
             return None
+        path = self.block_path(block_id.name)
         try:
-            data = await self._run(self._fetch, self.block_path(block_id.name), block_id)
+            data = self._read_cached(path, entry)
+            if data is None:
+                data = await self._run(self._fetch, path, block_id)
         except Exception as exc:  # noqa: BLE001 -- a cache failure never fails the read (STYLE.md)
             self._read_failed(block_id, entry, exc)
             return None
-        self.stats.hits += 1
-        self.policy.access(block_id.name)
-        return data
+        return self._hit(entry, data)
 
     def get_now(self, block_id: BlockId) -> bytes | None:
-        """`get` without the thread hop, for a tier on tmpfs (medium "memory"), where a read is a
-        copy from memory; None, counting nothing, when the block is not held."""
+        """`get` without an await: on tmpfs (medium "memory") a read is a copy from memory; on
+        a disk only a small block wholly in the page cache is read. None, counting nothing,
+        when the block is not held or would be read in a thread."""
         entry = self._index.get(block_id.name)
         if entry is None or self._closed:
             return None
+        path = self.block_path(block_id.name)
         try:
-            data = self._fetch(self.block_path(block_id.name), block_id)
+            data = self._fetch(path, block_id) if self.medium == "memory" else self._read_cached(path, entry)
         except Exception as exc:  # noqa: BLE001 -- as in get
             self._read_failed(block_id, entry, exc)
             return None
+        return None if data is None else self._hit(entry, data)
+
+    def _read_cached(self, path: str, entry: _Entry) -> bytes | None:
+        """A small block of a disk read on the event loop when the page cache holds it all
+        (RWF_NOWAIT) and its file was used lately (so opening it finds its inode in memory);
+        None when it is for the thread pool, which also deals with a bad file."""
+        if self.medium == "memory" or entry.size > _CACHED_SIZE or self._clock() - entry.warm > _WARM:
+            return None
+        try:
+            data = blockfile.read_cached_block(path, entry.block_id)
+        except (BlockingIOError, BadBlockError, OSError):
+            return None
+        self.stats.page_cache_hits += 1
+        return data
+
+    def _hit(self, entry: _Entry, data: bytes) -> bytes:
+        entry.warm = self._clock()
         self.stats.hits += 1
-        self.policy.access(block_id.name)
+        self.policy.access(entry.block_id.name)
         return data
 
     def _read_failed(self, block_id: BlockId, entry: _Entry, error: Exception) -> None:
@@ -304,7 +328,7 @@ class DiskTier:
         cancelled = name in self._cancelled
         self._cancelled.discard(name)
         if error is None and not cancelled:
-            self._index[name] = _Entry(block_id, size, time.time())
+            self._index[name] = _Entry(block_id, size, time.time(), self._clock())
             self.policy.insert(name, size)
             if self._unhealthy_until is not None:
                 log.info("disk tier %s: writable again", self.name)
@@ -399,32 +423,10 @@ class DiskTier:
     def _read_block(self, path: str, block_id: BlockId) -> bytes:
         return blockfile.read_block(path, block_id)
 
-    def _read_entry(self, path: str, name: str) -> _Entry:
-        """The index entry of one block file, from its header alone."""
-        return _Entry(*blockfile.read_entry(path, name))
-
     def _scan(self) -> tuple[list[_Entry], int, int]:
-        """Every block file's entry; deletes temporaries and files with bad headers."""
-        os.makedirs(self.path, mode=0o700, exist_ok=True)
-        found: list[_Entry] = []
-        bad = temporaries = 0
-        for path, name, temporary in blockfile.block_files(self.path):
-            if temporary:
-                if self.keeps is None or _abandoned(path):  # else maybe another worker's write in flight
-                    self._unlink_quiet(path)
-                    temporaries += 1
-                continue
-            try:
-                entry = self._read_entry(path, name)
-                if self.keeps is None or self.keeps(entry.block_id):
-                    found.append(entry)
-            except BadBlockError as exc:
-                log.warning("disk tier %s: deleting %s: %s", self.name, path, exc)
-                self._unlink_quiet(path)
-                bad += 1
-            except OSError as exc:
-                log.warning("disk tier %s: skipping %s: %s", self.name, path, exc)
-        return found, bad, temporaries
+        """Every block file's entry (those it `keeps`); deletes temporaries and bad files."""
+        found, bad, temporaries = blockfile.scan(self.path, self.keeps, self._unlink_quiet, self.name)
+        return [_Entry(*entry) for entry in found], bad, temporaries
 
     def _unlink_all(self, paths: list[str]) -> None:
         for path in paths:
@@ -438,13 +440,3 @@ class DiskTier:
         except OSError as exc:
             log.warning("disk tier %s: cannot delete %s: %s", self.name, path, exc)
 
-
-def _abandoned(path: str) -> bool:
-    """A temporary no write can still be busy with (a worker died while writing it)."""
-    try:
-        return time.time() - os.stat(path).st_mtime > _ABANDONED
-    except OSError:
-        return False
-
-
-_ABANDONED = 600.0  # seconds: far longer than any block write takes

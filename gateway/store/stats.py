@@ -10,6 +10,7 @@ class TierStats:
     """Per-tier counters. Every error a tier swallows increments one of them."""
 
     hits: int = 0
+    page_cache_hits: int = 0  # of the hits, disk blocks read on the event loop from the page cache
     misses: int = 0
     evictions: int = 0
     rejected: int = 0  # puts not stored: larger than the quota, no evictable room, tier unhealthy

@@ -102,7 +102,11 @@ class RunningGateway:
 
 def _worker_sockets(port: int, workers: WorkerSet) -> list[socket.socket]:
     """The node's TCP socket (here the worker's own port) and the worker's unix socket."""
-    tcp = socket.create_server(("127.0.0.1", port))
+    # IPPROTO_TCP named, as uvicorn's own bind does: asyncio sets TCP_NODELAY only on sockets
+    # whose proto says TCP, and without it small answers wait ~40 ms for delayed ACKs.
+    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    tcp.bind(("127.0.0.1", port))
     path = workers.socket_path(workers.index)
     if os.path.exists(path):  # left by this worker's previous run
         os.unlink(path)

@@ -14,7 +14,7 @@ from gateway.admin import dashboard
 from gateway.admin.load import load_prefix
 from gateway.admin.metrics import CONTENT_TYPE_LATEST, registry_for, render
 from gateway.admin.node import Node
-from gateway.admin.nodewide import node_metrics, node_shadow, node_stats, workers_figure
+from gateway.admin.nodewide import families, node_metrics, node_shadow, node_stats, workers_figure
 from gateway.admin.ready import readiness
 from gateway.admin.siblings import ACTION_TIMEOUT, LOCAL, SiblingAdmin
 from gateway.admin.stats import HOT_OBJECTS, stats_document
@@ -143,13 +143,13 @@ class AdminApp:
             return await _send(send, 200, render(self.registry), CONTENT_TYPE_LATEST.encode())
         others = await self.siblings.ask("GET", "/metrics")
         parts = [await self._own_metrics("GET", {}, b""), *others]
-        text = node_metrics([part["text"] for part in parts], node_shadow(part["shadow"] for part in parts),
+        text = node_metrics([part["families"] for part in parts], node_shadow(part["shadow"] for part in parts),
                             self.siblings.count)
         await _send(send, 200, text, CONTENT_TYPE_LATEST.encode())
 
     async def _own_metrics(self, method: str, query: dict[str, str], body: bytes) -> dict[str, Any]:
         shadow = self.node.shadow
-        return {"text": render(self.registry).decode(), "shadow": shadow.estimates() if shadow is not None else None}
+        return {"families": families(self.registry), "shadow": shadow.estimates() if shadow is not None else None}
 
     async def _stats(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.siblings is None:

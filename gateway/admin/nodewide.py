@@ -19,12 +19,14 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from gateway.admin.stats import HOT_OBJECTS
 
-__all__ = ["node_metrics", "node_shadow", "node_stats", "workers_figure"]
+__all__ = ["Family", "families", "node_metrics", "node_shadow", "node_stats", "workers_figure"]
+
+# A metric family as data: [name, help, type, [[sample name, labels, value], ...]].
+Family = list[Any]
 
 # Gauges of something every worker sees alike (the fleet's hot objects, the controller's
 # leadership, held by one worker): the node's value is the largest, not the sum.
@@ -116,43 +118,48 @@ def _weighted(parts: list[dict[str, Any]], figure: str, total: int) -> float:
     return round(sum(p[figure] * p["sampled_gets"] for p in parts) / total, 4) if total else 0.0
 
 
-def node_metrics(texts: list[str], shadow: dict[str, Any] | None, count: int) -> bytes:
-    """The node's Prometheus text from its workers' own (one text per worker that
-    answered): one family per name, each sample summed over the workers (see the module
-    docstring for the exceptions), and gateway_workers / gateway_workers_answered."""
-    families: dict[str, Metric] = {}
-    for text in texts:
-        for family in text_string_to_metric_families(text):
-            merged = families.get(family.name)
-            if merged is None:
-                families[family.name] = family
-            else:
-                _add(merged, family)
-    ratio = families.get(_SHADOW_RATIO)
+def families(registry: CollectorRegistry) -> list[Family]:
+    """A worker's metric families as data, to send to the worker that answers for the node."""
+    return [[metric.name, metric.documentation, metric.type, [[s.name, s.labels, s.value] for s in metric.samples]]
+            for metric in registry.collect()]
+
+
+def node_metrics(parts: list[list[Family]], shadow: dict[str, Any] | None, count: int) -> bytes:
+    """The node's Prometheus text from its workers' families (`families`, one list per
+    worker that answered): one family per name, each sample summed over the workers (see
+    the module docstring for the exceptions), and gateway_workers / gateway_workers_answered."""
+    merged: dict[str, Metric] = {}
+    for part in parts:
+        for name, documentation, kind, samples in part:
+            family = merged.get(name)
+            if family is None:
+                family = merged[name] = Metric(name, documentation, kind)
+            _add(family, samples)
+    ratio = merged.get(_SHADOW_RATIO)
     if ratio is not None and shadow is not None:
         estimated = shadow["shadows"]
         ratio.samples = [s._replace(value=estimated[s.labels["store"]]["hit_ratio"]) if s.labels.get("store") in estimated
                          else s for s in ratio.samples]
     workers = [GaugeMetricFamily("gateway_workers", "Worker processes of this node (server.workers).", value=count),
                GaugeMetricFamily("gateway_workers_answered", "Of this node's workers, those whose figures this answer "
-                                 "holds (the others did not answer in time).", value=len(texts))]
+                                 "holds (the others did not answer in time).", value=len(parts))]
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families([*families.values(), *workers]))
+    registry.register(_Families([*merged.values(), *workers]))
     return generate_latest(registry)
 
 
-def _add(merged: Metric, family: Metric) -> None:
-    """Another worker's samples of the same family into `merged`."""
+def _add(family: Metric, samples: list[list[Any]]) -> None:
+    """One worker's samples into the node's `family`: summed with the same samples (name
+    and labels) of the workers before, or the largest for a gauge of a shared view."""
     shared = family.name in _SHARED_GAUGES
-    index = {(s.name, tuple(sorted(s.labels.items()))): i for i, s in enumerate(merged.samples)}
-    for sample in family.samples:
-        at = index.get((sample.name, tuple(sorted(sample.labels.items()))))
+    index = {(s.name, tuple(sorted(s.labels.items()))): i for i, s in enumerate(family.samples)}
+    for name, labels, value in samples:
+        at = index.get((name, tuple(sorted(labels.items()))))
         if at is None:
-            merged.samples.append(sample)
+            family.add_sample(name, labels, value)
         else:
-            held = merged.samples[at].value
-            merged.samples[at] = merged.samples[at]._replace(value=max(held, sample.value) if shared
-                                                             else held + sample.value)
+            held = family.samples[at].value
+            family.samples[at] = family.samples[at]._replace(value=max(held, value) if shared else held + value)
 
 
 class _Families(Collector):

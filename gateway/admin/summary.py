@@ -11,6 +11,7 @@ HOT_SHOWN = 10
 def summary(stats: dict[str, Any]) -> str:
     lines = [
         f"node      {stats['node']}  (up {duration(stats['uptime_seconds'])})",
+        *_workers(stats),
         f"requests  {stats['requests']}",
         f"hit ratio {stats['hit_ratio']:.1%}  ({stats['hits']} block hits, {stats['misses']} misses)",
         "served    " + "  ".join(f"{source} {size(count)}" for source, count in stats["served_bytes"].items()),
@@ -27,6 +28,17 @@ def summary(stats: dict[str, Any]) -> str:
     lines.append("members   " + ", ".join(stats["members"]))
     lines.append("pinned    " + (", ".join(f"{p['bucket']}/{p['prefix']}" for p in stats["pinned"]) or "none"))
     return "\n".join(lines)
+
+
+def _workers(stats: dict[str, Any]) -> list[str]:
+    """A node of several workers: how many the figures hold (none for a node of one process)."""
+    workers = stats.get("workers")
+    if workers is None:
+        return []
+    line = f"workers   {workers['answered']} of {workers['count']} answered"
+    if workers["missing"]:
+        line += f"; the figures lack worker {', '.join(map(str, workers['missing']))}"
+    return [line]
 
 
 def size(count: float) -> str:

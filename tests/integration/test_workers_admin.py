@@ -22,10 +22,14 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from click.testing import CliRunner
+
 from gateway.admin.stats import stats_document
+from gateway.cli import main
 from gateway.cluster.peers import encode_query, sign
 from gateway.config import AdminSettings
 from gateway.node.workers import WorkerSet
+from tests.admin.test_dashboard import browser, open_page, text, wait_for  # noqa: F401 (browser: a fixture)
 from tests.support import RunningGateway, base_settings, client
 
 TOKEN = "admin-token-for-tests"
@@ -201,6 +205,8 @@ def test_a_sibling_gone_or_hung_leaves_a_partial_answer_that_says_so(node):
     assert time.monotonic() - started < 1.0  # refused at once
     assert stats["workers"] == {"count": 2, "answered": 1, "missing": [1]}
     assert stats["requests"] == own_stats(w0)["requests"]
+    summary = CliRunner().invoke(main, ["stats", "--url", w0.endpoint, "--token", TOKEN]).output
+    assert "workers   1 of 2 answered; the figures lack worker 1" in summary
     assert admin(w0, "POST", "/purge?bucket=bkt").json()["workers"] == {"count": 2, "answered": 1, "missing": [1]}
     # A sibling that takes the connection and never answers: its calls time out.
     path = w0.server.config.app.workers.socket_path(1)
@@ -256,3 +262,14 @@ def test_a_node_of_one_process_has_no_worker_routes(start_gateway, clean_origin)
     assert admin(gateway, "GET", "/local/stats").status_code == 404
     assert "workers" not in admin(gateway, "GET", "/stats").json()
     assert "gateway_workers" not in admin(gateway, "GET", "/metrics").text
+
+
+def test_the_dashboard_says_how_many_workers_its_figures_hold(node, browser):
+    w0, w1 = node
+    fill(w0, w1)
+    open_page(browser, w0, TOKEN)
+    wait_for(browser, "2 workers", lambda b: text(b, "#workers-fact") == "2 workers")
+    assert text(browser, "#requests") == str(admin(w0, "GET", "/stats").json()["requests"])
+    w1.__exit__()
+    wait_for(browser, "1 of 2 workers", lambda b: text(b, "#workers-fact") == "1 of 2 workers")
+    assert browser.find_element("id", "workers-fact").get_attribute("class") == "partial"

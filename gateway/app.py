@@ -24,6 +24,7 @@ from gateway.config import CacheSettings, Settings
 from gateway.engine import Engine
 from gateway.events import SqsConsumer
 from gateway.heat import HeatCounter
+from gateway.node.journal import Journal
 from gateway.node.workers import WorkerSet
 from gateway.origin import Origin
 from gateway.s3api.hits import HitPath
@@ -67,9 +68,11 @@ class GatewayApp:
             self.fleet = Fleet(cluster, membership, PeerClient(cluster))
         # Access heat (GETs served per object): the hottest-objects view, and replication's input.
         heat = HeatCounter(max(10_000, 4 * cluster.hot_objects), cluster.heat_half_life)
+        # With several workers: what one forgets after a write, the others do before their next lookup.
+        journal = None if self.workers.alone else Journal(self.workers.journal_path)
         engine = Engine(Origin(self.settings.origin), self.settings.metadata, self.settings.listing,
                         store=store, cache=self.settings.cache, shared=shared, fleet=self.fleet, heat=heat,
-                        workers=self.workers, cluster=cluster)
+                        workers=self.workers, cluster=cluster, journal=journal)  # engine.aclose closes it
         if self.fleet is not None or not self.workers.alone:  # other nodes or workers ask this one for blocks
             secrets = [cluster.secret if self.fleet is not None else "", self.workers.secret.hex()]
             self.peer = PeerApp(secrets, engine.serve_block, engine.serve_open, engine.serve_hold)

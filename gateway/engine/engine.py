@@ -32,6 +32,7 @@ from gateway.engine.serving import Serving
 from gateway.engine.siblings import Siblings
 from gateway.engine.writes import Writes
 from gateway.heat import HeatCounter
+from gateway.node.journal import Journal
 from gateway.node.workers import WorkerSet
 from gateway.objects import ObjectChanged, ObjectMeta
 from gateway.origin import Origin
@@ -85,6 +86,7 @@ class Engine:
         heat: HeatCounter | None = None,
         workers: WorkerSet | None = None,
         cluster: ClusterSettings | None = None,
+        journal: Journal | None = None,
     ) -> None:
         cache = cache or CacheSettings()
         self.origin = origin
@@ -95,7 +97,8 @@ class Engine:
         self.budget = ByteBudget(cache.read_buffer)
         level2 = shared.level2 if shared is not None else None
         invalidation = shared.invalidation if shared is not None else None
-        coherence = Coherence(invalidation)
+        self.journal = journal  # the node's invalidation journal, with several workers
+        coherence = Coherence(invalidation, journal)
         self.fetch = None if store is None else BlockFetcher(origin, store, cache, self.budget, self.invalidate,
                                                               fleet=fleet, trusted=coherence.trusted)
         self.metadata = Metadata(origin, metadata, coherence, shared=level2, fetch=self.fetch)
@@ -125,7 +128,8 @@ class Engine:
     def stats(self) -> Counter[str]:
         """Every part's counters together (each part keeps its own)."""
         total: Counter[str] = Counter()
-        for part in (self.fetch, self.metadata, self.listings, self.writes, self.peers, self.replicas, self.siblings):
+        for part in (self.fetch, self.metadata, self.listings, self.writes, self.peers, self.replicas, self.siblings,
+                     self.journal):
             if part is not None:
                 total.update(part.stats)
         return total
@@ -144,6 +148,8 @@ class Engine:
             await self.store.aclose()
         if self.shared is not None:
             await self.shared.aclose()
+        if self.journal is not None:
+            self.journal.close()
 
     async def invalidate(self, bucket: str, key: str | None = None) -> None:
         """Forget what a write to `key` (the bucket when None) may have changed, on every node."""
@@ -170,9 +176,9 @@ class Engine:
         return 0 if self.store is None else await self.store.evict_prefix(bucket, prefix)
 
     def purge(self) -> None:
-        """Forget every answer this node cached (the origin changed wholesale, an operator
-        asked, or invalidations from other nodes may have been missed)."""
-        self.writes.forget_everything()
+        """Forget every answer this node cached, in every worker (the origin changed
+        wholesale, an operator asked, or invalidations from other nodes may have been missed)."""
+        self.writes.purge()
 
     async def open_object(self, bucket: str, key: str, *, version_id: str | None = None,
                           headers: dict[str, str] | None = None, checksums: bool = False,

@@ -40,6 +40,7 @@ class Listings:
         """An origin listing body for exactly these parameters, from the listing cache while fresh."""
         params = dict(query)
         cache_key: ListingKey = (bucket, params.pop("prefix", ""), tuple(sorted(params.items())))
+        self._coherence.catch_up()  # what the node's other workers' writes made them forget
         page = self.cache.get(cache_key)
         if page is not None and time.monotonic() < page.expires and self._coherence.trusted():
             self.stats["list_hit"] += 1

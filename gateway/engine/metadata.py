@@ -173,6 +173,7 @@ class Metadata:
         return found[0].value  # type: ignore[return-value]
 
     def _from_l1(self, cache_key: MetaKey) -> tuple[_Known, float] | None:
+        self._coherence.catch_up()  # what the node's other workers' writes made them forget
         found = self.cache.get(cache_key)
         if found is None:
             return None

@@ -61,6 +61,7 @@ class Writes:
         self._fetch = fetch
         self.settings = cache or CacheSettings()
         self._fleet = fleet
+        coherence.follow(self.invalidate_local, self.forget_everything)  # another worker's writes
 
     async def forward(
         self,
@@ -130,9 +131,10 @@ class Writes:
 
     async def invalidate(self, bucket: str, key: str | None = None) -> None:
         """Forget cached metadata and listings a write to `key` (or to the bucket) may have
-        changed: in Redis and on every node when shared, and here. Returns once every
-        node applied it or stopped trusting its caches (Invalidations.invalidate), so the
-        write may then be acknowledged."""
+        changed: in Redis and on every node when shared, here, and in the node's journal
+        for its other workers. Returns once every node applied it or stopped trusting its
+        caches (Invalidations.invalidate), so the write may then be acknowledged; the
+        other workers of this node forget it before their next lookup (Coherence.catch_up)."""
         self._coherence.invalidated(bucket)  # answers being fetched now are no longer cached
         confirmation = None
         try:
@@ -141,21 +143,30 @@ class Writes:
                 confirmation = await self.shared.invalidate(bucket, key)
         finally:
             self.invalidate_local(bucket, key)
+            if self._coherence.journal is not None:
+                self._coherence.journal.append(bucket, key)
         if confirmation is not None and not await confirmation.wait():
             self.stats["invalidation_unconfirmed"] += 1
 
     def invalidate_local(self, bucket: str, key: str | None = None) -> None:
-        """Forget what this node cached about `key` (the bucket when None); another node's
-        write arrives here through the invalidation channel."""
+        """Forget what this worker cached about `key` (the bucket when None); another node's
+        write arrives here through the invalidation channel, another worker's through the
+        journal."""
         self._coherence.invalidated(bucket)
         self._metadata.cache.invalidate(bucket, key)
         self._listings.cache.invalidate(bucket, key)
         if self._fetch is not None:
             self._fetch.forget_opens(bucket, key)
 
+    def purge(self) -> None:
+        """Forget every answer this node cached, in every worker (the journal tells the others)."""
+        self.forget_everything()
+        if self._coherence.journal is not None:
+            self._coherence.journal.append_purge()
+
     def forget_everything(self) -> None:
-        """Forget every answer this node cached (the origin changed wholesale, an operator
-        asked, or invalidations from other nodes may have been missed)."""
+        """Forget every answer this worker cached (the origin changed wholesale, an operator
+        asked, or invalidations from other nodes or workers may have been missed)."""
         self._coherence.purged()
         self._metadata.cache.clear()
         self._listings.cache.clear()

@@ -109,6 +109,8 @@ class GatewayApp:
                     membership=self.fleet.membership if self.fleet is not None else None, shadow=shadow,
                     replication=self.replication)
         self.admin = AdminApp(self.settings.admin, node, self.workers)  # answers for the node's workers
+        if not self.workers.alone:  # a (re)started worker takes the runtime pins its siblings hold
+            self._tasks.append(asyncio.create_task(self.admin.adopt_pins(), name="gateway-adopt-pins"))
 
     async def shutdown(self) -> None:
         await _stop([task for task in [self._invalidations, *self._tasks] if task is not None])

@@ -84,11 +84,26 @@ class AdminApp:
             ("DELETE", "/pin"): self._own_pin,
             ("POST", "/purge"): self._own_purge,
             ("POST", "/events"): self._own_events,
+            ("GET", "/pins"): self._own_pins,
         }
 
     async def aclose(self) -> None:
         if self.siblings is not None:
             await self.siblings.aclose()
+
+    async def adopt_pins(self) -> None:
+        """Take the runtime pins the siblings hold, once, as a worker starts (or restarts)
+        in a node without Redis: runtime pins then live in each worker's memory, and a
+        restarted worker would otherwise evict the pinned blocks it owns. With Redis every
+        worker reads them from there."""
+        if self.siblings is None or self.node.engine.shared is not None:
+            return
+        pins = self.node.pins
+        # Siblings that start at the same time answer late or not at all: they have no pins yet.
+        for answer in await self.siblings.ask("GET", "/pins"):
+            for bucket, prefix in answer["pins"]:
+                if not pins.is_runtime((bucket, prefix)):
+                    await pins.set((bucket, prefix), True)
 
     def handles(self, path: str) -> bool:
         return bool(self._token) and (path == self.settings.path or path.startswith(self.settings.path + "/"))
@@ -184,6 +199,10 @@ class AdminApp:
         document = {"bucket": bucket, "prefix": prefix, "pinned": method == "POST",
                     "shared": all(answer["shared"] for answer in answers)}
         await _json(send, 200, self._with_workers(document, answers))
+
+    async def _own_pins(self, method: str, query: dict[str, str], body: bytes) -> dict[str, Any]:
+        pins = self.node.pins
+        return {"pins": [pin for pin in pins.pins if pins.is_runtime(pin)]}
 
     async def _own_pin(self, method: str, query: dict[str, str], body: bytes) -> dict[str, Any]:
         """{"was": pinned at runtime here before, "shared": Redis took it (RuntimePins.set)}."""

@@ -72,21 +72,35 @@ class SiblingAdmin:
                    timeout: float) -> dict[str, Any] | None:
         path = self._prefix + route
         query = encode_query([*params, ("sha256", hashlib.sha256(body).hexdigest())])
-        headers = {AUTH_HEADER: sign(self.workers.secret, method, path, query)}
         try:
             async with asyncio.timeout(timeout):
-                async with self._session(index).request(method, URL(f"http://worker{path}?{query}", encoded=True),
-                                                        headers=headers, data=body, allow_redirects=False) as response:
-                    if response.status != 200 or (response.content_length or 0) > _MAX_ANSWER:
-                        log.warning("worker %d answered %s %s with %d", index, method, route, response.status)
-                        return None
-                    answer = await response.read()
-            document = orjson.loads(answer)
+                status, answer = await self._call(index, method, path, query, body)
+            document = orjson.loads(answer) if status == 200 else None
         except (aiohttp.ClientError, OSError, TimeoutError, orjson.JSONDecodeError) as exc:
             # Not started yet, restarting, gone, hung: the answer says so in its `workers` figure.
             log.info("worker %d did not answer %s %s: %s", index, method, route, exc.__class__.__name__)
             return None
-        return document if isinstance(document, dict) else None
+        if not isinstance(document, dict):
+            log.warning("worker %d answered %s %s with HTTP %d", index, method, route, status)
+            return None
+        return document
+
+    async def _call(self, index: int, method: str, path: str, query: str, body: bytes) -> tuple[int, bytes]:
+        target = URL(f"http://worker{path}?{query}", encoded=True)
+        for attempt in range(2):
+            headers = {AUTH_HEADER: sign(self.workers.secret, method, path, query)}
+            try:
+                async with self._session(index).request(method, target, headers=headers, data=body,
+                                                        allow_redirects=False) as response:
+                    if (response.content_length or 0) > _MAX_ANSWER:
+                        return response.status, b""
+                    return response.status, await response.read()
+            except aiohttp.ServerDisconnectedError:
+                # A kept-alive connection the sibling closed (it restarted): once more, on a new one.
+                # Every worker route may run twice: purge, pin and events come to the same again.
+                if attempt == 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def _session(self, index: int) -> aiohttp.ClientSession:
         session = self._sessions.get(index)

@@ -172,6 +172,20 @@ def test_pins_asked_of_one_worker_apply_on_every_worker(node):
     assert all(store.pinned == [] for store in stores)
 
 
+def test_a_restarted_worker_takes_the_runtime_pins_its_siblings_hold(node):
+    """Without Redis, runtime pins live in each worker: a worker that starts again asks its siblings."""
+    w0, w1 = node
+    assert admin(w0, "POST", "/pin?bucket=bkt&prefix=hot/").status_code == 200
+    w1.__exit__()
+    with RunningGateway(w1.settings, workers=w1.server.config.app.workers) as again:
+        store = again.server.config.app.s3.engine.store
+        deadline = time.monotonic() + 5
+        while store.pinned != [("bkt", "hot/")]:
+            assert time.monotonic() < deadline, store.pinned
+            time.sleep(0.02)
+        assert again.server.config.app.admin.node.pins.is_runtime(("bkt", "hot/"))
+
+
 def test_an_event_asked_of_one_worker_is_forgotten_by_every_worker(node):
     w0, w1 = node
     fill(w0, w1)

@@ -33,9 +33,9 @@ ALLOWED: dict[str, set[str]] = {
     "app": BASE | {"admin", "advisor", "cluster", "engine", "events", "heat", "httpserver", "node", "origin", "s3api",
                    "store"},
     "run": BASE | {"app", "httpserver", "node", "s3api", "tls"},
-    "supervisor": BASE | {"node", "run"},
+    "supervisor": BASE | {"node"},
     "demo": BASE | {"origin", "run"},
-    "cli": BASE | {"admin", "advisor", "app", "demo", "run", "httpserver", "tls"},
+    "cli": BASE | {"admin", "advisor", "app", "demo", "run", "httpserver", "supervisor", "tls"},
 }
 
 

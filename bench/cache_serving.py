@@ -27,7 +27,9 @@ For each cell it prints req/s, MB/s (payload bytes, 1 MB = 10^6 bytes), p50 and 
 latency (request sent to last byte received) and the CPU that processes outside the
 benchmark took meanwhile (a cell is measured again when that exceeds --busy cores); then
 the issue's targets as ratios measured in this run, and the gateways' peak RSS (VmHWM)
-against memory quota + 200 MB. With --profile it then runs py-spy on the warm memory
+against memory quota + 200 MB. gw-mem-2w is the memory gateway as a node of 2 workers
+(--workers; its CPU per request is compared with gw-mem's, the gateway CPU of every cell
+is in the table). With --profile it then runs py-spy on the warm memory
 gateway under wrk load (4 KiB and 1 MiB) and on cold 1 MiB reads from the shaped origin,
 and summarises where the time goes. All gateway processes of a run execute one copy of
 gateway/ taken at the start (its commit is printed).
@@ -163,6 +165,7 @@ class Gateway:
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     peak_rss: int = 0  # max VmHWM over every process this Gateway ran
+    peak_tmpfs: int = 0  # max bytes of its run folder on tmpfs (the memory tier of several workers)
     starts: int = 0
 
     @property
@@ -196,9 +199,34 @@ class Gateway:
         _wait_http(self.endpoint + "/", self.proc, f"gateway {self.name}", log)
 
     def record_peak(self) -> int:
+        """The peak RSS so far: of all its processes together (a node of several workers: the
+        sum of each one's peak, which is at least the peak of the sum)."""
         if self.proc is not None and self.proc.poll() is None:
-            self.peak_rss = max(self.peak_rss, _status_kib(self.pid, "VmHWM") * 1024)
+            peaks = 0
+            for pid in tree(self.pid):
+                try:
+                    peaks += _status_kib(pid, "VmHWM") * 1024
+                except (OSError, RuntimeError):
+                    pass  # gone meanwhile
+            self.peak_rss = max(self.peak_rss, peaks)
+            self.peak_tmpfs = max(self.peak_tmpfs, self.tmpfs_bytes())
         return self.peak_rss
+
+    def cpu(self) -> float:
+        """CPU seconds its processes (all workers of the node) used so far."""
+        return tree_cpu(self.pid)
+
+    def tmpfs_bytes(self) -> int:
+        """Bytes of the node's run folder on tmpfs (with several workers: the memory tier's block files)."""
+        total = 0
+        for root in Path("/dev/shm").glob(f"s3gw-{self.port}-*"):
+            for folder, _, files in os.walk(root):
+                for name in files:
+                    try:
+                        total += os.path.getsize(os.path.join(folder, name))
+                    except OSError:
+                        pass
+        return total
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -418,8 +446,8 @@ class HeaderSigner:
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _own_cpu() -> float:
-    """CPU seconds used so far by this process, its finished children and its live descendants."""
+def _processes() -> tuple[dict[int, list[int]], dict[int, float]]:
+    """(children of each pid, CPU seconds of each live process so far)."""
     parents: dict[int, list[int]] = collections.defaultdict(list)
     times: dict[int, float] = {}
     for entry in os.listdir("/proc"):
@@ -432,11 +460,32 @@ def _own_cpu() -> float:
             continue
         parents[int(fields[1])].append(int(entry))
         times[int(entry)] = (int(fields[11]) + int(fields[12])) / _TICK
-    total, todo = 0.0, list(parents.get(os.getpid(), []))
+    return parents, times
+
+
+def _tree(parents: dict[int, list[int]], pid: int) -> list[int]:
+    found, todo = [], [pid]
     while todo:
-        pid = todo.pop()
-        total += times.get(pid, 0.0)
-        todo.extend(parents.get(pid, []))
+        found.append(todo.pop())
+        todo.extend(parents.get(found[-1], []))
+    return found
+
+
+def tree(pid: int) -> list[int]:
+    """`pid` and its live descendants (a node's supervisor and its workers)."""
+    return _tree(_processes()[0], pid)
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds used so far by `pid` and its live descendants."""
+    parents, times = _processes()
+    return sum(times.get(one, 0.0) for one in _tree(parents, pid))
+
+
+def _own_cpu() -> float:
+    """CPU seconds used so far by this process, its finished children and its live descendants."""
+    parents, times = _processes()
+    total = sum(times.get(one, 0.0) for one in _tree(parents, os.getpid())[1:])
     for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
         usage = resource.getrusage(who)
         total += usage.ru_utime + usage.ru_stime
@@ -481,6 +530,13 @@ class Cell:
     note: str = ""
     payload: int | None = None  # body bytes received, partial answers included (None: ok * size)
     other: float = 0.0  # CPU used meanwhile by processes not of this benchmark, in cores
+    server_cpu: float | None = None  # CPU seconds the gateway's processes used during the cell
+
+    @property
+    def cpu_us_per_request(self) -> float | None:
+        if self.server_cpu is None or not self.ok:
+            return None
+        return self.server_cpu / self.ok * 1e6
 
     @property
     def rps(self) -> float:
@@ -762,16 +818,17 @@ def profile_gateway(gw: Gateway, label: str, paths: Sequence[str], size: int, co
 
 
 def table(cells: Sequence[Cell]) -> str:
-    header = ("setup", "client", "req/s", "MB/s", "p50 ms", "p99 ms", "errors", "other load", "note")
+    header = ("setup", "client", "req/s", "MB/s", "p50 ms", "p99 ms", "errors", "other load", "gw CPU us/req", "note")
     rows = [header] + [
         (c.setup, c.client, f"{c.rps:,.0f}", f"{c.mbps:,.1f}", f"{c.p50_ms:.2f}", f"{c.p99_ms:.2f}",
-         str(c.errors), f"{c.other:.2f}", c.note)
+         str(c.errors), f"{c.other:.2f}", "" if c.cpu_us_per_request is None else f"{c.cpu_us_per_request:,.0f}",
+         c.note)
         for c in cells
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     out = []
     for n, r in enumerate(rows):
-        out.append("| " + " | ".join(cell.ljust(widths[i]) if i in (0, 1, 8) else cell.rjust(widths[i])
+        out.append("| " + " | ".join(cell.ljust(widths[i]) if i in (0, 1, 9) else cell.rjust(widths[i])
                                      for i, cell in enumerate(r)) + " |")
         if n == 0:
             out.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
@@ -832,6 +889,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block-size", default="", help="cache.block_size of every gateway (default: the gateway's)")
     parser.add_argument("--readahead", default="", help="cache.readahead_blocks of every gateway (default: the gateway's)")
     parser.add_argument("--nginx-workers", default="auto", help="nginx worker_processes (auto = one per core)")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="also gw-mem-<N>w: the memory gateway with server.workers=N (0 or 1: not measured)")
     parser.add_argument("--clients", default="wrk,py", help="load generators: wrk, py or both")
     parser.add_argument("--busy", type=float, default=0.25,
                         help="measure a cell again when other processes took more than this many cores meanwhile")
@@ -907,6 +966,12 @@ def main(argv: list[str] | None = None) -> int:
         }, tmp, code)
         gw_cold = Gateway("gw-cold", origin, {**common, "GATEWAY_CACHE_MEMORY_QUOTA": str(quota)}, tmp, code)
         gateways = [gw_mem, gw_disk, gw_cold]
+        gw_workers = None
+        if args.workers > 1:
+            gw_workers = Gateway(f"gw-mem-{args.workers}w", origin, {
+                **common, "GATEWAY_CACHE_MEMORY_QUOTA": str(quota), "GATEWAY_SERVER_WORKERS": str(args.workers)},
+                tmp, code)
+            gateways.append(gw_workers)
         gw_cold_shaped = None
         if shaped is not None:
             gw_cold_shaped = Gateway("gw-cold/shaped", shaped, {**common, "GATEWAY_CACHE_MEMORY_QUOTA": str(quota)},
@@ -929,9 +994,11 @@ def main(argv: list[str] | None = None) -> int:
             cold_seconds = seconds * (2 if plan.size >= 64 * MiB else 1)
 
             def measure(setup: str, endpoint: str, keys: Sequence[str], expect: str | None, *,
-                        cold: Gateway | None = None, cell_seconds: float = seconds,
+                        cold: Gateway | None = None, server: Gateway | None = None, cell_seconds: float = seconds,
                         plan: SizePlan = plan, conns: int = conns, cells: list[Cell] = cells) -> None:
-                """One wrk and one py cell; `cold`: restart that gateway before each (empty cache)."""
+                """One wrk and one py cell; `cold`: restart that gateway before each (empty cache);
+                `server`: the gateway measured, whose CPU is counted (a cold one's too)."""
+                server = server or cold
                 # For a cold setup this reads the last key once; the restart below forgets it.
                 header = header_bytes(endpoint, presigned_paths(endpoint, keys[-1:])[0])
                 for client in clients:
@@ -939,6 +1006,7 @@ def main(argv: list[str] | None = None) -> int:
                     for attempt in range(1 + args.retries):
                         if cold is not None:
                             cold.restart()
+                        cpu = server.cpu() if server is not None else 0.0
                         with OtherLoad() as load:
                             if client == "wrk":
                                 run = run_wrk(setup, endpoint, presigned_paths(endpoint, keys), plan.size, conns,
@@ -947,6 +1015,8 @@ def main(argv: list[str] | None = None) -> int:
                                 run = run_py(setup, endpoint, keys, plan.size, conns, cell_seconds,
                                              once=cold is not None, expect=expect)
                         run.other = load.cores
+                        if server is not None:
+                            run.server_cpu = server.cpu() - cpu
                         if attempt:
                             run.note = "; ".join(filter(None, [run.note, f"measured {attempt + 1}x: other load"]))
                         if cell is None or run.other < cell.other:
@@ -974,13 +1044,16 @@ def main(argv: list[str] | None = None) -> int:
                 return min(count, max(4 * conns, int(4 * 10**9 // plan.size)))  # at most ~4 GB of objects
 
             measure("origin", origin, warm_keys, None)
-            for setup, endpoint, expect in (("nginx", nginx, "HIT"), ("nginx-tmpfs", nginx_tmpfs, "HIT"),
-                                            ("gw-mem", gw_mem.endpoint, "hit-mem"),
-                                            ("gw-disk", gw_disk.endpoint, "hit-disk")):
+            warm_setups: list[tuple[str, str, str, Gateway | None]] = [
+                ("nginx", nginx, "HIT", None), ("nginx-tmpfs", nginx_tmpfs, "HIT", None),
+                ("gw-mem", gw_mem.endpoint, "hit-mem", gw_mem), ("gw-disk", gw_disk.endpoint, "hit-disk", gw_disk)]
+            if gw_workers is not None:
+                warm_setups.append((gw_workers.name, gw_workers.endpoint, "hit-mem", gw_workers))
+            for setup, endpoint, expect, server in warm_setups:
                 served = warm(endpoint, warm_keys, plan.size, conns)
                 if set(served) != {expect}:
                     print(f"   WARNING: {setup} after warm-up answered x-cache {dict(served)}, expected {expect}")
-                measure(setup, endpoint, warm_keys, expect)
+                measure(setup, endpoint, warm_keys, expect, server=server)
 
             # Cold: distinct keys never read through the gateway, each client on a freshly
             # started process (empty cache).
@@ -1053,13 +1126,29 @@ def main(argv: list[str] | None = None) -> int:
                 if (g := pick(label, cold_setup, client)) and (o := pick(label, origin_setup, client)) and o.mbps:
                     print(f"    cold {label} MB/s vs {what} direct:  {g.mbps:,.1f} / {o.mbps:,.1f} = "
                           f"{verdict(g.mbps / o.mbps, 0.9)}")
-    print("  peak RSS (VmHWM over the whole run) vs memory-tier quota + 200 MB:")
+    if gw_workers is not None:
+        n = args.workers
+        print(f"  [{n} workers, wrk]")
+        g, one, x = pick("4KiB", gw_workers.name, "wrk"), pick("4KiB", "gw-mem", "wrk"), pick("4KiB", "nginx-tmpfs", "wrk")
+        if g and x and x.rps:
+            print(f"    {gw_workers.name} 4 KiB req/s vs nginx-tmpfs ({args.nginx_workers} workers):  "
+                  f"{g.rps:,.0f} / {x.rps:,.0f} = {verdict(g.rps / x.rps, 0.8)}")
+        if g and one and g.cpu_us_per_request and one.cpu_us_per_request:
+            ratio = g.cpu_us_per_request / one.cpu_us_per_request
+            print(f"    CPU per 4 KiB request, {n} workers vs 1:  {g.cpu_us_per_request:,.0f} / "
+                  f"{one.cpu_us_per_request:,.0f} us = {ratio:.2f}x (target <= 1.15x: "
+                  f"{'met' if ratio <= 1.15 else 'MISSED'})")
+    print("  peak RSS (VmHWM over the whole run; a node's workers summed) vs memory-tier quota + 200 MB "
+          "(with workers: + 150 MB per worker, and the memory tier's files on tmpfs counted):")
     for gw in gateways:
         q = 0 if gw is gw_disk else quota
-        limit = q + RSS_ALLOWANCE
-        state = "met" if gw.peak_rss <= limit else f"MISSED by {(gw.peak_rss - limit) / 1e6:.0f} MB"
-        print(f"    {gw.name:<14} {gw.peak_rss / 1e6:7.1f} MB vs {limit / 1e6:7.1f} MB "
-              f"(quota {q / 1e6:.0f} MB + 200): {state}"
+        workers = args.workers if gw is gw_workers else 1
+        limit = q + (RSS_ALLOWANCE if workers == 1 else 150 * 10**6 * workers)
+        used = gw.peak_rss + gw.peak_tmpfs
+        state = "met" if used <= limit else f"MISSED by {(used - limit) / 1e6:.0f} MB"
+        print(f"    {gw.name:<14} {gw.peak_rss / 1e6:7.1f} MB"
+              + (f" + {gw.peak_tmpfs / 1e6:.1f} MB on tmpfs" if gw.peak_tmpfs else "")
+              + f" vs {limit / 1e6:7.1f} MB: {state}"
               + (f"  [{gw.starts} processes, max of each]" if gw.starts > 1 else ""))
     print(f"\nNOTE: {os.cpu_count()} cores shared by wrk/aiohttp, the gateway, moto and nginx; ratios compare setups"
           " under the same handicap, absolute figures are not what a dedicated server would do.")

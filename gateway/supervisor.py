@@ -44,6 +44,7 @@ logger = logging.getLogger("gateway.server")
 
 RESTART_LIMIT = 3  # deaths in a row right after starting that stop the node
 EARLY = 5.0  # seconds: a worker that exits sooner after starting failed to start
+START_TIMEOUT = 60.0  # seconds for a worker to serve once started; past it, it is killed (and failed to start)
 KILL_MARGIN = 5.0  # seconds past server.shutdown_timeout before a stopping worker is killed
 BACKLOG = 2048  # uvicorn's default
 TICK = 0.1  # seconds between looks at the workers and the signals received
@@ -176,6 +177,7 @@ class _Worker:
     report: int  # the read end of the pipe it reports on
     started: float = field(default_factory=time.monotonic)
     ready: bool = False
+    late: bool = False  # killed for not serving within START_TIMEOUT
     error: str = ""
     unread: bytes = b""
 
@@ -195,7 +197,8 @@ class _Worker:
     def close(self) -> None:
         os.close(self.report)
         if self.proc.stdin is not None:
-            self.proc.stdin.close()
+            with contextlib.suppress(BrokenPipeError):  # the settings it did not read: the file closes all the same
+                self.proc.stdin.close()
 
 
 def _describe(code: int) -> str:
@@ -223,21 +226,35 @@ class _Node:
         announced = False
         while True:
             self._read_reports()
-            while received:
-                sig = received.pop(0)
-                if sig != signal.SIGHUP:
-                    logger.info("%s: stopping the node's %d workers", signal.Signals(sig).name, self.count)
-                    return
-                self._send(signal.SIGHUP, ready_only=True)
-            for worker in [w for w in self.workers.values() if w.proc.poll() is not None]:
-                self._exited(worker)
-            now = time.monotonic()
-            for index in [i for i, at in self.due.items() if at <= now]:
-                del self.due[index]
-                self._start(index)
+            if self._stop_asked(received):
+                return
+            self._look_after(time.monotonic())
             if not announced and len(self.workers) == self.count and all(w.ready for w in self.workers.values()):
                 listening()
                 announced = True
+
+    def _stop_asked(self, received: list[int]) -> bool:
+        while received:
+            sig = received.pop(0)
+            if sig != signal.SIGHUP:
+                logger.info("%s: stopping the node's %d workers", signal.Signals(sig).name, self.count)
+                return True
+            self._send(signal.SIGHUP, ready_only=True)
+        return False
+
+    def _look_after(self, now: float) -> None:
+        """Kill a worker that does not serve in time, note those that exited, start those due."""
+        for worker in self.workers.values():
+            if not (worker.ready or worker.late) and now - worker.started > START_TIMEOUT:
+                logger.warning("worker %d (pid %d) does not serve %.0fs after starting: killed", worker.index,
+                               worker.proc.pid, START_TIMEOUT)
+                worker.late = True
+                worker.proc.kill()
+        for worker in [w for w in self.workers.values() if w.proc.poll() is not None]:
+            self._exited(worker)
+        for index in [i for i, at in self.due.items() if at <= now]:
+            del self.due[index]
+            self._start(index)
 
     def _start(self, index: int) -> None:
         read, write = os.pipe()
@@ -284,9 +301,9 @@ class _Node:
         self.due[worker.index] = time.monotonic() + pause
 
     def _forget(self, worker: _Worker) -> None:
+        del self.workers[worker.index]
         self.selector.unregister(worker.report)
         worker.close()
-        del self.workers[worker.index]
 
     def _send(self, sig: int, *, ready_only: bool = False) -> None:
         for worker in self.workers.values():

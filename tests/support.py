@@ -250,11 +250,35 @@ class GatewayProcess:
         return output
 
     def kill(self) -> None:
-        """SIGKILL it and wait for it to be gone (`start` runs it again, on the same port)."""
+        """SIGKILL it and wait for it to be gone (`start` runs it again, on the same port); a
+        node's workers, left without their supervisor, stop by themselves: waited for too."""
         if self.proc is not None:
+            workers = self.worker_pids()
             self.proc.kill()
             self.proc.wait(timeout=30)
             self._gone()
+            deadline = time.monotonic() + 30
+            while any(self._running(pid) for pid in workers):
+                assert time.monotonic() < deadline, f"workers {sorted(workers)} still run 30 s after their supervisor"
+                time.sleep(0.05)
+
+    def worker_pids(self) -> set[int]:
+        """The processes it started (a node's workers; none when it serves alone)."""
+        found: set[int] = set()
+        if self.proc is not None:
+            for path in Path(f"/proc/{self.proc.pid}/task").glob("*/children"):
+                try:
+                    found.update(int(pid) for pid in path.read_text().split())
+                except OSError:  # a thread that just ended
+                    pass
+        return found
+
+    @staticmethod
+    def _running(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
 
     def _gone(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None

@@ -127,6 +127,16 @@ def test_a_killed_worker_is_replaced_while_the_other_serves(node: GatewayProcess
     assert f"(pid {victim}) exited (killed by SIGKILL); starting it again" in node.stop()
 
 
+def test_workers_of_a_killed_supervisor_stop_and_the_next_node_cleans_up(node: GatewayProcess):
+    workers = node.worker_pids()
+    (folder,) = run_folders(node.port)
+    node.kill()  # waits for the workers to be gone too
+    assert all(gone(worker) for worker in workers) and os.path.isdir(folder)
+    node.start()  # the same port, and the run folder left behind is removed
+    assert not os.path.isdir(folder) and len(run_folders(node.port)) == 1
+    assert client(node.endpoint).list_objects_v2(Bucket=BUCKET)["KeyCount"] == 0
+
+
 def test_sigterm_lets_a_slow_read_finish_then_every_process_exits(node: GatewayProcess):
     assert node.proc is not None
     body = os.urandom(32 * 1024 * 1024)

@@ -123,6 +123,9 @@ class AdminApp:
     async def _from_sibling(self, scope: Scope, receive: Receive, send: Send, route: str) -> None:
         """A sibling asks for this worker's own part of a node-wide request."""
         assert self.siblings is not None
+        server = scope.get("server")  # (host, port) over TCP; (path, None) on a unix socket
+        if server is not None and server[1] is not None:  # the node's port: siblings call on the unix socket
+            return await _json(send, 403, {"error": "calls between workers come over the worker's unix socket"})
         status = self.siblings.verify(scope)
         if status != 200:
             return await _json(send, status, {"error": "calls between workers are signed with the node's secret "

@@ -47,8 +47,14 @@ def signed(workers: WorkerSet, index: int, method: str, route: str, params: list
     path = f"/_gateway/local{route}"
     query = encode_query([*params, ("sha256", hashlib.sha256(body).hexdigest())])
     headers = {"x-gateway-worker": sign(workers.secret, method, path, query, when)}
+    return on_socket(workers, index, method, f"{path}?{query}", headers, body)
+
+
+def on_socket(workers: WorkerSet, index: int, method: str, target: str, headers: dict[str, str | bytes],
+              body: bytes = b"") -> httpx.Response:
+    """A request to worker `index` over its unix socket."""
     with httpx.Client(transport=httpx.HTTPTransport(uds=workers.socket_path(index)), timeout=10) as worker:
-        return worker.request(method, f"http://worker{path}?{query}", headers=headers, content=body)
+        return worker.request(method, f"http://worker{target}", headers=headers, content=body)
 
 
 @pytest.fixture
@@ -254,19 +260,23 @@ def test_calls_between_workers_are_signed_with_the_nodes_secret(node):
         "another query": ({"x-gateway-worker": good.headers["x-gateway-worker"]}, query + "&x=1", 403),
     }
     for name, (headers, asked, status) in cases.items():
-        answer = httpx.get(f"{local}?{asked}", headers=headers, timeout=10)
+        answer = on_socket(workers, 1, "GET", f"/_gateway/local/stats?{asked}", headers)
         assert answer.status_code == status, name
     # Signed for the path as sent: the same route spelled otherwise does not carry the signature.
-    odd = httpx.get(f"{w1.endpoint}/_gateway/local/%73tats?{query}",
-                    headers={"x-gateway-worker": good.headers["x-gateway-worker"]}, timeout=10)
+    odd = on_socket(workers, 1, "GET", f"/_gateway/local/%73tats?{query}",
+                    {"x-gateway-worker": good.headers["x-gateway-worker"]})
     assert odd.status_code == 403
+    # Over TCP (the node's port) even a well signed call is refused: siblings call on the unix socket.
+    over_tcp = httpx.get(f"{local}?{query}", headers={"x-gateway-worker": good.headers["x-gateway-worker"]}, timeout=10)
+    assert over_tcp.status_code == 403 and "unix socket" in over_tcp.json()["error"]
+    assert httpx.get(local, timeout=10).status_code == 403
     # The body is signed through the query's sha256: another body with the same signature is refused.
     event = orjson.dumps({"Records": [{"s3": {"bucket": {"name": "bkt"}, "object": {"key": "k"}}}]})
     sent = signed(workers, 1, "POST", "/events", [], event)
     assert sent.status_code == 200 and sent.json() == {"invalidated": 1, "worker": 1}
-    forged = httpx.post(str(sent.request.url).replace("http://worker", w1.endpoint), content=b'{"Records": []}',
-                        headers={"x-gateway-worker": sent.request.headers["x-gateway-worker"]}, timeout=10)
-    assert forged.status_code == 403
+    forged = on_socket(workers, 1, "POST", sent.request.url.raw_path.decode(),
+                       {"x-gateway-worker": sent.request.headers["x-gateway-worker"]}, b'{"Records": []}')
+    assert forged.status_code == 403 and "body" in forged.json()["error"]
     assert signed(workers, 1, "POST", "/load", [("bucket", "bkt")]).status_code == 404  # no worker route
 
 

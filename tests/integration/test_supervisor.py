@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,14 +30,16 @@ from tests.support import GatewayProcess, client
 from tests.test_tls import https_client, make_certificate, same_certificate, served_certificate
 
 BUCKET = "node"
-RUN_BASE = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+# Where the supervisor makes run folders (gateway.supervisor._tmpfs).
+RUN_BASE = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK) \
+    else tempfile.gettempdir()
 
 
 def children(pid: int) -> set[int]:
     found: set[int] = set()
-    for path in glob.glob(f"/proc/{pid}/task/*/children"):
-        with open(path) as file:
-            found.update(int(child) for child in file.read().split())
+    for path in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):  # a thread that just ended
+            found.update(int(child) for child in path.read_text().split())
     return found
 
 
@@ -48,13 +51,14 @@ def wait_for(check: Callable[[], object], within: float, what: str) -> None:
 
 
 def run_folders(port: int) -> list[str]:
-    import tempfile
-
-    return glob.glob(os.path.join(RUN_BASE or tempfile.gettempdir(), f"s3gw-{port}-*"))
+    return glob.glob(os.path.join(RUN_BASE, f"s3gw-{port}-*"))
 
 
 def gone(pid: int) -> bool:
-    return not os.path.exists(f"/proc/{pid}") or "zombie" in Path(f"/proc/{pid}/status").read_text(errors="replace")
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 @pytest.fixture
@@ -79,7 +83,7 @@ def test_two_workers_serve_the_port_and_go_with_the_node(node: GatewayProcess):
     s3 = client(node.endpoint)
     s3.put_object(Bucket=BUCKET, Key="k", Body=b"through a node of two")
     assert s3.get_object(Bucket=BUCKET, Key="k")["Body"].read() == b"through a node of two"
-    workers = children(node.proc.pid)
+    workers = node.worker_pids()
     assert len(workers) == 2
     (folder,) = run_folders(node.port)
     assert os.stat(folder).st_mode & 0o777 == 0o700
@@ -141,7 +145,7 @@ def test_sigterm_lets_a_slow_read_finish_then_every_process_exits(node: GatewayP
     assert node.proc is not None
     body = os.urandom(32 * 1024 * 1024)
     client(node.endpoint).put_object(Bucket=BUCKET, Key="big", Body=body)
-    workers = children(node.proc.pid)
+    workers = node.worker_pids()
     stream = client(node.endpoint).get_object(Bucket=BUCKET, Key="big")["Body"]
     received = [stream.read(256 * 1024)]
     node.proc.send_signal(signal.SIGTERM)
@@ -173,11 +177,11 @@ def test_sighup_gives_every_worker_the_new_certificate(origin: str, tmp_path: Pa
         assert all(same_certificate(served_certificate(node.port), first[0].read_text()) for _ in range(10))
         live_cert.write_bytes(second[0].read_bytes())
         live_key.write_bytes(second[1].read_bytes())
-        workers = children(node.proc.pid)
+        workers = node.worker_pids()
         node.proc.send_signal(signal.SIGHUP)
         wait_for(lambda: all(same_certificate(served_certificate(node.port), second[0].read_text())
                              for _ in range(20)), 10, "every new connection gets the new certificate")
-        assert children(node.proc.pid) == workers  # reloaded, not restarted
+        assert node.worker_pids() == workers  # reloaded, not restarted
         assert "Buckets" in https_client(node.port, second[0]).list_buckets()
     finally:
         output = node.stop()
@@ -188,14 +192,15 @@ def test_one_worker_is_the_process_itself(origin: str):
     with GatewayProcess(origin, workers=1) as node:
         assert node.proc is not None
         assert client(node.endpoint).list_objects_v2(Bucket=BUCKET)["KeyCount"] == 0
-        assert children(node.proc.pid) == set()
+        assert node.worker_pids() == set()
         assert not run_folders(node.port)
 
 
 def serve(origin: str, *args: str, **env: str) -> subprocess.Popen[str]:
     environ = dict(os.environ, GATEWAY_ORIGIN_ENDPOINT=origin, GATEWAY_ORIGIN_ACCESS_KEY="origin-key",
-                   GATEWAY_ORIGIN_SECRET_KEY="origin-secret", GATEWAY_CACHE_MEMORY_QUOTA="64MiB",
-                   GATEWAY_ADMIN_TOKEN="node-token", PYTHONWARNINGS="always::ResourceWarning", **env)
+                   GATEWAY_ORIGIN_SECRET_KEY="origin-secret", GATEWAY_ADMIN_TOKEN="node-token",
+                   PYTHONWARNINGS="always::ResourceWarning")
+    environ.update({"GATEWAY_CACHE_MEMORY_QUOTA": "64MiB", **env})
     return subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", *args], env=environ, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
@@ -211,6 +216,14 @@ def test_workers_that_cannot_start_fail_the_node_with_the_reason(origin: str, tm
     assert "Error: server.tls_cert_file / tls_key_file do not load" in output
     assert "Traceback" not in output and "starting it again" not in output and "ResourceWarning" not in output
     assert not run_folders(port)
+
+
+def test_a_memory_quota_the_tmpfs_cannot_hold_is_refused_before_any_worker(origin: str):
+    port = free_port()
+    proc = serve(origin, "--workers", "2", "--port", str(port), GATEWAY_CACHE_MEMORY_QUOTA="1000TiB")
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "Error: cache.memory_quota is 1099511627776000 bytes but" in output, output
+    assert "worker 0 started" not in output and not run_folders(port)
 
 
 def test_a_worker_that_keeps_dying_as_it_starts_stops_the_node(origin: str):
@@ -266,8 +279,6 @@ def test_port_0_is_bound_once_and_reported(origin: str):
 
 def test_a_killed_nodes_run_folder_is_removed_by_the_next(origin: str):
     base = RUN_BASE
-    if base is None:
-        pytest.skip("no writable /dev/shm")
     dead = subprocess.Popen(["true"])
     dead.wait()
     port = free_port()

@@ -6,7 +6,8 @@ real uvicorn in this process on its own port, over moto; metadata and listing TT
 minute, so only an invalidation explains a fresh answer. The reader first caches the old
 state (GET, HEAD, LIST, a 404), then a write goes through the other worker, then the reader
 is asked at once: PUT, DELETE, CopyObject, CompleteMultipartUpload, DeleteObjects, an
-operator's purge; then any sequence of writes through either worker (hypothesis)."""
+operator's purge; then any sequence of writes through either worker (hypothesis). Last,
+`gateway serve --workers 2`: clients on connections the kernel gave either worker."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from gateway.config import CacheSettings, RedisSettings
 from gateway.engine import Engine
 from gateway.node.workers import WorkerSet
 from tests.redis_fixtures import wait_until
-from tests.support import RunningGateway, base_settings, client
+from tests.support import GatewayProcess, RunningGateway, base_settings, client
 
 BUCKET = "workers"
 
@@ -179,3 +180,26 @@ def test_any_writes_through_either_worker_are_seen_by_both(node, operations):
             for k in keys:
                 known = model.get(k)
                 assert state(reader, k) == (expected(*known) if known else expected(None)), (operation, k)
+
+
+def test_a_served_node_of_two_workers_is_never_stale(origin_endpoint):
+    """`gateway serve --workers 2`, and 8 clients, each on its own connection to whichever
+    worker accepted it: each write through one client, every client sees it at once."""
+    env = {"GATEWAY_METADATA_TTL": "60s", "GATEWAY_METADATA_NEGATIVE_TTL": "60s", "GATEWAY_LISTING_TTL": "60s",
+           "GATEWAY_CACHE_MEMORY_QUOTA": "64MiB", "GATEWAY_CACHE_BLOCK_SIZE": "64KiB"}
+    client(origin_endpoint, ("origin-key", "origin-secret")).create_bucket(Bucket=BUCKET)
+    with GatewayProcess(origin_endpoint, workers=2, **env) as served:
+        clients = [client(served.endpoint) for _ in range(8)]
+        key = "served/k"
+        for cycle in range(12):
+            for s3 in clients:
+                state(s3, key)  # every worker caches the current state
+            writer = clients[cycle % len(clients)]
+            if cycle % 3 == 2:
+                writer.delete_object(Bucket=BUCKET, Key=key)
+                body = None
+            else:
+                body = f"cycle {cycle}".encode()
+                writer.put_object(Bucket=BUCKET, Key=key, Body=body)
+            for s3 in clients:
+                assert state(s3, key) == expected(body), cycle

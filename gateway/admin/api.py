@@ -25,8 +25,8 @@ from gateway.events import MAX_EVENT_BYTES, EventError, parse_s3_event
 from gateway.node.workers import WorkerSet
 
 Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
-# A worker's own part of a node-wide request: (method, query, body) -> its answer.
-OwnPart = Callable[[str, dict[str, str], bytes], Awaitable[dict[str, Any]]]
+# A worker's own part of a node-wide request: (method, query) -> its answer.
+OwnPart = Callable[[str, dict[str, str]], Awaitable[dict[str, Any]]]
 # Answered without the token: load balancers and probes; the dashboard page, which holds no figures.
 _OPEN = frozenset({"/healthz", "/readyz", "/dashboard"})
 
@@ -51,9 +51,10 @@ class AdminApp:
     lands on whichever worker got its connection: that worker answers for the node, its own
     part plus its siblings' (gateway.admin.siblings, gateway.admin.nodewide). `stats` and
     `metrics` are the figures of all workers together, with `workers` (how many of how many
-    answered); `purge`, `pin` and `events` are carried out by every worker (each holds its
-    own blocks, pins and metadata); `load` runs on this worker, its reads going to each
-    block's owner. `healthz`, `readyz` and `dashboard` are this worker's answer.
+    answered); `purge` and `pin` are carried out by every worker (each holds its own blocks
+    and, without Redis, its pins); what `purge` and `events` invalidate reaches the other
+    workers through the node's invalidation journal; `load` runs on this worker, its reads
+    going to each block's owner. `healthz`, `readyz` and `dashboard` are this worker's answer.
     """
 
     def __init__(self, settings: AdminSettings, node: Node, workers: WorkerSet | None = None) -> None:
@@ -83,7 +84,6 @@ class AdminApp:
             ("POST", "/pin"): self._own_pin,
             ("DELETE", "/pin"): self._own_pin,
             ("POST", "/purge"): self._own_purge,
-            ("POST", "/events"): self._own_events,
             ("GET", "/pins"): self._own_pins,
         }
 
@@ -133,10 +133,7 @@ class AdminApp:
         own = self._own.get((scope["method"], route))
         if own is None:
             return await _json(send, 404, {"error": f"no worker route {scope['method']} {route}"})
-        body = await _read_body(receive, MAX_EVENT_BYTES)
-        if body is None or not self.siblings.body_signed(scope, body):
-            return await _json(send, 403, {"error": "the body is not the one the call signs"})
-        answer = await own(scope["method"], decode_query(scope.get("query_string", b"").decode("latin-1")), body)
+        answer = await own(scope["method"], decode_query(scope.get("query_string", b"").decode("latin-1")))
         await _json(send, 200, {**answer, "worker": self.workers.index})
 
     # healthz and readyz: this worker's answer. A load balancer's probe lands on one worker,
@@ -160,12 +157,12 @@ class AdminApp:
         if self.siblings is None:
             return await _send(send, 200, render(self.registry), CONTENT_TYPE_LATEST.encode())
         others = await self.siblings.ask("GET", "/metrics")
-        parts = [await self._own_metrics("GET", {}, b""), *others]
+        parts = [await self._own_metrics("GET", {}), *others]
         text = node_metrics([part["families"] for part in parts], node_shadow(part["shadow"] for part in parts),
                             self.siblings.count)
         await _send(send, 200, text, CONTENT_TYPE_LATEST.encode())
 
-    async def _own_metrics(self, method: str, query: dict[str, str], body: bytes) -> dict[str, Any]:
+    async def _own_metrics(self, method: str, query: dict[str, str]) -> dict[str, Any]:
         shadow = self.node.shadow
         return {"families": families(self.registry), "shadow": shadow.estimates() if shadow is not None else None}
 
@@ -173,10 +170,10 @@ class AdminApp:
         if self.siblings is None:
             return await _json(send, 200, stats_document(self.node))
         others = await self.siblings.ask("GET", "/stats")
-        own = {**await self._own_stats("GET", {}, b""), "worker": self.workers.index}
+        own = {**await self._own_stats("GET", {}), "worker": self.workers.index}
         await _json(send, 200, node_stats([own, *others], self.siblings.count))
 
-    async def _own_stats(self, method: str, query: dict[str, str], body: bytes) -> dict[str, Any]:
+    async def _own_stats(self, method: str, query: dict[str, str]) -> dict[str, Any]:
         # More of the hottest objects than are shown: one warm on every worker still ranks in the sum.
         return stats_document(self.node, hot=4 * HOT_OBJECTS)
 
@@ -193,7 +190,7 @@ class AdminApp:
             return await _json(send, 404, {"error": f"{bucket}/{prefix} is not pinned"})
         # Every worker pins (without Redis, runtime pins live in each process); an unpin is
         # "not pinned" only when no worker had the pin.
-        answers = [{**await self._own_pin(method, query, b""), "worker": self.workers.index}]
+        answers = [{**await self._own_pin(method, query), "worker": self.workers.index}]
         if self.siblings is not None:
             answers += await self.siblings.ask(method, "/pin", [("bucket", bucket), ("prefix", prefix)],
                                                timeout=ACTION_TIMEOUT)
@@ -203,11 +200,11 @@ class AdminApp:
                     "shared": all(answer["shared"] for answer in answers)}
         await _json(send, 200, self._with_workers(document, answers))
 
-    async def _own_pins(self, method: str, query: dict[str, str], body: bytes) -> dict[str, Any]:
+    async def _own_pins(self, method: str, query: dict[str, str]) -> dict[str, Any]:
         pins = self.node.pins
         return {"pins": [pin for pin in pins.pins if pins.is_runtime(pin)]}
 
-    async def _own_pin(self, method: str, query: dict[str, str], body: bytes) -> dict[str, Any]:
+    async def _own_pin(self, method: str, query: dict[str, str]) -> dict[str, Any]:
         """{"was": pinned at runtime here before, "shared": Redis took it (RuntimePins.set)}."""
         pin = (query["bucket"], query.get("prefix", ""))
         was = self.node.pins.is_runtime(pin)
@@ -228,13 +225,11 @@ class AdminApp:
         document = {"bucket": bucket, "blocks_removed": removed + sum(other["blocks_removed"] for other in others)}
         await _json(send, 200, self._with_workers(document, [{"worker": self.workers.index}, *others]))
 
-    async def _own_purge(self, method: str, query: dict[str, str], body: bytes) -> dict[str, Any]:
-        """The blocks this worker owns under the key or prefix, evicted; what it knows of
-        them forgotten (the worker that was asked told Redis and the other nodes)."""
-        engine, bucket, exact = self.node.engine, query["bucket"], "key" in query
-        target = query.get("key", query.get("prefix", ""))
-        engine.invalidate_local(bucket, target if exact else None)
-        return {"blocks_removed": 0 if engine.store is None else await engine.store.evict_prefix(bucket, target)}
+    async def _own_purge(self, method: str, query: dict[str, str]) -> dict[str, Any]:
+        """The blocks this worker owns under the key or prefix, evicted (the metadata is
+        forgotten through the journal the asked worker appended to)."""
+        store, target = self.node.engine.store, query.get("key", query.get("prefix", ""))
+        return {"blocks_removed": 0 if store is None else await store.evict_prefix(query["bucket"], target)}
 
     async def _load(self, scope: Scope, receive: Receive, send: Send) -> None:
         query = _query(scope)
@@ -267,19 +262,8 @@ class AdminApp:
             changes = parse_s3_event(body)
         except EventError as exc:
             return await _json(send, 400, {"error": f"not an S3 event notification: {exc}"})
-        await self.node.engine.changed(changes)
-        if self.siblings is None:
-            return await _json(send, 200, {"invalidated": len(changes)})
-        others = await self.siblings.ask("POST", "/events", body=body, timeout=ACTION_TIMEOUT)
-        await _json(send, 200, self._with_workers({"invalidated": len(changes)},
-                                                  [{"worker": self.workers.index}, *others]))
-
-    async def _own_events(self, method: str, query: dict[str, str], body: bytes) -> dict[str, Any]:
-        """What the event names forgotten here (the worker that was asked told the other nodes)."""
-        changes = parse_s3_event(body)  # the asking worker parsed it already
-        for bucket, key in changes:
-            self.node.engine.invalidate_local(bucket, key)
-        return {"invalidated": len(changes)}
+        await self.node.engine.changed(changes)  # every node, and every worker of this one (the journal)
+        await _json(send, 200, {"invalidated": len(changes)})
 
     def _with_workers(self, document: dict[str, Any], answers: list[dict[str, Any]]) -> dict[str, Any]:
         """A node-wide action's answer, with how many workers carried it out (alone: as is)."""

@@ -3,13 +3,14 @@
 An admin request lands on whichever worker the kernel gave its connection to; that worker
 answers for the whole node: its own part, plus each sibling's, asked over the sibling's
 unix socket. A sibling is asked for its OWN figures or action, under `<admin.path>/local/`
-(`stats`, `metrics`, `purge`, `pin`, `events`), never for the node's, so no call fans out
-twice.
+(`stats`, `metrics`, `purge`, `pin`, `pins`), never for the node's, so no call fans out
+twice. (Events need no call: what they invalidate reaches every worker through the
+node's invalidation journal, gateway.node.journal.)
 
 Those routes take no admin token: a call carries `x-gateway-worker: v1 <unix time> <HMAC>`
 (cluster.peers.sign, under the node's secret, WorkerSet.secret) of its method, path and
-query string, and the query names the SHA-256 of its body (`sha256`), so the body is
-signed too. The secret never travels and exists only in the node's processes; a call
+query string, which is all it says (no route reads a body). The secret never travels and
+exists only in the node's processes; a call
 with no valid signature is refused (401 none or malformed, 403 wrong or stale), and so is
 one that came over TCP (403): siblings call on the worker's unix socket, in the node's
 private run folder, so a signed call seen on a network is never taken.
@@ -21,8 +22,6 @@ the node's answer says how many workers it holds (`workers`).
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import logging
 from typing import Any
 from urllib.parse import quote
@@ -32,7 +31,7 @@ import orjson
 from starlette.types import Scope
 from yarl import URL
 
-from gateway.cluster.peers import decode_query, encode_query, sign, verify
+from gateway.cluster.peers import encode_query, sign, verify
 from gateway.node.workers import WorkerSet
 
 __all__ = ["AUTH_HEADER", "LOCAL", "SiblingAdmin"]
@@ -62,21 +61,21 @@ class SiblingAdmin:
         """The node's workers, this one included."""
         return self.workers.count
 
-    async def ask(self, method: str, route: str, params: list[tuple[str, str]] | None = None, body: bytes = b"",
+    async def ask(self, method: str, route: str, params: list[tuple[str, str]] | None = None,
                   *, timeout: float = FIGURES_TIMEOUT) -> list[dict[str, Any]]:
         """The JSON answers of the siblings that answered `route` (under local/) with 200 in
         time, all asked at once."""
-        answers = await asyncio.gather(*(self._ask(index, method, route, params or [], body, timeout)
+        answers = await asyncio.gather(*(self._ask(index, method, route, params or [], timeout)
                                          for index in self.workers.siblings()))
         return [answer for answer in answers if answer is not None]
 
-    async def _ask(self, index: int, method: str, route: str, params: list[tuple[str, str]], body: bytes,
+    async def _ask(self, index: int, method: str, route: str, params: list[tuple[str, str]],
                    timeout: float) -> dict[str, Any] | None:
         path = self._prefix + route
-        query = encode_query([*params, ("sha256", hashlib.sha256(body).hexdigest())])
+        query = encode_query(params)
         try:
             async with asyncio.timeout(timeout):
-                status, answer = await self._call(index, method, path, query, body)
+                status, answer = await self._call(index, method, path, query)
             document = orjson.loads(answer) if status == 200 else None
         except (aiohttp.ClientError, OSError, TimeoutError, orjson.JSONDecodeError) as exc:
             # Not started yet, restarting, gone, hung: the answer says so in its `workers` figure.
@@ -87,19 +86,19 @@ class SiblingAdmin:
             return None
         return document
 
-    async def _call(self, index: int, method: str, path: str, query: str, body: bytes) -> tuple[int, bytes]:
+    async def _call(self, index: int, method: str, path: str, query: str) -> tuple[int, bytes]:
         target = URL(f"http://worker{path}?{query}", encoded=True)
         for attempt in range(2):
             headers = {AUTH_HEADER: sign(self.workers.secret, method, path, query)}
             try:
-                async with self._session(index).request(method, target, headers=headers, data=body,
+                async with self._session(index).request(method, target, headers=headers,
                                                         allow_redirects=False) as response:
                     if (response.content_length or 0) > _MAX_ANSWER:
                         return response.status, b""
                     return response.status, await response.read()
             except aiohttp.ServerDisconnectedError:
                 # A kept-alive connection the sibling closed (it restarted): once more, on a new one.
-                # Every worker route may run twice: purge, pin and events come to the same again.
+                # Every worker route may run twice: a purge or a pin twice comes to the same.
                 if attempt == 1:
                     raise
         raise AssertionError("unreachable")
@@ -118,15 +117,8 @@ class SiblingAdmin:
             await session.close()
 
     def verify(self, scope: Scope) -> int:
-        """200 when the call is signed by a worker of this node (the body still to be
-        checked with `body_signed`), else 401 or 403 (cluster.peers.verify)."""
+        """200 when the call is signed by a worker of this node, else 401 or 403 (cluster.peers.verify)."""
         header = next((v.decode("latin-1") for n, v in scope["headers"] if n == AUTH_HEADER.encode()), None)
         raw_path = scope.get("raw_path") or scope["path"].encode("utf-8")
         return verify(self.workers.secret, header, scope["method"], raw_path.decode("latin-1"),
                       scope.get("query_string", b"").decode("latin-1"))
-
-    @staticmethod
-    def body_signed(scope: Scope, body: bytes) -> bool:
-        """The body is the one the signed query names."""
-        named = decode_query(scope.get("query_string", b"").decode("latin-1")).get("sha256", "")
-        return hmac.compare_digest(named.encode("latin-1", "replace"), hashlib.sha256(body).hexdigest().encode())

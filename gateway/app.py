@@ -81,7 +81,7 @@ class GatewayApp:
             self._tasks.append(asyncio.create_task(self.fleet.membership.run(), name="gateway-membership"))
         if shared is not None:
             self._invalidations = asyncio.create_task(
-                shared.invalidation.listen(engine.invalidate_local, on_resync=engine.purge),
+                shared.invalidation.listen(engine.invalidate_local, on_resync=engine.forget_here),
                 name="gateway-invalidations")
         if self.settings.events.sqs_queue_url and self.workers.first:  # one consumer per node
             self._events = SqsConsumer(self.settings.events, engine.changed)

@@ -177,8 +177,13 @@ class Engine:
 
     def purge(self) -> None:
         """Forget every answer this node cached, in every worker (the origin changed
-        wholesale, an operator asked, or invalidations from other nodes may have been missed)."""
+        wholesale, an operator asked)."""
         self.writes.purge()
+
+    def forget_here(self) -> None:
+        """Forget every answer this worker cached: invalidations from other nodes may have been
+        missed on its own subscription (the other workers listen on theirs)."""
+        self.writes.forget_everything()
 
     async def open_object(self, bucket: str, key: str, *, version_id: str | None = None,
                           headers: dict[str, str] | None = None, checksums: bool = False,

@@ -94,8 +94,7 @@ def run_worker(tcp_fd: int, report: int) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # left by the worker this one replaces
     unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    unix.bind(path)
-    unix.listen(config.backlog)  # siblings that call while this one starts wait, not fail
+    unix.bind(path)  # listens once the app started: a sibling calling before is refused at once, not kept waiting
     server = _WorkerServer(config, unix, report)
     threading.Thread(target=_stop_with_supervisor, args=(server,), name="supervisor-watch", daemon=True).start()
     server.run(sockets=[socket.socket(fileno=tcp_fd)])

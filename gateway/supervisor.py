@@ -202,7 +202,12 @@ class _Worker:
 
 
 def _describe(code: int) -> str:
-    return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
 
 
 class _Node:
@@ -326,8 +331,8 @@ class _Node:
                 logger.warning("worker %d (pid %d) did not stop within %.0fs: killed", worker.index, worker.proc.pid,
                                self.settings.server.shutdown_timeout + KILL_MARGIN)
                 worker.proc.kill()
-            worker.proc.wait()
-            logger.info("worker %d (pid %d) stopped (%s)", worker.index, worker.proc.pid,
-                        _describe(worker.proc.returncode))
+            code = worker.proc.wait()  # uvicorn ends by raising the signal it stopped on again
+            logger.info("worker %d (pid %d) stopped%s", worker.index, worker.proc.pid,
+                        "" if code in (0, -signal.SIGTERM, -signal.SIGINT) else f" ({_describe(code)})")
             self._forget(worker)
         self.selector.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import signal
 import socket
 import tempfile
 import time
@@ -29,7 +30,7 @@ from gateway.cluster.peers import encode_query, sign
 from gateway.config import AdminSettings
 from gateway.node.workers import WorkerSet
 from tests.admin.test_dashboard import browser, open_page, text, wait_for  # noqa: F401 (browser: a fixture)
-from tests.support import RunningGateway, base_settings, client
+from tests.support import GatewayProcess, RunningGateway, base_settings, client
 
 TOKEN = "admin-token-for-tests"
 KEYS = [f"dir/k{n}" for n in range(8)]
@@ -298,3 +299,32 @@ def test_the_dashboard_says_how_many_workers_its_figures_hold(node, browser):  #
     w1.__exit__()
     wait_for(browser, "1 of 2 workers", lambda b: text(b, "#workers-fact") == "1 of 2 workers")
     assert browser.find_element("id", "workers-fact").get_attribute("class") == "partial"
+
+
+def test_gateway_serve_with_two_workers_answers_for_the_node_on_every_connection(clean_origin):
+    """Real processes under the supervisor: each admin request on a new connection lands on
+    either worker, and every answer is the node's."""
+    node = GatewayProcess(clean_origin, workers=2, GATEWAY_ADMIN_TOKEN=TOKEN, GATEWAY_CACHE_MEMORY_QUOTA="64MiB")
+    node.start()
+    try:
+        client(node.endpoint).create_bucket(Bucket="bkt")
+        for key in KEYS:
+            client(node.endpoint).put_object(Bucket="bkt", Key=key, Body=key.encode() * 100)
+            for _ in range(2):  # a new client, so a new connection: the kernel shares them out
+                client(node.endpoint).get_object(Bucket="bkt", Key=key)["Body"].read()
+        assert admin(node, "POST", "/pin?bucket=bkt&prefix=hot/").json()["workers"]["answered"] == 2
+        for _ in range(6):
+            stats = admin(node, "GET", "/stats").json()
+            assert stats["workers"] == {"count": 2, "answered": 2, "missing": []}
+            assert stats["requests"] == 1 + 3 * len(KEYS) and stats["hits"] + stats["misses"] == 2 * len(KEYS)
+            assert stats["tiers"][0]["blocks"] == len(KEYS) and stats["pinned"] == [{"bucket": "bkt", "prefix": "hot/"}]
+        assert admin(node, "POST", "/purge?bucket=bkt").json()["blocks_removed"] == len(KEYS)
+        victim = min(node.worker_pids())
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 30  # the supervisor starts another in its place
+        while admin(node, "GET", "/stats").json()["workers"]["answered"] != 2 or victim in node.worker_pids():
+            assert time.monotonic() < deadline, "the node did not answer with both workers again"
+            time.sleep(0.1)
+        assert admin(node, "GET", "/stats").json()["pinned"] == [{"bucket": "bkt", "prefix": "hot/"}]
+    finally:
+        node.stop()

@@ -8,6 +8,7 @@ port (standing for the node's one port, which the kernel shares out) and on its 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -27,7 +28,7 @@ from click.testing import CliRunner
 from gateway.admin.stats import stats_document
 from gateway.cli import main
 from gateway.cluster.peers import encode_query, sign
-from gateway.config import AdminSettings
+from gateway.config import AdminSettings, RedisSettings
 from gateway.node.workers import WorkerSet
 from tests.admin.test_dashboard import browser, open_page, text, wait_for  # noqa: F401 (browser: a fixture)
 from tests.support import GatewayProcess, RunningGateway, base_settings, client
@@ -58,11 +59,17 @@ def on_socket(workers: WorkerSet, index: int, method: str, target: str,
 
 @pytest.fixture
 def node(clean_origin: str) -> Iterator[tuple[RunningGateway, RunningGateway]]:
+    with two_workers(clean_origin) as workers:
+        yield workers
+
+
+@contextlib.contextmanager
+def two_workers(origin: str, **sections: object) -> Iterator[tuple[RunningGateway, RunningGateway]]:
     run_dir = tempfile.mkdtemp(prefix="gw-")  # short: a unix socket's path has at most 107 bytes
     secret = os.urandom(32)
-    base = base_settings(clean_origin)
-    settings = dataclasses.replace(base, admin=AdminSettings(token=TOKEN),
-                                   metadata=dataclasses.replace(base.metadata, ttl=3600.0))
+    base = base_settings(origin)
+    settings = dataclasses.replace(base, admin=AdminSettings(token=TOKEN),  # type: ignore[arg-type]
+                                   metadata=dataclasses.replace(base.metadata, ttl=3600.0), **sections)
     workers = [RunningGateway(settings, workers=WorkerSet(i, 2, run_dir, secret)) for i in range(2)]
     try:
         for worker in workers:
@@ -191,6 +198,18 @@ def test_a_restarted_worker_takes_the_runtime_pins_its_siblings_hold(node):
             assert time.monotonic() < deadline, store.pinned
             time.sleep(0.02)
         assert again.server.config.app.admin.node.pins.is_runtime(("bkt", "hot/"))
+
+
+def test_with_redis_pins_and_purges_still_apply_on_every_worker_at_once(clean_origin, clean_redis):
+    with two_workers(clean_origin, redis=RedisSettings(url=clean_redis.url, socket_timeout=0.5)) as (w0, w1):
+        stores = [worker.server.config.app.s3.engine.store for worker in (w0, w1)]
+        answer = admin(w1, "POST", "/pin?bucket=bkt&prefix=hot/").json()
+        assert answer["shared"] is True and answer["workers"]["answered"] == 2
+        assert all(store.pinned == [("bkt", "hot/")] for store in stores)  # not only after the next refresh
+        fill(w0, w1)
+        before = held(w0, "bkt") + held(w1, "bkt")
+        assert admin(w0, "POST", "/purge?bucket=bkt").json()["blocks_removed"] == before > 0
+        assert admin(w0, "GET", "/stats").json()["requests"] == 1 + 3 * len(KEYS)
 
 
 def test_an_event_asked_of_one_worker_is_forgotten_by_every_worker(node, direct):

@@ -10,10 +10,10 @@ node's invalidation journal, gateway.node.journal.)
 Those routes take no admin token: a call carries `x-gateway-worker: v1 <unix time> <HMAC>`
 (cluster.peers.sign, under the node's secret, WorkerSet.secret) of its method, path and
 query string, which is all it says (no route reads a body). The secret never travels and
-exists only in the node's processes; a call
-with no valid signature is refused (401 none or malformed, 403 wrong or stale), and so is
-one that came over TCP (403): siblings call on the worker's unix socket, in the node's
-private run folder, so a signed call seen on a network is never taken.
+exists only in the node's processes; a call with no valid signature is refused (401 none
+or malformed, 403 wrong or stale), and so is one that came over TCP (403): siblings call
+on the worker's unix socket, in the node's private run folder, so a signed call seen on a
+network is never taken.
 
 A sibling that does not answer within the timeout (restarting, hung) is left out, and
 the node's answer says how many workers it holds (`workers`).

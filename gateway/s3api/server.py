@@ -22,7 +22,7 @@ from gateway.errors import S3Error
 from gateway.s3api import handlers
 from gateway.s3api import headers as hdrs
 from gateway.s3api.access import AccessPolicy
-from gateway.s3api.auth import Identity, RequestView, authenticate
+from gateway.s3api.auth import Identity, RequestView, VerifiedSignatures, authenticate
 from gateway.s3api.body import VerifiedBody, receive_verified_body
 from gateway.s3api.responses import error_response, new_request_id
 from gateway.s3api.routes import Operation, resolve
@@ -78,6 +78,7 @@ class S3App:
         self.policy = AccessPolicy(settings.auth)
         self._skew = timedelta(seconds=settings.auth.max_clock_skew)
         self.stats = RequestStats()
+        self.verified = VerifiedSignatures()  # SigV4 checks that passed lately (auth.memo)
         # Called with every request's access-log entry (a dict), logged or not: the shadow estimate.
         self.observers: list[Callable[[dict[str, Any]], None]] = []
 
@@ -133,7 +134,7 @@ class S3App:
         """Authenticate the request (raising S3Error) and name its operation (None: none fits)."""
         req.identity = authenticate(
             req.view, self.policy.secret_for, now=datetime.now(timezone.utc), max_skew=self._skew,
-            bucket_from_host=req.host_bucket,
+            bucket_from_host=req.host_bucket, verified=self.verified,
         )
         if req.identity.access_key is not None:
             req.user = self.policy.user(req.identity.access_key)

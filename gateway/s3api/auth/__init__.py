@@ -2,12 +2,14 @@
 
 One module per part: model (what is read and answered), common (wire bytes, query, dates,
 clock, secrets), payload (x-amz-content-sha256), sigv4 (header, credential scope, the
-signature check), presigned (SigV4 query string), sigv2, dispatch (which one applies).
+signature check), memo (checks that passed lately), presigned (SigV4 query string), sigv2,
+dispatch (which one applies).
 """
 
 from __future__ import annotations
 
 from gateway.s3api.auth.dispatch import authenticate
+from gateway.s3api.auth.memo import VerifiedSignatures
 from gateway.s3api.auth.model import ChunkSigner, Identity, PayloadCheck, PayloadMode, RequestView, SecretLookup
 from gateway.s3api.auth.payload import STREAMING_SIGNED, STREAMING_SIGNED_TRAILER, STREAMING_UNSIGNED_TRAILER
 from gateway.s3api.auth.presigned import MAX_PRESIGN_EXPIRES
@@ -27,5 +29,6 @@ __all__ = [
     "PayloadMode",
     "RequestView",
     "SecretLookup",
+    "VerifiedSignatures",
     "authenticate",
 ]

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 
 from gateway.errors import S3Error
 from gateway.s3api.auth.common import _parse_query, _utc
+from gateway.s3api.auth.memo import VerifiedSignatures
 from gateway.s3api.auth.model import Identity, RequestView, SecretLookup
 from gateway.s3api.auth.payload import _payload_check
 from gateway.s3api.auth.presigned import _sigv4_query
@@ -26,11 +27,13 @@ def authenticate(
     now: datetime,
     max_skew: timedelta = timedelta(minutes=15),
     bucket_from_host: str | None = None,
+    verified: VerifiedSignatures | None = None,
 ) -> Identity:
     """Check the request's credentials; returns who signed it and how to verify its body.
 
     `bucket_from_host` is the bucket of a virtual-hosted-style request: SigV2
-    signs "/bucket/key" even when the path on the wire is "/key".
+    signs "/bucket/key" even when the path on the wire is "/key". `verified`: SigV4
+    checks that passed lately, which a request sent again byte for byte reuses (auth.memo).
     """
     now = _utc(now)
     query = _parse_query(view.query_string)
@@ -45,7 +48,7 @@ def authenticate(
         value = auth_headers[0].strip()
         scheme, _, rest = value.partition(" ")
         if scheme == ALGORITHM:
-            return _sigv4_header(view, rest, query, secret_for, now, max_skew)
+            return _sigv4_header(view, rest, query, secret_for, now, max_skew, verified)
         if scheme == "AWS":
             return _sigv2_header(view, rest, secret_for, now, max_skew, bucket_from_host)
         raise S3Error(
@@ -54,7 +57,7 @@ def authenticate(
             extra={"ArgumentName": "Authorization", "ArgumentValue": scheme[:32]},
         )
     if v4_query:
-        return _sigv4_query(view, query, secret_for, now, max_skew)
+        return _sigv4_query(view, query, secret_for, now, max_skew, verified)
     if v2_query:
         return _sigv2_query(view, query, secret_for, now, bucket_from_host)
     return Identity(None, _payload_check(view))

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 
 from gateway.errors import S3Error
 from gateway.s3api.auth.common import _is_digits, _iso, _parse_amz_date
+from gateway.s3api.auth.memo import VerifiedSignatures
 from gateway.s3api.auth.model import Identity, PayloadCheck, RequestView, SecretLookup
 from gateway.s3api.auth.payload import _payload_from_mode, _payload_mode
 from gateway.s3api.auth.sigv4 import _parse_credential, _parse_signed_headers, _verified_v4
@@ -21,7 +22,8 @@ def _bad(detail: str) -> S3Error:
 
 
 def _sigv4_query(
-    view: RequestView, query: list[tuple[str, str]], secret_for: SecretLookup, now: datetime, max_skew: timedelta
+    view: RequestView, query: list[tuple[str, str]], secret_for: SecretLookup, now: datetime, max_skew: timedelta,
+    verified: VerifiedSignatures | None = None,
 ) -> Identity:
     params = _presign_params(query)
     cred = _parse_credential(params["X-Amz-Credential"], lambda d: _bad(f"Error parsing the X-Amz-Credential parameter; {d}"))
@@ -48,7 +50,8 @@ def _sigv4_query(
     content_sha256 = view.header("x-amz-content-sha256")
     # Presigned URLs sign UNSIGNED-PAYLOAD; botocore puts an explicit x-amz-content-sha256 header there instead.
     payload_hashes = [UNSIGNED_PAYLOAD] if content_sha256 is None else [UNSIGNED_PAYLOAD, content_sha256]
-    key, signature = _verified_v4(view, secret_for, cred, amz_date, signed, pairs, payload_hashes, params["X-Amz-Signature"])
+    key, signature = _verified_v4(view, secret_for, cred, amz_date, signed, pairs, payload_hashes,
+                                  params["X-Amz-Signature"], verified)
     if content_sha256 is None:
         return Identity(cred.access_key, PayloadCheck("unsigned"))
     mode = _payload_mode(content_sha256)

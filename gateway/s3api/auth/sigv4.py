@@ -18,6 +18,7 @@ from gateway.s3api.auth.common import (
     _percent_decode,
     _wire_text,
 )
+from gateway.s3api.auth.memo import VerifiedSignatures
 from gateway.s3api.auth.model import Identity, RequestView, SecretLookup
 from gateway.s3api.auth.payload import _payload_from_mode, _payload_mode
 from gateway.signing import (
@@ -74,6 +75,7 @@ def _sigv4_header(
     secret_for: SecretLookup,
     now: datetime,
     max_skew: timedelta,
+    verified: VerifiedSignatures | None = None,
 ) -> Identity:
     def malformed(detail: str) -> S3Error:
         return S3Error("AuthorizationHeaderMalformed", f"The authorization header is malformed; {detail}")
@@ -106,7 +108,8 @@ def _sigv4_header(
         raise S3Error("InvalidRequest", "Missing required header for this request: x-amz-content-sha256")
     mode = _payload_mode(content_sha256)
 
-    key, signature = _verified_v4(view, secret_for, cred, amz_date, signed, query, [content_sha256], signature)
+    key, signature = _verified_v4(view, secret_for, cred, amz_date, signed, query, [content_sha256], signature,
+                                  verified)
     return Identity(cred.access_key, _payload_from_mode(mode, content_sha256, key, amz_date, cred.scope, signature))
 
 
@@ -119,13 +122,26 @@ def _verified_v4(
     query_pairs: list[tuple[str, str]],
     payload_hashes: list[str],
     provided: str,
+    verified: VerifiedSignatures | None = None,
 ) -> tuple[bytes, str]:
     """The key's secret looked up, every x-amz-* header signed, the signature matched:
-    returns the signing key and the signature (lowercase), which seed aws-chunked bodies."""
+    returns the signing key and the signature (lowercase), which seed aws-chunked bodies.
+    `verified`: the checks that passed lately, by every input (see auth.memo)."""
     secret = _lookup(secret_for, cred.access_key)
     _check_all_amz_signed(view, signed)
+    memo_key = None
+    if verified is not None:
+        names = {s.lower() for s in signed}
+        memo_key = (secret, view.method, view.raw_path, tuple(query_pairs), amz_date, cred.scope, tuple(signed),
+                    tuple(payload_hashes), provided, tuple(h for h in view.headers if h[0] in names))
+        found = verified.get(memo_key)
+        if found is not None:
+            return found
     key = derive_signing_key(secret, cred.date, cred.region, cred.service)
-    return key, _verify_v4(view, key, amz_date, cred, signed, query_pairs, payload_hashes, provided)
+    result = key, _verify_v4(view, key, amz_date, cred, signed, query_pairs, payload_hashes, provided)
+    if verified is not None:
+        verified.put(memo_key, result)
+    return result
 
 
 def _verify_v4(

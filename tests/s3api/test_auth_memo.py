@@ -1,0 +1,102 @@
+"""auth.memo: a memo of SigV4 checks that passed never changes an answer. Whatever was
+verified before, any request (changed in one byte of its method, path, query, a header, its
+signature, or sent later) gets what a fresh check gives: the same identity or the same error."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+import botocore.auth
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.errors import S3Error
+from gateway.s3api.auth import RequestView, VerifiedSignatures, authenticate
+from tests.s3api.test_auth import NOW, SK, presign_v4, secret_for, sigv4
+
+
+
+def _signed_at_now() -> list[RequestView]:
+    """Requests as botocore signs them at NOW, made once: each is verified into the memo first."""
+    clock = botocore.auth.get_current_datetime
+    botocore.auth.get_current_datetime = lambda: NOW.replace(tzinfo=None)  # type: ignore[assignment]
+    try:
+        return [
+            presign_v4(query="versionId=x%2By&response-content-type=text%2Fplain"),
+            presign_v4("PUT", headers={"Content-Type": "image/png"}),
+            sigv4("GET", query="list-type=2&prefix=a%20b", headers={"Range": "bytes=0-9"}),
+            sigv4("PUT", body=b"hello", headers={"x-amz-meta-a": "1"}),
+        ]
+    finally:
+        botocore.auth.get_current_datetime = clock  # type: ignore[assignment]
+
+
+SIGNED = _signed_at_now()
+
+
+def outcome(view: RequestView, now: datetime, memo: VerifiedSignatures | None,
+            secrets: dict[str, str] | None = None) -> object:
+    lookup = secret_for if secrets is None else secrets.get
+    try:
+        identity = authenticate(view, lookup, now=now, verified=memo)
+    except S3Error as exc:
+        return exc.code, exc.message
+    return identity
+
+
+def _flip(text: str, at: int) -> str:
+    if not text:
+        return "x"
+    at %= len(text)
+    return text[:at] + ("A" if text[at] != "A" else "B") + text[at + 1:]
+
+
+def mutate(view: RequestView, what: str, at: int) -> RequestView:
+    if what == "method":
+        return replace(view, method="HEAD" if view.method == "GET" else "GET")
+    if what == "path":
+        return replace(view, raw_path=_flip(view.raw_path, at))
+    if what == "query":
+        return replace(view, query_string=_flip(view.query_string, at))
+    if what == "header":
+        headers = list(view.headers)
+        name, value = headers[at % len(headers)]
+        headers[at % len(headers)] = (name, _flip(value, at))
+        return replace(view, headers=tuple(headers))
+    if what == "extra-header":
+        return replace(view, headers=(*view.headers, ("x-amz-meta-new", "1")))
+    return view
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(which=st.integers(0, len(SIGNED) - 1), what=st.sampled_from(["none", "method", "path", "query", "header",
+                                                                     "extra-header"]),
+       at=st.integers(0, 10_000), later=st.sampled_from([0, 59 * 60, 3601, 20 * 60, -20 * 60]),
+       rotated=st.booleans())
+def test_a_memo_never_changes_an_answer(which: int, what: str, at: int, later: int, rotated: bool) -> None:
+    memo = VerifiedSignatures()
+    original = SIGNED[which]
+    assert not isinstance(outcome(original, NOW, memo), tuple)  # verified, and kept
+    view = mutate(original, what, at)
+    now = NOW + timedelta(seconds=later)
+    secrets = {k: (v + "-rotated" if rotated and v == SK else v) for k, v in
+               {"AKIAGATEWAYTEST": SK, "AKIAOTHER": "other-secret"}.items()}
+    assert outcome(view, now, memo, secrets) == outcome(view, now, None, secrets)
+
+
+def test_a_request_sent_again_is_answered_from_the_memo() -> None:
+    memo = VerifiedSignatures()
+    for view in SIGNED:
+        first = outcome(view, NOW, memo)
+        assert outcome(view, NOW, memo) == first
+    assert memo.hits == len(SIGNED)
+
+
+def test_the_memo_keeps_at_most_its_size() -> None:
+    memo = VerifiedSignatures(size=2)
+    for view in SIGNED:
+        outcome(view, NOW, memo)
+    assert len(memo._verified) == 2
+    outcome(SIGNED[0], NOW, memo)  # the oldest went first: checked again, not a hit
+    assert memo.hits == 0

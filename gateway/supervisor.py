@@ -320,6 +320,9 @@ class _Node:
         time; another SIGINT meanwhile goes on (uvicorn then stops without waiting)."""
         self.due.clear()
         self._send(signal.SIGTERM)
+        # No worker will be started again: once the workers close theirs, new connections
+        # are refused (while this copy stayed open, the kernel kept accepting them unanswered).
+        self.sock.close()
         deadline = time.monotonic() + self.settings.server.shutdown_timeout + KILL_MARGIN
         while any(w.proc.poll() is None for w in self.workers.values()) and time.monotonic() < deadline:
             while received:

@@ -65,11 +65,12 @@ def test_sigkill_during_writes_loses_nothing_acknowledged(origin_endpoint, direc
             assert s3.get_object(Bucket="faults", Key=key)["Body"].read() == body
 
 
-def test_sigterm_lets_in_flight_reads_finish_then_exits(origin_endpoint, direct):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_lets_in_flight_reads_finish_then_exits(origin_endpoint, direct, workers):
     data = os.urandom(24 * MiB)
     direct.create_bucket(Bucket="drain")
     direct.put_object(Bucket="drain", Key="big", Body=data)
-    with GatewayProcess(origin_endpoint) as gateway:
+    with GatewayProcess(origin_endpoint, workers=workers) as gateway:
         url = client(gateway.endpoint).generate_presigned_url("get_object", Params={"Bucket": "drain", "Key": "big"})
         digest, received = hashlib.sha256(), 0
         with httpx.stream("GET", url, timeout=30) as response:

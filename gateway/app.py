@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 from typing import Any
 
@@ -70,8 +71,11 @@ class GatewayApp:
         heat = HeatCounter(max(10_000, 4 * cluster.hot_objects), cluster.heat_half_life)
         # With several workers: what one forgets after a write, the others do before their next lookup.
         journal = None if self.workers.alone else Journal(self.workers.journal_path)
+        cache = self.settings.cache
+        if not self.workers.alone:  # the node's read buffer, shared out among its workers
+            cache = dataclasses.replace(cache, read_buffer=max(1, cache.read_buffer // self.workers.count))
         engine = Engine(Origin(self.settings.origin), self.settings.metadata, self.settings.listing,
-                        store=store, cache=self.settings.cache, shared=shared, fleet=self.fleet, heat=heat,
+                        store=store, cache=cache, shared=shared, fleet=self.fleet, heat=heat,
                         workers=self.workers, cluster=cluster, journal=journal)  # engine.aclose closes it
         if self.fleet is not None or not self.workers.alone:  # other nodes or workers ask this one for blocks
             secrets = [cluster.secret if self.fleet is not None else "", self.workers.secret.hex()]

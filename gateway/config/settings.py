@@ -77,10 +77,10 @@ class ServerSettings:
         30.0, "On SIGTERM, how long requests in flight may finish before they are cancelled and the node "
               "leaves the fleet and exits.")
     workers: int = setting(
-        1, "Processes that serve the port together, one cache (`0`: one per usable core). With more than one, "
-           "a supervisor starts them, restarts one that dies and passes SIGTERM and SIGHUP on; the memory "
-           "tier then lives in files on /dev/shm (or the temporary folder), which must have room for "
-           "`cache.memory_quota`.")
+        0, "Processes that serve the port together, one cache (`0`: one per usable core, within the cgroup's "
+           "CPU limit). With more than one, a supervisor starts them, restarts one that dies and passes SIGTERM "
+           "and SIGHUP on; the memory tier then lives in files on /dev/shm (or the temporary folder), which "
+           "must have room for `cache.memory_quota`, and `cache.read_buffer` is shared out among them.")
 
     def __post_init__(self) -> None:
         if self.workers < 0:

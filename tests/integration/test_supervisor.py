@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from gateway.config import ConfigError, ServerSettings, load
-from gateway.supervisor import worker_count
+from gateway.supervisor import usable_cores, worker_count
 from tests.servers import free_port
 from tests.support import GatewayProcess, client
 from tests.test_tls import https_client, make_certificate, same_certificate, served_certificate
@@ -249,13 +249,27 @@ def test_a_worker_that_keeps_dying_as_it_starts_stops_the_node(origin: str):
     assert len(killed) <= 6 and not run_folders(port) and "ResourceWarning" not in output
 
 
-def test_workers_setting():
-    assert load(None, {}).server.workers == 1
+def test_workers_setting(tmp_path: Path):
+    assert load(None, {}).server.workers == 0  # one per usable core
     assert load(None, {"GATEWAY_SERVER_WORKERS": "3"}).server.workers == 3
     with pytest.raises(ConfigError, match="server.workers"):
         load(None, {"GATEWAY_SERVER_WORKERS": "-1"})
-    assert worker_count(ServerSettings(workers=0)) == len(os.sched_getaffinity(0))
+    assert worker_count(ServerSettings(workers=0)) == usable_cores() <= len(os.sched_getaffinity(0))
     assert worker_count(ServerSettings(workers=2)) == 2
+    # A container's CPU limit bounds the count: cgroup v2, then v1; no limit: every core.
+    cores = len(os.sched_getaffinity(0))
+    (tmp_path / "v2").mkdir()
+    (tmp_path / "v2" / "cpu.max").write_text("150000 100000\n")
+    assert usable_cores(str(tmp_path / "v2")) == min(cores, 2)
+    (tmp_path / "v2" / "cpu.max").write_text("max 100000\n")
+    assert usable_cores(str(tmp_path / "v2")) == cores
+    (tmp_path / "v1" / "cpu").mkdir(parents=True)
+    (tmp_path / "v1" / "cpu" / "cpu.cfs_quota_us").write_text("50000\n")
+    (tmp_path / "v1" / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert usable_cores(str(tmp_path / "v1")) == 1
+    (tmp_path / "v1" / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    assert usable_cores(str(tmp_path / "v1")) == cores
+    assert usable_cores(str(tmp_path / "none")) == cores
 
 
 def test_port_0_is_bound_once_and_reported(origin: str):

@@ -105,7 +105,7 @@ class GatewayApp:
         if shared is not None and self.fleet is not None and cluster.hot_replication and self.workers.first:
             self.replication = Replication(cluster, shared.redis, self.fleet, engine.heat, engine.rebalance)
             self._tasks.append(asyncio.create_task(self.replication.run(), name="gateway-replication"))
-        shadow = build_shadow(self.settings.cache) if store is not None else None
+        shadow = build_shadow(self.settings.cache, self.workers) if store is not None else None
         if shadow is not None:
             self.s3.observers.append(shadow.observe_entry)
         name = self.fleet.me.id if self.fleet is not None else f"{socket.gethostname()}:{self.settings.server.port}"
@@ -219,12 +219,14 @@ def build_store(cache: CacheSettings, workers: WorkerSet | None = None) -> Tiere
     )
 
 
-def build_shadow(cache: CacheSettings) -> ShadowAdvisor | None:
+def build_shadow(cache: CacheSettings, workers: WorkerSet | None = None) -> ShadowAdvisor | None:
     """Shadow models of this node's store at 1x, 2x and 4x its quotas (issue 8's online
-    estimate: what more cache would buy), fed a `cache.shadow_rate` sample of the traffic."""
+    estimate: what more cache would buy), fed a `cache.shadow_rate` sample of the traffic.
+    A worker of N sees about 1/N of the node's reads, spread at random: its models get 1/N of
+    the quotas, as a cache of Q/N over a 1/N thinning of the reads behaves like one of Q over all."""
     if cache.shadow_rate <= 0:
         return None
-    spec = spec_from_settings(cache)
+    spec = spec_from_settings(cache).scaled(1 / (workers or WorkerSet()).count)
     return ShadowAdvisor({f"{k}x": spec.scaled(k) for k in (1, 2, 4)}, rate=cache.shadow_rate)
 
 

@@ -160,7 +160,7 @@ def evict(target: str, url: str | None, token: str | None, config_path: str | No
     """Drop the cached blocks, metadata and listings of a bucket or of every key under a prefix."""
     bucket, prefix = _target(target, what="evict")
     answer = _run(lambda: _admin(url, token, config_path).evict(bucket, prefix))
-    click.echo(f"evicted {bucket}/{prefix}: {answer['blocks_removed']} blocks removed")
+    click.echo(f"evicted {bucket}/{prefix}: {answer['blocks_removed']} blocks removed" + _partial(answer))
 
 
 @main.command("load")
@@ -217,7 +217,16 @@ def _set_pin(target: str, url: str | None, token: str | None, config_path: str |
     bucket, prefix = _target(target, what=what)
     client = _admin(url, token, config_path)
     answer = _run(lambda: (client.pin if pinned else client.unpin)(bucket, prefix))
-    click.echo(f"{what}ned {bucket}/{prefix}" + ("" if answer["shared"] else " (on this node; Redis did not take it yet)"))
+    click.echo(f"{what}ned {bucket}/{prefix}" + ("" if answer["shared"] else " (on this node; Redis did not take it yet)")
+               + _partial(answer))
+
+
+def _partial(answer: dict[str, Any]) -> str:
+    """What an action on a node of several workers did not reach (a worker restarting)."""
+    workers = answer.get("workers")
+    if not workers or not workers.get("missing"):
+        return ""
+    return f" (not on worker {', '.join(map(str, workers['missing']))}: it did not answer)"
 
 
 main.add_command(advise)  # offline: replays a trace, talks to no gateway (gateway/advisor/)

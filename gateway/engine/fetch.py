@@ -127,6 +127,11 @@ class BlockFetcher:
         """The block from the origin, once however many wait, kept if this worker keeps it."""
         return await self._from_origin.run(block.name, lambda: self._fetch_block(block, meta))
 
+    @property
+    def background(self) -> int:
+        """Fetches under way that no reader waits for (readahead, prefetch)."""
+        return len(self._background)
+
     def fetching(self, block: BlockId) -> bool:
         return block.name in self._from_origin or block.name in self._from_peers
 

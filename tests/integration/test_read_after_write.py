@@ -66,17 +66,20 @@ def wait_for(check: Callable[[], object], within: float, what: str) -> None:
         time.sleep(0.05)
 
 
+WORKERS = 2  # each node served by 2 worker processes, each listening on the channel on its own
+
+
 def subscribers(redis_url: str) -> int:
     return int(redis.Redis.from_url(redis_url, socket_timeout=2).pubsub_numsub("gw:invalidate")[0][1])
 
 
 @pytest.fixture(params=[2, 3], ids=["2-nodes", "3-nodes"])
 def processes(request, origin_endpoint, clean_redis) -> Iterator[list[GatewayProcess]]:  # type: ignore[no-untyped-def]
-    nodes = [GatewayProcess(origin_endpoint, **node_env(clean_redis.url)) for _ in range(request.param)]
+    nodes = [GatewayProcess(origin_endpoint, workers=WORKERS, **node_env(clean_redis.url)) for _ in range(request.param)]
     try:
         for node in nodes:
             node.start()
-        wait_for(lambda: subscribers(clean_redis.url) == len(nodes), 20, "every node listens")
+        wait_for(lambda: subscribers(clean_redis.url) == WORKERS * len(nodes), 20, "every worker of every node listens")
         direct = client(origin_endpoint, ("origin-key", "origin-secret"))
         try:
             direct.create_bucket(Bucket=BUCKET)
@@ -304,11 +307,11 @@ def test_a_held_back_listener_makes_the_write_wait_the_deadline_and_its_node_ask
 
 
 def test_a_node_killed_during_writes_costs_them_the_deadline_at_most(origin_endpoint, clean_redis):
-    nodes = [GatewayProcess(origin_endpoint, **node_env(clean_redis.url)) for _ in range(3)]
+    nodes = [GatewayProcess(origin_endpoint, workers=WORKERS, **node_env(clean_redis.url)) for _ in range(3)]
     try:
         for node in nodes:
             node.start()
-        wait_for(lambda: subscribers(clean_redis.url) == 3, 20, "every node listens")
+        wait_for(lambda: subscribers(clean_redis.url) == WORKERS * 3, 20, "every worker of every node listens")
         s3a, s3c = client(nodes[0].endpoint), client(nodes[2].endpoint)
         try:
             s3a.create_bucket(Bucket=BUCKET)

@@ -953,7 +953,7 @@ def main(argv: list[str] | None = None) -> int:
             shaped = stack.enter_context(shaped_origin_process(shaped_root, tmp, args.shaped_latency, args.shaped_rate))
 
         disk_dir = tmp / "disk-tier"
-        common = {}
+        common = {"GATEWAY_SERVER_WORKERS": "1"}  # one process, unless the setup says otherwise (gw-mem-<N>w)
         if args.block_size:
             common["GATEWAY_CACHE_BLOCK_SIZE"] = str(parse_size(args.block_size, "--block-size"))
         if args.readahead:

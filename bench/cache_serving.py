@@ -63,7 +63,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -284,8 +284,8 @@ http {{
 
 @contextmanager
 def nginx_process(origin: str, workdir: Path, workers: str, *, name: str = "nginx",
-                  cache: Path | None = None) -> Iterator[tuple[str, Path]]:
-    """apt nginx as a subprocess with a generated nginx.conf; yields (endpoint, conf path).
+                  cache: Path | None = None) -> Iterator[tuple[str, Path, int]]:
+    """apt nginx as a subprocess with a generated nginx.conf; yields (endpoint, conf path, master pid).
     `cache`: the proxy_cache folder (default: in `workdir`, on disk; /dev/shm/... for tmpfs)."""
     if shutil.which("nginx") is None:
         raise SystemExit("nginx not found: apt-get install -y nginx")
@@ -301,7 +301,7 @@ def nginx_process(origin: str, workdir: Path, workers: str, *, name: str = "ngin
     endpoint = f"http://127.0.0.1:{port}"
     try:
         _wait_http(endpoint + "/", proc, "nginx", root / "error.log")
-        yield endpoint, conf
+        yield endpoint, conf, proc.pid
     finally:
         proc.send_signal(15)  # TERM: fast shutdown of master and workers
         try:
@@ -798,12 +798,14 @@ def summarise_profile(raw: Path, top: int = 12) -> str:
 
 def profile_gateway(gw: Gateway, label: str, paths: Sequence[str], size: int, connections: int, seconds: float,
                     workdir: Path, out_dir: Path, *, distinct: bool = False) -> tuple[Cell | None, str]:
-    """py-spy record (raw, 100 Hz) of the gateway process while wrk loads it for `seconds`."""
+    """py-spy record (raw, 100 Hz) of the gateway process (of a node of several: its first
+    worker) while wrk loads it for `seconds`."""
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(pyspy).exists():
         return None, "py-spy not installed (.venv/bin/pip install py-spy)"
     raw = out_dir / f"{gw.name.replace('/', '-')}-{label}.txt"
-    spy = subprocess.Popen([pyspy, "record", "-p", str(gw.pid), "-d", str(int(seconds) + 1), "-r", "100",
+    target = min(tree(gw.pid)[1:], default=gw.pid)  # the supervisor of a node serves nothing itself
+    spy = subprocess.Popen([pyspy, "record", "-p", str(target), "-d", str(int(seconds) + 1), "-r", "100",
                             "-f", "raw", "--nolineno", "-o", str(raw)],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     time.sleep(0.5)
@@ -938,12 +940,17 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             stack.callback(shutil.rmtree, tmp, True)
         origin = stack.enter_context(moto_server())
-        nginx, nginx_conf = stack.enter_context(nginx_process(origin, tmp, args.nginx_workers))
+        nginx, nginx_conf, nginx_pid = stack.enter_context(nginx_process(origin, tmp, args.nginx_workers))
         # The same nginx with its cache on tmpfs (memory), like the gateway's memory tier.
         shm = Path(tempfile.mkdtemp(prefix="gateway-serving-nginx-", dir="/dev/shm"))
         stack.callback(shutil.rmtree, shm, True)
-        nginx_tmpfs, _ = stack.enter_context(nginx_process(origin, tmp, args.nginx_workers, name="nginx-tmpfs",
-                                                           cache=shm / "cache"))
+        nginx_tmpfs, _, nginx_tmpfs_pid = stack.enter_context(
+            nginx_process(origin, tmp, args.nginx_workers, name="nginx-tmpfs", cache=shm / "cache"))
+        # With --workers: the same with one worker, for what a second worker costs nginx per request.
+        nginx_one = None
+        if args.workers > 1:
+            nginx_one = stack.enter_context(nginx_process(origin, tmp, "1", name="nginx-tmpfs-1w",
+                                                          cache=shm / "cache-1w"))
         origin_s3 = s3_client(origin, ORIGIN_CREDENTIALS)
         origin_s3.create_bucket(Bucket=BUCKET)
         shaped = shaped_root = None
@@ -994,11 +1001,12 @@ def main(argv: list[str] | None = None) -> int:
             cold_seconds = seconds * (2 if plan.size >= 64 * MiB else 1)
 
             def measure(setup: str, endpoint: str, keys: Sequence[str], expect: str | None, *,
-                        cold: Gateway | None = None, server: Gateway | None = None, cell_seconds: float = seconds,
-                        plan: SizePlan = plan, conns: int = conns, cells: list[Cell] = cells) -> None:
+                        cold: Gateway | None = None, server: Callable[[], float] | None = None,
+                        cell_seconds: float = seconds, plan: SizePlan = plan, conns: int = conns,
+                        cells: list[Cell] = cells) -> None:
                 """One wrk and one py cell; `cold`: restart that gateway before each (empty cache);
-                `server`: the gateway measured, whose CPU is counted (a cold one's too)."""
-                server = server or cold
+                `server`: the CPU seconds used so far by the server measured (a cold gateway's: counted)."""
+                server = server or (cold.cpu if cold is not None else None)
                 # For a cold setup this reads the last key once; the restart below forgets it.
                 header = header_bytes(endpoint, presigned_paths(endpoint, keys[-1:])[0])
                 for client in clients:
@@ -1006,7 +1014,7 @@ def main(argv: list[str] | None = None) -> int:
                     for attempt in range(1 + args.retries):
                         if cold is not None:
                             cold.restart()
-                        cpu = server.cpu() if server is not None else 0.0
+                        cpu = server() if server is not None else 0.0
                         with OtherLoad() as load:
                             if client == "wrk":
                                 run = run_wrk(setup, endpoint, presigned_paths(endpoint, keys), plan.size, conns,
@@ -1016,7 +1024,7 @@ def main(argv: list[str] | None = None) -> int:
                                              once=cold is not None, expect=expect)
                         run.other = load.cores
                         if server is not None:
-                            run.server_cpu = server.cpu() - cpu
+                            run.server_cpu = server() - cpu
                         if attempt:
                             run.note = "; ".join(filter(None, [run.note, f"measured {attempt + 1}x: other load"]))
                         if cell is None or run.other < cell.other:
@@ -1044,11 +1052,14 @@ def main(argv: list[str] | None = None) -> int:
                 return min(count, max(4 * conns, int(4 * 10**9 // plan.size)))  # at most ~4 GB of objects
 
             measure("origin", origin, warm_keys, None)
-            warm_setups: list[tuple[str, str, str, Gateway | None]] = [
-                ("nginx", nginx, "HIT", None), ("nginx-tmpfs", nginx_tmpfs, "HIT", None),
-                ("gw-mem", gw_mem.endpoint, "hit-mem", gw_mem), ("gw-disk", gw_disk.endpoint, "hit-disk", gw_disk)]
+            warm_setups: list[tuple[str, str, str, Callable[[], float]]] = [
+                ("nginx", nginx, "HIT", lambda: tree_cpu(nginx_pid)),
+                ("nginx-tmpfs", nginx_tmpfs, "HIT", lambda: tree_cpu(nginx_tmpfs_pid)),
+                ("gw-mem", gw_mem.endpoint, "hit-mem", gw_mem.cpu), ("gw-disk", gw_disk.endpoint, "hit-disk", gw_disk.cpu)]
+            if nginx_one is not None:
+                warm_setups.append(("nginx-tmpfs-1w", nginx_one[0], "HIT", lambda: tree_cpu(nginx_one[2])))
             if gw_workers is not None:
-                warm_setups.append((gw_workers.name, gw_workers.endpoint, "hit-mem", gw_workers))
+                warm_setups.append((gw_workers.name, gw_workers.endpoint, "hit-mem", gw_workers.cpu))
             for setup, endpoint, expect, server in warm_setups:
                 served = warm(endpoint, warm_keys, plan.size, conns)
                 if set(served) != {expect}:
@@ -1081,6 +1092,13 @@ def main(argv: list[str] | None = None) -> int:
                 cell, summary = profile_gateway(gw_mem, plan.label, presigned_paths(gw_mem.endpoint, warm_keys),
                                                 plan.size, conns, args.profile_seconds, tmp, out_dir)
                 profiles.append((f"gw-mem, warm from memory, {plan.label}", cell, summary))
+                if gw_workers is not None:
+                    warm(gw_workers.endpoint, warm_keys, plan.size, conns)
+                    cell, summary = profile_gateway(gw_workers, plan.label,
+                                                    presigned_paths(gw_workers.endpoint, warm_keys), plan.size, conns,
+                                                    args.profile_seconds, tmp, out_dir)
+                    profiles.append((f"{gw_workers.name} (one of its workers), warm from memory, {plan.label}", cell,
+                                     summary))
                 if plan.label == "1MiB" and shaped_root is not None and gw_cold_shaped is not None:
                     count = cold_count("shaped-origin") + int(args.profile_seconds * 100)
                     cold_keys = link_objects(shaped_root, f"cold/{plan.label}", plan.size, count)
@@ -1138,6 +1156,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    CPU per 4 KiB request, {n} workers vs 1:  {g.cpu_us_per_request:,.0f} / "
                   f"{one.cpu_us_per_request:,.0f} us = {ratio:.2f}x (target <= 1.15x: "
                   f"{'met' if ratio <= 1.15 else 'MISSED'})")
+        nx1 = pick("4KiB", "nginx-tmpfs-1w", "wrk")
+        if x and nx1 and x.cpu_us_per_request and nx1.cpu_us_per_request:
+            print(f"    the same for nginx-tmpfs, {args.nginx_workers} workers vs 1 (what sharing the cores with wrk "
+                  f"costs):  {x.cpu_us_per_request:,.1f} / {nx1.cpu_us_per_request:,.1f} us = "
+                  f"{x.cpu_us_per_request / nx1.cpu_us_per_request:.2f}x; req/s {x.rps / nx1.rps:.2f}x")
     print("  peak RSS (VmHWM over the whole run; a node's workers summed) vs memory-tier quota + 200 MB "
           "(with workers: + 150 MB per worker, and the memory tier's files on tmpfs counted):")
     for gw in gateways:

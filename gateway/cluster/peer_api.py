@@ -13,15 +13,17 @@ import orjson
 from starlette.types import Receive, Scope, Send
 
 from gateway import log
-from gateway.cluster.peers import (AUTH_HEADER, BLOCK_PATH, HOLD_PATH, META_HEADER, OPEN_PATH, PEER_PREFIX,
-                                   PeerRefused, decode_query, refusal, verify)
+from gateway.cluster.peers import (AUTH_HEADER, BLOCK_HEADER, BLOCK_PATH, HOLD_PATH, META_HEADER, OPEN_PATH,
+                                   PEER_PREFIX, PeerRefused, decode_query, refusal, verify)
 
 __all__ = ["PeerApp"]
 
-# (bucket, key, etag, version id or "", object size, index) -> the block's bytes.
-ServeBlock = Callable[[str, str, str, str, int, int], Awaitable[bytes]]
-# (bucket, key, version id or "", index) -> (metadata in the shared form, block) or None.
-ServeOpen = Callable[[str, str, str, int], Awaitable["tuple[bytes, bytes] | None"]]
+# (bucket, key, etag, version id or "", object size, index, in_file) -> the block's bytes, or None
+# when `in_file` was asked and the block is in this worker's file of the node's memory tier.
+ServeBlock = Callable[[str, str, str, str, int, int, bool], Awaitable["bytes | None"]]
+# (bucket, key, version id or "", index, in_file) -> (metadata in the shared form, block or None as
+# above) or None.
+ServeOpen = Callable[[str, str, str, int, bool], Awaitable["tuple[bytes, bytes | None] | None"]]
 # (bucket, key, etag, version id or "", object size, replicas) -> bytes fetched.
 ServeHold = Callable[[str, str, str, str, int, int], Awaitable[int]]
 
@@ -61,17 +63,21 @@ class PeerApp:
             return await _answer(send, 404, orjson.dumps({"error": f"no peer route {method} {path}"}))
         params = decode_query(query)
         try:
+            in_file = params.get("file") == "1"
             if path == BLOCK_PATH:
                 data = await self._serve_block(params["bucket"], params["key"], params["etag"], params["vid"],
-                                               int(params["size"]), int(params["index"]))
+                                               int(params["size"]), int(params["index"]), in_file)
                 self.served["block"] += 1
+                if data is None:
+                    return await _answer(send, 200, b"", b"application/octet-stream", _IN_FILE)
                 return await _answer(send, 200, data, b"application/octet-stream")
             if path == HOLD_PATH:
                 fetched = await self._serve_hold(params["bucket"], params["key"], params["etag"], params["vid"],
                                                  int(params["size"]), int(params["replicas"]))
                 self.served["hold"] += 1
                 return await _answer(send, 200, orjson.dumps({"bytes": fetched}))
-            opened = await self._serve_open(params["bucket"], params["key"], params["vid"], int(params["index"]))
+            opened = await self._serve_open(params["bucket"], params["key"], params["vid"], int(params["index"]),
+                                            in_file)
         except PeerRefused as refused:
             self.served["refused"] += 1
             return await _answer(send, 424, refusal(refused.error, refused.changed))
@@ -91,7 +97,11 @@ class PeerApp:
             return await _answer(send, 204, b"")
         self.served["open"] += 1
         meta, data = opened
-        await _answer(send, 200, data, b"application/octet-stream", [(META_HEADER.encode(), base64.b64encode(meta))])
+        await _answer(send, 200, data or b"", b"application/octet-stream",
+                      [(META_HEADER.encode(), base64.b64encode(meta)), *(_IN_FILE if data is None else [])])
+
+
+_IN_FILE = [(BLOCK_HEADER.encode(), b"file")]
 
 
 async def _answer(send: Send, status: int, body: bytes, content_type: bytes = b"application/json",

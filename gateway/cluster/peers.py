@@ -18,7 +18,10 @@ Routes (GET, on the S3 port, only when the fleet is on):
 
 Every request carries `x-gateway-peer: v1 <unix time> <hex HMAC-SHA256>` of the method,
 path, query string and time under the cluster secret: the secret never travels, and S3
-credentials mean nothing here. Answers: 200 the block; 401 no or malformed signature;
+credentials mean nothing here. Between the workers of one node, `block` and `open` may carry
+`file=1`: an owner that keeps the block in the node's shared memory tier then answers 200 with
+`x-gateway-block: file` and no body, and the asking worker reads the block from that file (a
+copy from memory instead of the block through the socket). Answers: 200 the block; 401 no or malformed signature;
 403 a wrong or stale one; 400 bad parameters; 424 the origin's S3 error, as JSON
 `{"code", "message", "status", "headers", "changed"}` (`changed`: the object is no
 longer that version); 503 this node cannot serve blocks.
@@ -51,6 +54,7 @@ OPEN_PATH = "/_peer/v1/open"
 HOLD_PATH = "/_peer/v1/hold"
 AUTH_HEADER = "x-gateway-peer"
 META_HEADER = "x-gateway-meta"
+BLOCK_HEADER = "x-gateway-block"  # "file": the block is in the owner's file, not in the body
 MAX_SKEW = 300  # seconds a signature stays valid, for clocks that differ between nodes
 _TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 _MAX_ERROR = 64 * 1024
@@ -158,21 +162,44 @@ class PeerClient:
     async def block(self, peer: Member, bucket: str, key: str, etag: str, version_id: str | None,
                     size: int, index: int, length: int) -> bytes:
         """Block `index` (of `length` bytes) of the object version, from `peer`."""
+        data = await self.block_or_file(peer, bucket, key, etag, version_id, size, index, length, in_file=False)
+        assert data is not None  # only an answer to `in_file` has no bytes
+        return data
+
+    async def block_or_file(self, peer: Member, bucket: str, key: str, etag: str, version_id: str | None,
+                            size: int, index: int, length: int, *, in_file: bool) -> bytes | None:
+        """`block`; None when `in_file` was asked and the peer (a worker of this node) keeps the
+        block in its file of the node's shared memory tier."""
         params = [("bucket", bucket), ("key", key), ("etag", etag), ("vid", version_id or ""),
-                  ("size", str(size)), ("index", str(index))]
+                  ("size", str(size)), ("index", str(index)), *([("file", "1")] if in_file else [])]
         status, headers, body = await self._get(peer, BLOCK_PATH, params, length)
+        if in_file and status == 200 and headers.get(BLOCK_HEADER) == "file" and not body:
+            return None
         if status != 200 or len(body) != length:
             raise PeerError(f"{peer.id} answered {status} with {len(body)} of {length} bytes")
         return body
 
-    async def open(self, peer: Member, bucket: str, key: str, version_id: str | None,
-                   index: int, block_size: int, *, budget: Budget | None = None) -> tuple[bytes, bytes] | None:
+    async def open(self, peer: Member, bucket: str, key: str, version_id: str | None, index: int, block_size: int,
+                   *, budget: Budget | None = None) -> tuple[bytes, bytes] | None:
         """(metadata in the shared form, block bytes) of a cold read, or None: ask with a HEAD.
 
         The block's size is known only from the answer: `budget` is taken for it before
         its body is read and given back after (as a node's own open does).
         """
-        params = [("bucket", bucket), ("key", key), ("vid", version_id or ""), ("index", str(index))]
+        opened = await self.open_or_file(peer, bucket, key, version_id, index, block_size, budget=budget,
+                                         in_file=False)
+        if opened is None:
+            return None
+        assert opened[1] is not None  # only an answer to `in_file` has no bytes
+        return opened[0], opened[1]
+
+    async def open_or_file(self, peer: Member, bucket: str, key: str, version_id: str | None, index: int,
+                           block_size: int, *, budget: Budget | None = None,
+                           in_file: bool) -> tuple[bytes, bytes | None] | None:
+        """`open`; the bytes are None when `in_file` was asked and the peer keeps the block in its
+        file of the node's shared memory tier."""
+        params = [("bucket", bucket), ("key", key), ("vid", version_id or ""), ("index", str(index)),
+                  *([("file", "1")] if in_file else [])]
         status, headers, body = await self._get(peer, OPEN_PATH, params, block_size, budget)
         if status == 204:
             return None
@@ -180,9 +207,10 @@ class PeerClient:
         if status != 200 or meta is None:
             raise PeerError(f"{peer.id} answered {status} to an open")
         try:
-            return base64.b64decode(meta, validate=True), body
+            shared = base64.b64decode(meta, validate=True)
         except ValueError:
             raise PeerError(f"{peer.id} sent unreadable metadata") from None
+        return shared, None if in_file and headers.get(BLOCK_HEADER) == "file" and not body else body
 
     async def hold(self, peer: Member, bucket: str, key: str, etag: str, version_id: str | None,
                    size: int, replicas: int, blocks: int) -> int:

@@ -25,8 +25,11 @@ class Serving:
         self.fetch = fetch
         self.hold: Hold | None = None  # Replicas.hold, set by the engine in a fleet
 
-    async def serve_block(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int) -> bytes:
-        """A block a peer asked for: from the tiers, else from the origin once (and kept).
+    async def serve_block(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
+                          in_file: bool = False) -> bytes | None:
+        """A block a peer asked for: from the tiers, else from the origin once (and kept);
+        None when `in_file` (another worker of this node asks) and this worker keeps it in
+        the node's shared memory tier, where the asker reads it.
 
         Raises PeerRefused for the origin's S3 errors, ValueError for a block outside the object.
         """
@@ -36,7 +39,8 @@ class Serving:
         memory = self.fetch.store.memory
         held = 0 if memory is not None and block in memory else await self.fetch.budget.take(length)
         try:
-            return await self.fetch.block(block, meta, from_peers=False)
+            data = await self.fetch.block(block, meta, from_peers=False)
+            return None if in_file and self.fetch.store.in_shared_memory(block) else data
         except ObjectChanged as exc:
             raise PeerRefused(exc, changed=True) from exc
         except S3Error as exc:
@@ -57,8 +61,10 @@ class Serving:
         except S3Error as exc:
             raise PeerRefused(exc, changed=False) from exc
 
-    async def serve_open(self, bucket: str, key: str, version_id: str, index: int) -> tuple[bytes, bytes] | None:
-        """An open a peer asked for (see BlockFetcher.open): (metadata in the shared form, block) or None."""
+    async def serve_open(self, bucket: str, key: str, version_id: str, index: int,
+                         in_file: bool = False) -> tuple[bytes, bytes | None] | None:
+        """An open a peer asked for (see BlockFetcher.open): (metadata in the shared form, block) or
+        None; the block is None as in `serve_block` when it is in the node's shared memory tier."""
         query = [("versionId", version_id)] if version_id else []
         try:
             opened = await self.fetch.open_here(bucket, key, query, index)
@@ -66,7 +72,8 @@ class Serving:
             raise PeerRefused(exc, changed=False) from exc
         if opened is None:
             return None
-        return encode_meta(opened[0]), opened[1].data
+        block = opened[1]
+        return encode_meta(opened[0]), None if in_file and self.fetch.store.in_shared_memory(block.block) else block.data
 
 
 async def take_refusal(bucket: str, key: str, refused: PeerRefused, on_changed: Callable[[str, str], Awaitable[None]]) -> None:

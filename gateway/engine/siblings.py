@@ -19,6 +19,7 @@ from gateway.engine.serving import take_refusal
 from gateway.node.workers import WorkerSet
 from gateway.objects import ObjectMeta, decode_meta
 from gateway.store.blocks import BlockId
+from gateway.store.memory import MemoryTier
 
 _LOG_EVERY = 10.0  # seconds between two log lines about the same failing worker
 
@@ -42,6 +43,8 @@ class Siblings:
         self._clients = {i: PeerClient(signed, max_connections=64, unix_socket=workers.socket_path(i))
                          for i in workers.siblings()}
         self._members = {i: Member(f"worker-{i}", "http://worker") for i in workers.siblings()}
+        # With the memory tier shared as files, an owner that keeps a block there is not asked to send it.
+        self._in_files = fetch.store.memory is not None and not isinstance(fetch.store.memory, MemoryTier)
         self._logged: dict[int, float] = {}
 
     def owner(self, bucket: str, key: str, index: int) -> int | None:
@@ -56,8 +59,7 @@ class Siblings:
     async def block(self, owner: int, block: BlockId, meta: ObjectMeta) -> bytes:
         length = self.fetch.length(block, meta)
         try:
-            data = await self._clients[owner].block(self._members[owner], block.bucket, block.key, meta.etag,
-                                                    meta.version_id, meta.size, block.index, length)
+            data = await self._ask_block(owner, block, meta, length)
         except PeerRefused as refused:
             await take_refusal(block.bucket, block.key, refused, self._on_changed)
         except PeerError as exc:
@@ -68,12 +70,23 @@ class Siblings:
         self.stats["worker_fallback"] += 1
         return await self.fetch.from_origin(block, meta)
 
+    async def _ask_block(self, owner: int, block: BlockId, meta: ObjectMeta, length: int) -> bytes:
+        """The block from its owner: read from the owner's file of the shared memory tier when
+        it says it keeps it there, else (or when it was evicted meanwhile) through the socket."""
+        client, member = self._clients[owner], self._members[owner]
+        ask = (member, block.bucket, block.key, meta.etag, meta.version_id, meta.size, block.index, length)
+        data = await client.block_or_file(*ask, in_file=self._in_files)
+        if data is None:
+            data = self.fetch.store.from_shared_memory(block)
+            self.stats["worker_block_from_file" if data is not None else "worker_block_file_gone"] += 1
+        return data if data is not None else await client.block(*ask)
+
     async def open(self, owner: int, bucket: str, key: str, query: list[tuple[str, str]], index: int) -> Opened | None:
         size = self.fetch.settings.block_size
         version_id = dict(query).get("versionId")
         try:
-            opened = await self._clients[owner].open(self._members[owner], bucket, key, version_id, index, size,
-                                                     budget=self.fetch.budget)
+            opened = await self._clients[owner].open_or_file(self._members[owner], bucket, key, version_id, index,
+                                                             size, budget=self.fetch.budget, in_file=self._in_files)
         except PeerRefused as refused:
             await take_refusal(bucket, key, refused, self._on_changed)
         except PeerError as exc:
@@ -82,10 +95,16 @@ class Siblings:
             if opened is None:
                 return None
             meta = decode_meta(opened[0])
-            first = index * size
-            if isinstance(meta, ObjectMeta) and len(opened[1]) == min(first + size, meta.size) - first:
-                self.stats["worker_open"] += 1
-                return meta, FirstBlock(BlockId(bucket, key, version_of(meta), index), opened[1])
+            if isinstance(meta, ObjectMeta):
+                block = BlockId(bucket, key, version_of(meta), index)
+                data = opened[1]
+                if data is None:  # in the owner's file; evicted meanwhile: asked for through the socket
+                    data = self.fetch.store.from_shared_memory(block) or await self._ask_block(
+                        owner, block, meta, self.fetch.length(block, meta))
+                first = index * size
+                if len(data) == min(first + size, meta.size) - first:
+                    self.stats["worker_open"] += 1
+                    return meta, FirstBlock(block, data)
             self._failed(owner, PeerError("an open answer that does not add up"))
         self.stats["worker_fallback"] += 1
         return await self.fetch.open_here(bucket, key, query, index)

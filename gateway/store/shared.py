@@ -113,9 +113,9 @@ class SharedTier:
         if self.owns(block_id):
             return await self.own.get(block_id)
         if self._inline:
-            data = self._read_other(block_id)
+            data = self.read_other(block_id)
         else:
-            data = await asyncio.get_running_loop().run_in_executor(self._readers, self._read_other, block_id)
+            data = await asyncio.get_running_loop().run_in_executor(self._readers, self.read_other, block_id)
         if data is not None:  # a miss is the owner's to count, when it is asked for the block
             self.stats.hits += 1
         return data
@@ -126,7 +126,7 @@ class SharedTier:
             return None
         if self.owns(block_id):
             return self.own.get_now(block_id)
-        data = self._read_other(block_id)
+        data = self.read_other(block_id)
         if data is not None:
             self.stats.hits += 1
         return data
@@ -141,7 +141,7 @@ class SharedTier:
         """Remove a block this worker owns (another's is its owner's to remove)."""
         return await self.own.remove(block_id) if self.owns(block_id) else False
 
-    def _read_other(self, block_id: BlockId) -> bytes | None:
+    def read_other(self, block_id: BlockId) -> bytes | None:
         """The block another worker owns, from its file, or None. A bad file is left to its
         owner (which deletes it when it next reads it): this worker never changes another's part."""
         try:

@@ -146,6 +146,17 @@ class TieredStore:
             return None
         return memory.get_now(block_id)
 
+    def in_shared_memory(self, block_id: BlockId) -> bool:
+        """Whether this worker keeps the block in its part of the node's shared memory tier."""
+        memory = self.memory
+        return isinstance(memory, SharedTier) and memory.owns(block_id) and block_id in memory.own
+
+    def from_shared_memory(self, block_id: BlockId) -> bytes | None:
+        """The block from the file another worker keeps it in (the node's shared memory tier),
+        uncounted: that worker counted the read when it was asked for the block."""
+        memory = self.memory
+        return memory.read_other(block_id) if isinstance(memory, SharedTier) else None
+
     async def put(self, block_id: BlockId, data: bytes) -> None:
         """Cache a block in the highest level that takes it; victims cascade down."""
         if self.ttl_of(block_id) is not None and block_id not in self:

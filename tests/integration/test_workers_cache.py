@@ -8,6 +8,7 @@ with a WorkerSet), each on its own TCP port and on its unix socket, sharing one 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import secrets
@@ -36,12 +37,12 @@ def block_files(root: str) -> list[str]:
     return [name for _, name, temporary in blockfile.block_files(root) if not temporary] if os.path.isdir(root) else []
 
 
-@pytest.fixture
-def node(origin_endpoint: str, clean_origin: str, tmp_path: Path) -> Iterator[list[RunningGateway]]:
+@contextlib.contextmanager
+def two_workers(origin_endpoint: str, tmp_path: Path, memory_quota: int) -> Iterator[list[RunningGateway]]:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     secret = secrets.token_bytes(32)
-    cache = CacheSettings(block_size=BLOCK, memory_quota=2 * 1024 * KiB, readahead_blocks=0,
+    cache = CacheSettings(block_size=BLOCK, memory_quota=memory_quota, readahead_blocks=0,
                           disk=(DiskTierSettings(path=str(tmp_path / "disk"), quota=4 * 1024 * KiB),))
     settings = dataclasses.replace(base_settings(origin_endpoint), cache=cache)
     workers = [RunningGateway(settings, workers=WorkerSet(i, 2, str(run_dir), secret)) for i in range(2)]
@@ -52,6 +53,19 @@ def node(origin_endpoint: str, clean_origin: str, tmp_path: Path) -> Iterator[li
     finally:
         for worker in workers:
             worker.__exit__()
+
+
+@pytest.fixture
+def node(origin_endpoint: str, clean_origin: str, tmp_path: Path) -> Iterator[list[RunningGateway]]:
+    with two_workers(origin_endpoint, tmp_path, 2 * 1024 * KiB) as workers:
+        yield workers
+
+
+def sibling_stats(workers: list[RunningGateway]) -> Counter[str]:
+    total: Counter[str] = Counter()
+    for worker in workers:
+        total.update(worker.server.config.app.s3.engine.siblings.stats)
+    return total
 
 
 def test_a_block_is_fetched_once_and_held_once_in_the_node(node):
@@ -72,6 +86,9 @@ def test_a_block_is_fetched_once_and_held_once_in_the_node(node):
     assert bodies == [DATA] * 8
     # One ranged GET per block for the whole node: the first block's with the metadata (an open).
     assert origin_gets(node) - before == 8
+    # A block another worker fetched was read from its file, not sent through the socket.
+    asked = sibling_stats(node)
+    assert asked["worker_block_from_file"] >= 1 and asked["worker_fallback"] == 0
     memory = node[0].server.config.app.workers.memory_path
     names = block_files(memory)
     assert len(names) == len(set(names)) == 8  # each block once, in the owner's part of the shared folder
@@ -134,3 +151,17 @@ def test_a_worker_that_does_not_answer_costs_speed_not_answers(node):
     owned_by_1 = [i for i in range(8) if WorkerSet(0, 2, "x", b"x").owner("bkt", "k", i) == 1]
     store = node[0].server.config.app.s3.engine.store
     assert owned_by_1 and not any(b.index in owned_by_1 for b in store.memory)  # kept only by the owner
+
+
+def test_without_a_memory_tier_the_owner_sends_the_block(origin_endpoint, clean_origin, tmp_path):
+    """No shared memory tier to read from: blocks of the other worker come through its socket."""
+    with two_workers(origin_endpoint, tmp_path, 0) as node:
+        s3 = [client(w.endpoint) for w in node]
+        s3[0].create_bucket(Bucket="bkt")
+        s3[0].put_object(Bucket="bkt", Key="k", Body=DATA)
+        before = origin_gets(node)
+        for c in s3:
+            assert c.get_object(Bucket="bkt", Key="k")["Body"].read() == DATA
+        assert origin_gets(node) - before == 8
+        asked = sibling_stats(node)
+        assert asked["worker_block_fetch"] >= 1 and asked["worker_block_from_file"] == 0

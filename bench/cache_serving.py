@@ -166,6 +166,7 @@ class Gateway:
     proc: subprocess.Popen[bytes] | None = None
     peak_rss: int = 0  # max VmHWM over every process this Gateway ran
     peak_tmpfs: int = 0  # max bytes of its run folder on tmpfs (the memory tier of several workers)
+    workers: int = 1  # server.workers it runs with
     starts: int = 0
 
     @property
@@ -189,6 +190,7 @@ class Gateway:
                                                "grants": [{"bucket": BUCKET, "access": "read"}]}]),
         })
         env.update(self.env)
+        self.workers = int(env.get("GATEWAY_SERVER_WORKERS", "1"))
         self.starts += 1
         log = self.workdir / f"{self.name.replace('/', '-')}.log"
         with open(log, "ab") as fh:
@@ -984,6 +986,12 @@ def main(argv: list[str] | None = None) -> int:
             gw_cold_shaped = Gateway("gw-cold/shaped", shaped, {**common, "GATEWAY_CACHE_MEMORY_QUOTA": str(quota)},
                                      tmp, code)
             gateways.append(gw_cold_shaped)
+        gw_cold_workers = None
+        if shaped is not None and args.workers > 1:
+            gw_cold_workers = Gateway(f"gw-cold-{args.workers}w/shaped", shaped, {
+                **common, "GATEWAY_CACHE_MEMORY_QUOTA": str(quota), "GATEWAY_SERVER_WORKERS": str(args.workers)},
+                tmp, code)
+            gateways.append(gw_cold_workers)
         for gw in gateways:
             gw.start()
             stack.callback(gw.stop)
@@ -1081,6 +1089,9 @@ def main(argv: list[str] | None = None) -> int:
                 cold_keys = link_objects(shaped_root, f"cold/{plan.label}", plan.size, count)
                 measure("gw-cold/shaped", gw_cold_shaped.endpoint, cold_keys, "miss", cold=gw_cold_shaped,
                         cell_seconds=cold_seconds)
+                if gw_cold_workers is not None:  # the same keys: the restart before each cell forgets them
+                    measure(gw_cold_workers.name, gw_cold_workers.endpoint, cold_keys, "miss", cold=gw_cold_workers,
+                            cell_seconds=cold_seconds)
                 shutil.rmtree(shaped_root / BUCKET / "cold", ignore_errors=True)
             for gw in gateways:
                 gw.record_peak()
@@ -1165,7 +1176,7 @@ def main(argv: list[str] | None = None) -> int:
           "(with workers: + 150 MB per worker, and the memory tier's files on tmpfs counted):")
     for gw in gateways:
         q = 0 if gw is gw_disk else quota
-        workers = args.workers if gw is gw_workers else 1
+        workers = gw.workers
         limit = q + (RSS_ALLOWANCE if workers == 1 else 150 * 10**6 * workers)
         used = gw.peak_rss + gw.peak_tmpfs
         state = "met" if used <= limit else f"MISSED by {(used - limit) / 1e6:.0f} MB"

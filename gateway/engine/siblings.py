@@ -97,15 +97,17 @@ class Siblings:
             meta = decode_meta(opened[0])
             if isinstance(meta, ObjectMeta):
                 block = BlockId(bucket, key, version_of(meta), index)
-                data = opened[1]
-                if data is None:  # in the owner's file; evicted meanwhile: asked for through the socket
-                    data = self.fetch.store.from_shared_memory(block) or await self._ask_block(
-                        owner, block, meta, self.fetch.length(block, meta))
+                data = opened[1] if opened[1] is not None else self.fetch.store.from_shared_memory(block)
                 first = index * size
-                if len(data) == min(first + size, meta.size) - first:
+                if data is None:  # in the owner's file, and evicted meanwhile: opened here instead
+                    self.stats["worker_block_file_gone"] += 1
+                elif len(data) == min(first + size, meta.size) - first:
                     self.stats["worker_open"] += 1
                     return meta, FirstBlock(block, data)
-            self._failed(owner, PeerError("an open answer that does not add up"))
+                else:
+                    self._failed(owner, PeerError("an open answer that does not add up"))
+            else:
+                self._failed(owner, PeerError("an open answer without metadata"))
         self.stats["worker_fallback"] += 1
         return await self.fetch.open_here(bucket, key, query, index)
 

@@ -165,3 +165,18 @@ def test_without_a_memory_tier_the_owner_sends_the_block(origin_endpoint, clean_
         assert origin_gets(node) - before == 8
         asked = sibling_stats(node)
         assert asked["worker_block_fetch"] >= 1 and asked["worker_block_from_file"] == 0
+
+
+def test_a_block_evicted_before_the_asker_reads_it_is_still_answered(node):
+    """The owner said "in the file", and the file went before the asking worker read it (evicted
+    meanwhile): a block is asked for again through the socket, an open is done here."""
+    s3 = [client(w.endpoint) for w in node]
+    s3[0].create_bucket(Bucket="bkt")
+    s3[0].put_object(Bucket="bkt", Key="k", Body=DATA)
+    for worker in node:
+        store = worker.server.config.app.s3.engine.store
+        store.from_shared_memory = lambda block: None  # type: ignore[method-assign]
+    for c in s3:
+        assert c.get_object(Bucket="bkt", Key="k")["Body"].read() == DATA
+    asked = sibling_stats(node)
+    assert asked["worker_block_file_gone"] >= 1 and asked["worker_failure"] == 0

@@ -111,7 +111,12 @@ class SharedTier:
 
     async def get(self, block_id: BlockId) -> bytes | None:
         if self.owns(block_id):
-            return await self.own.get(block_id)
+            if not self._inline:
+                return await self.own.get(block_id)
+            if block_id not in self.own:
+                self.stats.misses += 1
+                return None
+            return self.own.get_now(block_id)  # on tmpfs a read is a copy from memory: no thread hop
         if self._inline:
             data = self.read_other(block_id)
         else:

@@ -1,0 +1,93 @@
+"""store.shared: two workers' parts of one folder. Each keeps only the blocks it owns, within
+its quota; each reads the other's blocks from their files; on tmpfs every read is on the loop."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from gateway.store import blockfile
+from gateway.store.blocks import BlockId
+from gateway.store.policy import make_policy
+from gateway.store.shared import SharedTier
+from tests.store.helpers import bid, payload
+
+
+def even(block: BlockId) -> bool:
+    return block.index % 2 == 0
+
+
+def parts(root: Path, quota: int, medium: str = "memory") -> tuple[SharedTier, SharedTier]:
+    return (SharedTier(str(root), quota, make_policy("lru", quota), even, medium=medium, name="mem"),
+            SharedTier(str(root), quota, make_policy("lru", quota), lambda b: not even(b), medium=medium, name="mem"))
+
+
+@pytest.mark.parametrize("medium", ["memory", "ssd"])
+async def test_each_part_keeps_its_own_and_reads_the_others(tmp_path: Path, medium: str) -> None:
+    a, b = parts(tmp_path, 1000, medium)
+    await a.open()
+    await b.open()
+    try:
+        blocks = [bid("k", i) for i in range(4)]
+        for block in blocks:
+            for tier in (a, b):  # both are offered every block; only the owner keeps it
+                await tier.put(block, payload(block, 100))
+        assert sorted(x.index for x in a) == [0, 2] and sorted(x.index for x in b) == [1, 3]
+        assert a.used == b.used == 200
+        for tier in (a, b):
+            for block in blocks:
+                assert await tier.get(block) == payload(block, 100)
+        assert (a.stats.hits, a.stats.misses) == (4, 0)
+        missing = bid("gone", 1)  # b's to fetch: a counts no miss for it, b does
+        assert await a.get(missing) is None and await b.get(missing) is None
+        assert (a.stats.misses, b.stats.misses) == (0, 1)
+        assert await a.remove(blocks[1]) is False and await b.get(blocks[1]) is not None  # not a's to remove
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_a_part_stays_within_its_quota_and_a_restart_finds_its_own(tmp_path: Path) -> None:
+    a, b = parts(tmp_path, 250)
+    await a.open()
+    await b.open()
+    blocks = [bid(f"k{i}", i % 2) for i in range(10)]
+    for block in blocks:
+        await (a if even(block) else b).put(block, payload(block, 100))
+    assert a.used <= 250 and b.used <= 250 and len(a) == len(b) == 2
+    await a.aclose()
+    again, _ = parts(tmp_path, 250)
+    await again.open()  # the scan takes a's files only, and leaves b's alone
+    try:
+        assert sorted(x.key for x in again) == sorted(x.key for x in a) and again.used == a.used
+        assert all(b.get_now(x) is not None for x in b)
+    finally:
+        await again.aclose()
+        await b.aclose()
+
+
+async def test_reads_on_tmpfs_run_on_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    threads: list[threading.Thread] = []
+    read = blockfile.read_block
+
+    def recording(path: str, block: BlockId) -> bytes:
+        threads.append(threading.current_thread())
+        return read(path, block)
+
+    monkeypatch.setattr(blockfile, "read_block", recording)
+    a, b = parts(tmp_path, 1000)
+    await a.open()
+    await b.open()
+    try:
+        own, other = bid("k", 0), bid("k", 1)
+        await a.put(own, payload(own, 100))
+        await b.put(other, payload(other, 100))
+        threads.clear()
+        assert await a.get(own) is not None and await a.get(other) is not None
+        assert a.get_now(own) is not None and a.get_now(other) is not None
+        assert threads == [threading.current_thread()] * 4
+    finally:
+        await a.aclose()
+        await b.aclose()

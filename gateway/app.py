@@ -78,8 +78,8 @@ class GatewayApp:
                         store=store, cache=cache, shared=shared, fleet=self.fleet, heat=heat,
                         workers=self.workers, cluster=cluster, journal=journal)  # engine.aclose closes it
         if self.fleet is not None or not self.workers.alone:  # other nodes or workers ask this one for blocks
-            secrets = [cluster.secret if self.fleet is not None else "", self.workers.secret.hex()]
-            self.peer = PeerApp(secrets, engine.serve_block, engine.serve_open, engine.serve_hold)
+            self.peer = PeerApp(cluster.secret if self.fleet is not None else "", self.workers.secret.hex(),
+                                engine.serve_block, engine.serve_open, engine.serve_hold)
         if self.fleet is not None:
             await self.fleet.membership.heartbeat()  # join now (Redis down: alone until it is back)
             self._tasks.append(asyncio.create_task(self.fleet.membership.run(), name="gateway-membership"))

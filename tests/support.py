@@ -223,7 +223,10 @@ class GatewayProcess:
         self._output.clear()
         self._reader = threading.Thread(target=self._output.extend, args=(self.proc.stdout,), daemon=True)
         self._reader.start()
-        probe = ready or self._listening
+        def probe() -> object:
+            self._said_listening()  # a node of several says so once every worker serves
+            return ready() if ready is not None else socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+
         try:
             wait_serving(probe, self.proc, f"gateway on port {self.port}", timeout=timeout)
         except RuntimeError as err:
@@ -231,11 +234,12 @@ class GatewayProcess:
             raise RuntimeError(f"{err}: {output[-3000:]}") from None
         return self
 
-    def _listening(self) -> None:
-        """Its socket accepts; a supervisor's accepts before its workers serve, so it must also have said so."""
-        socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-        if (self.workers or 1) > 1 and not any(line.startswith("gateway listening on") for line in list(self._output)):
-            raise ConnectionError("the node's workers do not serve yet")
+    def _said_listening(self) -> None:
+        """`gateway serve` printed its listening line: alone, just before it serves; a supervisor,
+        once every worker serves (its socket accepts before that, and a probe may reach the one
+        worker that is up): whatever `ready` checks is then asked of the whole node."""
+        if not any(line.startswith("gateway listening on") for line in list(self._output)):
+            raise ConnectionError("the node does not serve yet")
 
     def stop(self) -> str:
         """Terminate it (if it still runs) and return what it printed."""

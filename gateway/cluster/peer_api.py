@@ -18,12 +18,14 @@ from gateway.cluster.peers import (AUTH_HEADER, BLOCK_HEADER, BLOCK_PATH, HOLD_P
 
 __all__ = ["PeerApp"]
 
-# (bucket, key, etag, version id or "", object size, index, in_file) -> the block's bytes, or None
-# when `in_file` was asked and the block is in this worker's file of the node's memory tier.
-ServeBlock = Callable[[str, str, str, str, int, int, bool], Awaitable["bytes | None"]]
-# (bucket, key, version id or "", index, in_file) -> (metadata in the shared form, block or None as
-# above) or None.
-ServeOpen = Callable[[str, str, str, int, bool], Awaitable["tuple[bytes, bytes | None] | None"]]
+# (bucket, key, etag, version id or "", object size, index, peers, in_file) -> the block's bytes, or
+# None when another worker of this node asked `in_file` and the block is in this worker's file of
+# the node's memory tier. `peers`: another worker asked for its own read, which may go to the
+# fleet's owners; another node's request never goes to a third node (no circles).
+ServeBlock = Callable[[str, str, str, str, int, int, bool, bool], Awaitable["bytes | None"]]
+# (bucket, key, version id or "", index, peers, in_file) -> (metadata in the shared form, block or
+# None as above) or None.
+ServeOpen = Callable[[str, str, str, int, bool, bool], Awaitable["tuple[bytes, bytes | None] | None"]]
 # (bucket, key, etag, version id or "", object size, replicas) -> bytes fetched.
 ServeHold = Callable[[str, str, str, str, int, int], Awaitable[int]]
 
@@ -37,8 +39,11 @@ class PeerApp:
     `served[outcome]` counts answers (block, open, refused, unauthorized, ...).
     """
 
-    def __init__(self, secrets: list[str], serve_block: ServeBlock, serve_open: ServeOpen, serve_hold: ServeHold) -> None:
-        self._secrets = [secret.encode() for secret in secrets if secret]
+    def __init__(self, cluster_secret: str, node_secret: str, serve_block: ServeBlock, serve_open: ServeOpen,
+                 serve_hold: ServeHold) -> None:
+        # Other nodes sign with the cluster secret, this node's other workers with the node's own.
+        self._secrets = [(secret.encode(), sibling) for secret, sibling in ((cluster_secret, False),
+                                                                            (node_secret, True)) if secret]
         self._serve_block = serve_block
         self._serve_open = serve_open
         self._serve_hold = serve_hold
@@ -53,8 +58,9 @@ class PeerApp:
         query = scope.get("query_string", b"").decode("latin-1")
         header = next((v.decode("latin-1") for n, v in scope["headers"] if n == AUTH_HEADER.encode()), None)
         raw_path = scope.get("raw_path", path.encode()).decode("latin-1")
-        # 200 if any secret signs it, else 401 (no or malformed signature) before 403 (a wrong one).
-        status = min((verify(secret, header, method, raw_path, query) for secret in self._secrets), default=401)
+        # 200 if a secret signs it, else 401 (no or malformed signature) before 403 (a wrong one).
+        checked = [(verify(secret, header, method, raw_path, query), sibling) for secret, sibling in self._secrets]
+        status, sibling = min(checked, default=(401, False))
         if status != 200:
             self.served["unauthorized"] += 1
             return await _answer(send, status, orjson.dumps({"error": "peer requests are signed with the "
@@ -63,10 +69,11 @@ class PeerApp:
             return await _answer(send, 404, orjson.dumps({"error": f"no peer route {method} {path}"}))
         params = decode_query(query)
         try:
-            in_file = params.get("file") == "1"
+            in_file = sibling and params.get("file") == "1"
+            peers = sibling and params.get("peers") == "1"
             if path == BLOCK_PATH:
                 data = await self._serve_block(params["bucket"], params["key"], params["etag"], params["vid"],
-                                               int(params["size"]), int(params["index"]), in_file)
+                                               int(params["size"]), int(params["index"]), peers, in_file)
                 self.served["block"] += 1
                 if data is None:
                     return await _answer(send, 200, b"", b"application/octet-stream", _IN_FILE)
@@ -77,7 +84,7 @@ class PeerApp:
                 self.served["hold"] += 1
                 return await _answer(send, 200, orjson.dumps({"bytes": fetched}))
             opened = await self._serve_open(params["bucket"], params["key"], params["vid"], int(params["index"]),
-                                            in_file)
+                                            peers, in_file)
         except PeerRefused as refused:
             self.served["refused"] += 1
             return await _answer(send, 424, refusal(refused.error, refused.changed))

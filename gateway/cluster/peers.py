@@ -167,11 +167,14 @@ class PeerClient:
         return data
 
     async def block_or_file(self, peer: Member, bucket: str, key: str, etag: str, version_id: str | None,
-                            size: int, index: int, length: int, *, in_file: bool) -> bytes | None:
+                            size: int, index: int, length: int, *, in_file: bool,
+                            peers: bool = False) -> bytes | None:
         """`block`; None when `in_file` was asked and the peer (a worker of this node) keeps the
-        block in its file of the node's shared memory tier."""
+        block in its file of the node's shared memory tier. `peers`: that worker may ask the
+        fleet's owners for it (this worker's own read), else only its tiers and the origin."""
         params = [("bucket", bucket), ("key", key), ("etag", etag), ("vid", version_id or ""),
-                  ("size", str(size)), ("index", str(index)), *([("file", "1")] if in_file else [])]
+                  ("size", str(size)), ("index", str(index)), *([("file", "1")] if in_file else []),
+                  *([("peers", "1")] if peers else [])]
         status, headers, body = await self._get(peer, BLOCK_PATH, params, length)
         if in_file and status == 200 and headers.get(BLOCK_HEADER) == "file" and not body:
             return None
@@ -195,11 +198,11 @@ class PeerClient:
 
     async def open_or_file(self, peer: Member, bucket: str, key: str, version_id: str | None, index: int,
                            block_size: int, *, budget: Budget | None = None,
-                           in_file: bool) -> tuple[bytes, bytes | None] | None:
+                           in_file: bool, peers: bool = False) -> tuple[bytes, bytes | None] | None:
         """`open`; the bytes are None when `in_file` was asked and the peer keeps the block in its
-        file of the node's shared memory tier."""
+        file of the node's shared memory tier; `peers` as in `block_or_file`."""
         params = [("bucket", bucket), ("key", key), ("vid", version_id or ""), ("index", str(index)),
-                  *([("file", "1")] if in_file else [])]
+                  *([("file", "1")] if in_file else []), *([("peers", "1")] if peers else [])]
         status, headers, body = await self._get(peer, OPEN_PATH, params, block_size, budget)
         if status == 204:
             return None

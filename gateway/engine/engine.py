@@ -247,12 +247,12 @@ class Engine:
         await self.replicas.spread(bucket, key, meta, replicas=replicas)
 
     async def serve_block(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
-                          in_file: bool) -> bytes | None:
-        return await self._serving().serve_block(bucket, key, etag, version_id, size, index, in_file)
+                          peers: bool, in_file: bool) -> bytes | None:
+        return await self._serving().serve_block(bucket, key, etag, version_id, size, index, peers, in_file)
 
-    async def serve_open(self, bucket: str, key: str, version_id: str, index: int,
+    async def serve_open(self, bucket: str, key: str, version_id: str, index: int, peers: bool,
                          in_file: bool) -> tuple[bytes, bytes | None] | None:
-        return await self._serving().serve_open(bucket, key, version_id, index, in_file)
+        return await self._serving().serve_open(bucket, key, version_id, index, peers, in_file)
 
     async def serve_hold(self, bucket: str, key: str, etag: str, version_id: str, size: int, replicas: int) -> int:
         return await self._serving().serve_hold(bucket, key, etag, version_id, size, replicas)

@@ -100,7 +100,7 @@ class BlockFetcher:
                 break
         owner = self.siblings.owner(block.bucket, block.key, block.index) if self.siblings is not None else None
         if owner is not None:  # another worker of this node owns the block: it fetches and keeps it
-            return await self._from_sibling(owner, block, meta)
+            return await self._from_sibling(owner, block, meta, from_peers)
         route = self.route(block.bucket, block.key, block.index, replicas) if from_peers else None
         if route is not None and self.peers is not None:
             flight = self._from_peers.joined(block.name)
@@ -113,7 +113,7 @@ class BlockFetcher:
         self.stats["block_miss"] += 1
         return await self.from_origin(block, meta)
 
-    async def _from_sibling(self, owner: int, block: BlockId, meta: ObjectMeta) -> bytes:
+    async def _from_sibling(self, owner: int, block: BlockId, meta: ObjectMeta, from_peers: bool) -> bytes:
         siblings = self.siblings
         assert siblings is not None
         flight = self._from_peers.joined(block.name)
@@ -121,7 +121,7 @@ class BlockFetcher:
             self.stats["block_wait"] += 1
             return await asyncio.shield(flight)
         # Not a miss here: the owner counts it (a block is counted once in the node's figures).
-        return await self._from_peers.run(block.name, lambda: siblings.block(owner, block, meta))
+        return await self._from_peers.run(block.name, lambda: siblings.block(owner, block, meta, from_peers))
 
     async def from_origin(self, block: BlockId, meta: ObjectMeta) -> bytes:
         """The block from the origin, once however many wait, kept if this worker keeps it."""
@@ -213,7 +213,8 @@ class BlockFetcher:
 
     # --- opening a cold object ---------------------------------------------------------
 
-    async def open(self, bucket: str, key: str, query: list[tuple[str, str]], first_byte: int) -> Opened | None:
+    async def open(self, bucket: str, key: str, query: list[tuple[str, str]], first_byte: int, *,
+                   from_peers: bool = True) -> Opened | None:
         """The metadata of an object nobody asked about lately, and the block holding
         `first_byte`, from one ranged GET instead of a HEAD and then a GET (one origin
         round trip saved on every cold read). Concurrent opens of the same block share
@@ -229,9 +230,10 @@ class BlockFetcher:
             siblings = self.siblings
             assert siblings is not None
             if not self._trusted():
-                return await siblings.open(owner, bucket, key, query, index)
-            return await self._peer_opening.run(name, lambda: siblings.open(owner, bucket, key, query, index))
-        route = self.route(bucket, key, index)
+                return await siblings.open(owner, bucket, key, query, index, from_peers)
+            return await self._peer_opening.run(name, lambda: siblings.open(owner, bucket, key, query, index,
+                                                                           from_peers))
+        route = self.route(bucket, key, index) if from_peers else None
         if route is not None and self.peers is not None:  # a peer owns the block: it opens the object for us
             peers = self.peers
             if not self._trusted():  # an open under way may have begun before an unheard write

@@ -26,10 +26,12 @@ class Serving:
         self.hold: Hold | None = None  # Replicas.hold, set by the engine in a fleet
 
     async def serve_block(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
-                          in_file: bool = False) -> bytes | None:
+                          peers: bool = False, in_file: bool = False) -> bytes | None:
         """A block a peer asked for: from the tiers, else from the origin once (and kept);
         None when `in_file` (another worker of this node asks) and this worker keeps it in
-        the node's shared memory tier, where the asker reads it.
+        the node's shared memory tier, where the asker reads it. Another node's request is
+        answered from this node or the origin, never from a third node (no circles); another
+        worker's for its own read (`peers`) as this worker's own read is, the fleet's owners first.
 
         Raises PeerRefused for the origin's S3 errors, ValueError for a block outside the object.
         """
@@ -39,7 +41,7 @@ class Serving:
         memory = self.fetch.store.memory
         held = 0 if memory is not None and block in memory else await self.fetch.budget.take(length)
         try:
-            data = await self.fetch.block(block, meta, from_peers=False)
+            data = await self.fetch.block(block, meta, from_peers=peers)
             return None if in_file and self.fetch.store.in_shared_memory(block) else data
         except ObjectChanged as exc:
             raise PeerRefused(exc, changed=True) from exc
@@ -61,13 +63,15 @@ class Serving:
         except S3Error as exc:
             raise PeerRefused(exc, changed=False) from exc
 
-    async def serve_open(self, bucket: str, key: str, version_id: str, index: int,
+    async def serve_open(self, bucket: str, key: str, version_id: str, index: int, peers: bool = False,
                          in_file: bool = False) -> tuple[bytes, bytes | None] | None:
         """An open a peer asked for (see BlockFetcher.open): (metadata in the shared form, block) or
-        None; the block is None as in `serve_block` when it is in the node's shared memory tier."""
+        None; the block is None as in `serve_block` when it is in the node's shared memory tier.
+        It goes to the worker that owns the block; with `peers`, to the fleet's owner of it too."""
         query = [("versionId", version_id)] if version_id else []
         try:
-            opened = await self.fetch.open_here(bucket, key, query, index)
+            opened = await self.fetch.open(bucket, key, query, index * self.fetch.settings.block_size,
+                                           from_peers=peers)
         except S3Error as exc:
             raise PeerRefused(exc, changed=False) from exc
         if opened is None:

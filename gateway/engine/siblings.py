@@ -56,10 +56,12 @@ class Siblings:
         for client in self._clients.values():
             await client.aclose()
 
-    async def block(self, owner: int, block: BlockId, meta: ObjectMeta) -> bytes:
+    async def block(self, owner: int, block: BlockId, meta: ObjectMeta, from_peers: bool = True) -> bytes:
+        """The block from the worker that owns it; `from_peers`: which may ask the fleet's owners
+        (False for what another node asked of this one: never a third node)."""
         length = self.fetch.length(block, meta)
         try:
-            data = await self._ask_block(owner, block, meta, length)
+            data = await self._ask_block(owner, block, meta, length, from_peers)
         except PeerRefused as refused:
             await take_refusal(block.bucket, block.key, refused, self._on_changed)
         except PeerError as exc:
@@ -70,23 +72,28 @@ class Siblings:
         self.stats["worker_fallback"] += 1
         return await self.fetch.from_origin(block, meta)
 
-    async def _ask_block(self, owner: int, block: BlockId, meta: ObjectMeta, length: int) -> bytes:
+    async def _ask_block(self, owner: int, block: BlockId, meta: ObjectMeta, length: int, peers: bool) -> bytes:
         """The block from its owner: read from the owner's file of the shared memory tier when
         it says it keeps it there, else (or when it was evicted meanwhile) through the socket."""
         client, member = self._clients[owner], self._members[owner]
         ask = (member, block.bucket, block.key, meta.etag, meta.version_id, meta.size, block.index, length)
-        data = await client.block_or_file(*ask, in_file=self._in_files)
+        data = await client.block_or_file(*ask, in_file=self._in_files, peers=peers)
         if data is None:
             data = self.fetch.store.from_shared_memory(block)
             self.stats["worker_block_from_file" if data is not None else "worker_block_file_gone"] += 1
-        return data if data is not None else await client.block(*ask)
+        if data is None:
+            data = await client.block_or_file(*ask, in_file=False, peers=peers)
+        assert data is not None  # asked without in_file: the bytes, or PeerError
+        return data
 
-    async def open(self, owner: int, bucket: str, key: str, query: list[tuple[str, str]], index: int) -> Opened | None:
+    async def open(self, owner: int, bucket: str, key: str, query: list[tuple[str, str]], index: int,
+                   from_peers: bool = True) -> Opened | None:
         size = self.fetch.settings.block_size
         version_id = dict(query).get("versionId")
         try:
             opened = await self._clients[owner].open_or_file(self._members[owner], bucket, key, version_id, index,
-                                                             size, budget=self.fetch.budget, in_file=self._in_files)
+                                                             size, budget=self.fetch.budget, in_file=self._in_files,
+                                                             peers=from_peers)
         except PeerRefused as refused:
             await take_refusal(bucket, key, refused, self._on_changed)
         except PeerError as exc:

@@ -98,30 +98,28 @@ class BlockFetcher:
                 return await asyncio.shield(flight)
             if block not in self.store:  # else stored between our look and now: look again
                 break
-        owner = self.siblings.owner(block.bucket, block.key, block.index) if self.siblings is not None else None
-        if owner is not None:  # another worker of this node owns the block: it fetches and keeps it
-            return await self._from_sibling(owner, block, meta, from_peers)
+        siblings, peers = self.siblings, self.peers
+        owner = siblings.owner(block.bucket, block.key, block.index) if siblings is not None else None
+        if siblings is not None and owner is not None:
+            # Another worker of this node owns the block: it fetches and keeps it, and counts the
+            # miss (a block is counted once in the node's figures).
+            return await self._asked(block, lambda: siblings.block(owner, block, meta, from_peers), miss=False)
         route = self.route(block.bucket, block.key, block.index, replicas) if from_peers else None
-        if route is not None and self.peers is not None:
-            flight = self._from_peers.joined(block.name)
-            if flight is not None:
-                self.stats["block_wait"] += 1
-                return await asyncio.shield(flight)
-            self.stats["block_miss"] += 1
-            peers = self.peers
-            return await self._from_peers.run(block.name, lambda: peers.block(block, meta, route))
+        if route is not None and peers is not None:
+            return await self._asked(block, lambda: peers.block(block, meta, route), miss=True)
         self.stats["block_miss"] += 1
         return await self.from_origin(block, meta)
 
-    async def _from_sibling(self, owner: int, block: BlockId, meta: ObjectMeta, from_peers: bool) -> bytes:
-        siblings = self.siblings
-        assert siblings is not None
+    async def _asked(self, block: BlockId, ask: Callable[[], Awaitable[bytes]], *, miss: bool) -> bytes:
+        """The block from another worker or node: asked once however many wait for it (`miss`:
+        this node counts the miss; a worker asking the owner worker leaves that to the owner)."""
         flight = self._from_peers.joined(block.name)
         if flight is not None:
             self.stats["block_wait"] += 1
             return await asyncio.shield(flight)
-        # Not a miss here: the owner counts it (a block is counted once in the node's figures).
-        return await self._from_peers.run(block.name, lambda: siblings.block(owner, block, meta, from_peers))
+        if miss:
+            self.stats["block_miss"] += 1
+        return await self._from_peers.run(block.name, ask)
 
     async def from_origin(self, block: BlockId, meta: ObjectMeta) -> bytes:
         """The block from the origin, once however many wait, kept if this worker keeps it."""

@@ -19,7 +19,7 @@ from gateway.engine.serving import take_refusal
 from gateway.node.workers import WorkerSet
 from gateway.objects import ObjectMeta, decode_meta
 from gateway.store.blocks import BlockId
-from gateway.store.memory import MemoryTier
+from gateway.store.shared import SharedTier
 
 _LOG_EVERY = 10.0  # seconds between two log lines about the same failing worker
 
@@ -44,7 +44,7 @@ class Siblings:
                          for i in workers.siblings()}
         self._members = {i: Member(f"worker-{i}", "http://worker") for i in workers.siblings()}
         # With the memory tier shared as files, an owner that keeps a block there is not asked to send it.
-        self._in_files = fetch.store.memory is not None and not isinstance(fetch.store.memory, MemoryTier)
+        self._in_files = isinstance(fetch.store.memory, SharedTier)
         self._logged: dict[int, float] = {}
 
     def owner(self, bucket: str, key: str, index: int) -> int | None:

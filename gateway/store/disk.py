@@ -378,6 +378,13 @@ class DiskTier:
     def _run(self, func: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         return asyncio.get_running_loop().run_in_executor(self._executor, func, *args)
 
+    async def in_thread(self, read: Callable[[BlockId], bytes | None], block_id: BlockId) -> bytes | None:
+        """`read(block_id)` in this tier's threads (store.shared: another worker's block); None once closed."""
+        try:
+            return await self._run(read, block_id)
+        except RuntimeError:  # the pool is shut down
+            return None
+
     # --- executor side: never called on the event loop ---------------------------------------
 
     def _store(

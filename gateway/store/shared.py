@@ -15,12 +15,10 @@ traffic (a uniform sample when connections spread evenly).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 from gateway.store import blockfile
 from gateway.store.blockfile import BadBlockError
@@ -40,7 +38,7 @@ class SharedTier:
 
     A block another worker owns is never stored here (`put` keeps nothing): its owner
     fetched it and holds it, or will. On tmpfs (medium "memory") reads run on the event loop
-    (`get_now`, a copy from memory); on a disk they run in a small thread pool of their own.
+    (`get_now`, a copy from memory); on a disk they run in the own part's threads.
     """
 
     def __init__(self, path: str, quota: int, policy: EvictionPolicy, owns: Callable[[BlockId], bool], *,
@@ -52,13 +50,8 @@ class SharedTier:
         self.quota = quota
         self.stats: TierStats = self.own.stats
         self._inline = medium == "memory"
-        self._readers = None if self._inline else ThreadPoolExecutor(2, thread_name_prefix=f"gateway-shared-{name}")
 
     # --- what the own part answers ----------------------------------------------------------
-
-    @property
-    def policy(self) -> EvictionPolicy:
-        return self.own.policy
 
     @property
     def evictable(self) -> Callable[[BlockId], bool]:
@@ -96,8 +89,6 @@ class SharedTier:
 
     async def aclose(self) -> None:
         await self.own.aclose()
-        if self._readers is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self._readers.shutdown)
 
     def __contains__(self, block_id: object) -> bool:
         """Held here, or (on tmpfs, where asking costs no disk access) by the worker that owns it."""
@@ -120,7 +111,7 @@ class SharedTier:
         if self._inline:
             data = self.read_other(block_id)
         else:
-            data = await asyncio.get_running_loop().run_in_executor(self._readers, self.read_other, block_id)
+            data = await self.own.in_thread(self.read_other, block_id)
         if data is not None:  # a miss is the owner's to count, when it is asked for the block
             self.stats.hits += 1
         return data

@@ -96,8 +96,8 @@ class AdminApp:
         in a node without Redis: runtime pins then live in each worker's memory, and a
         restarted worker would otherwise evict the pinned blocks it owns. With Redis every
         worker reads them from there."""
-        if self.siblings is None or self.node.engine.shared is not None:
-            return
+        if self.siblings is None or self.node.engine.shared is not None or not self._token:
+            return  # (without an admin token no one can set runtime pins, and siblings have no admin API)
         pins = self.node.pins
         # Siblings that start at the same time answer late or not at all: they have no pins yet.
         for answer in await self.siblings.ask("GET", "/pins"):

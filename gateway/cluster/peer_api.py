@@ -13,8 +13,8 @@ import orjson
 from starlette.types import Receive, Scope, Send
 
 from gateway import log
-from gateway.cluster.peers import (AUTH_HEADER, BLOCK_HEADER, BLOCK_PATH, HOLD_PATH, META_HEADER, OPEN_PATH,
-                                   PEER_PREFIX, PeerRefused, decode_query, refusal, verify)
+from gateway.cluster.peers import (AUTH_HEADER, BLOCK_HEADER, BLOCK_PATH, CACHED_HEADER, HOLD_PATH, META_HEADER,
+                                   OPEN_PATH, PEER_PREFIX, OpenAnswer, PeerRefused, decode_query, refusal, verify)
 
 __all__ = ["PeerApp"]
 
@@ -23,9 +23,9 @@ __all__ = ["PeerApp"]
 # the node's memory tier. `peers`: another worker asked for its own read, which may go to the
 # fleet's owners; another node's request never goes to a third node (no circles).
 ServeBlock = Callable[[str, str, str, str, int, int, bool, bool], Awaitable["bytes | None"]]
-# (bucket, key, version id or "", index, peers, in_file) -> (metadata in the shared form, block or
-# None as above) or None.
-ServeOpen = Callable[[str, str, str, int, bool, bool], Awaitable["tuple[bytes, bytes | None] | None"]]
+# (bucket, key, version id or "", index, peers, in_file) -> the open's answer (its block None as
+# above) or None.
+ServeOpen = Callable[[str, str, str, int, bool, bool], Awaitable["OpenAnswer | None"]]
 # (bucket, key, etag, version id or "", object size, replicas) -> bytes fetched.
 ServeHold = Callable[[str, str, str, str, int, int], Awaitable[int]]
 
@@ -103,12 +103,13 @@ class PeerApp:
             self.served["open_none"] += 1
             return await _answer(send, 204, b"")
         self.served["open"] += 1
-        meta, data = opened
-        await _answer(send, 200, data or b"", b"application/octet-stream",
-                      [(META_HEADER.encode(), base64.b64encode(meta)), *(_IN_FILE if data is None else [])])
+        await _answer(send, 200, opened.data or b"", b"application/octet-stream",
+                      [(META_HEADER.encode(), base64.b64encode(opened.meta)), *(_IN_FILE if opened.data is None else []),
+                       *(_CACHED if opened.cached else [])])
 
 
 _IN_FILE = [(BLOCK_HEADER.encode(), b"file")]
+_CACHED = [(CACHED_HEADER.encode(), b"1")]
 
 
 async def _answer(send: Send, status: int, body: bytes, content_type: bytes = b"application/json",

@@ -35,7 +35,7 @@ import hashlib
 import hmac
 import ssl
 import time
-from typing import Protocol
+from typing import NamedTuple, Protocol
 from urllib.parse import parse_qsl, quote, urlencode
 
 import aiohttp
@@ -46,7 +46,7 @@ from gateway.cluster.membership import Member
 from gateway.config import ClusterSettings
 from gateway.errors import S3Error
 
-__all__ = ["PEER_PREFIX", "PeerClient", "PeerError", "PeerRefused", "sign", "verify"]
+__all__ = ["PEER_PREFIX", "OpenAnswer", "PeerClient", "PeerError", "PeerRefused", "sign", "verify"]
 
 PEER_PREFIX = "/_peer/"
 BLOCK_PATH = "/_peer/v1/block"
@@ -55,6 +55,7 @@ HOLD_PATH = "/_peer/v1/hold"
 AUTH_HEADER = "x-gateway-peer"
 META_HEADER = "x-gateway-meta"
 BLOCK_HEADER = "x-gateway-block"  # "file": the block is in the owner's file, not in the body
+CACHED_HEADER = "x-gateway-cached"  # "1": an open's block came from the owner's cache, not its origin
 MAX_SKEW = 300  # seconds a signature stays valid, for clocks that differ between nodes
 _TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 _MAX_ERROR = 64 * 1024
@@ -121,6 +122,16 @@ class PeerRefused(Exception):
         self.changed = changed
 
 
+class OpenAnswer(NamedTuple):
+    """An owner's answer to an open: the metadata in the shared form, the first block (None when
+    it is in the owner's file of the node's shared memory tier), and whether the owner had that
+    block cached (False: it fetched it from the origin for this open)."""
+
+    meta: bytes
+    data: bytes | None
+    cached: bool
+
+
 class PeerClient:
     """Asks peers for blocks. One keep-alive pool for every peer; timeouts from cluster.*."""
 
@@ -183,7 +194,7 @@ class PeerClient:
         return body
 
     async def open(self, peer: Member, bucket: str, key: str, version_id: str | None, index: int, block_size: int,
-                   *, budget: Budget | None = None) -> tuple[bytes, bytes] | None:
+                   *, budget: Budget | None = None) -> OpenAnswer | None:
         """(metadata in the shared form, block bytes) of a cold read, or None: ask with a HEAD.
 
         The block's size is known only from the answer: `budget` is taken for it before
@@ -193,12 +204,12 @@ class PeerClient:
                                          in_file=False)
         if opened is None:
             return None
-        assert opened[1] is not None  # only an answer to `in_file` has no bytes
-        return opened[0], opened[1]
+        assert opened.data is not None  # only an answer to `in_file` has no bytes
+        return opened
 
     async def open_or_file(self, peer: Member, bucket: str, key: str, version_id: str | None, index: int,
                            block_size: int, *, budget: Budget | None = None,
-                           in_file: bool, peers: bool = False) -> tuple[bytes, bytes | None] | None:
+                           in_file: bool, peers: bool = False) -> OpenAnswer | None:
         """`open`; the bytes are None when `in_file` was asked and the peer keeps the block in its
         file of the node's shared memory tier; `peers` as in `block_or_file`."""
         params = [("bucket", bucket), ("key", key), ("vid", version_id or ""), ("index", str(index)),
@@ -213,7 +224,8 @@ class PeerClient:
             shared = base64.b64decode(meta, validate=True)
         except ValueError:
             raise PeerError(f"{peer.id} sent unreadable metadata") from None
-        return shared, None if in_file and headers.get(BLOCK_HEADER) == "file" and not body else body
+        return OpenAnswer(shared, None if in_file and headers.get(BLOCK_HEADER) == "file" and not body else body,
+                          headers.get(CACHED_HEADER) == "1")
 
     async def hold(self, peer: Member, bucket: str, key: str, etag: str, version_id: str | None,
                    size: int, replicas: int, blocks: int) -> int:

@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from gateway.bytebudget import ByteBudget
 from gateway.cluster.fleet import Fleet
+from gateway.cluster.peers import OpenAnswer
 from gateway.cluster.replication import Change
 from gateway.cluster.shared import Shared
 from gateway.config import CacheSettings, ClusterSettings, ListingSettings, MetadataSettings
@@ -251,7 +252,7 @@ class Engine:
         return await self._serving().serve_block(bucket, key, etag, version_id, size, index, peers, in_file)
 
     async def serve_open(self, bucket: str, key: str, version_id: str, index: int, peers: bool,
-                         in_file: bool) -> tuple[bytes, bytes | None] | None:
+                         in_file: bool) -> OpenAnswer | None:
         return await self._serving().serve_open(bucket, key, version_id, index, peers, in_file)
 
     async def serve_hold(self, bucket: str, key: str, etag: str, version_id: str, size: int, replicas: int) -> int:

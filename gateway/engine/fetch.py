@@ -32,13 +32,16 @@ _RECENT_OPEN = 2.0
 
 
 class FirstBlock:
-    """A block fetched together with the object's metadata (a cold GET), in hand."""
+    """A block that came together with the object's metadata, in hand: from one ranged GET of
+    the origin (`from_origin`, a cold read), or from a cache, when an open another worker or
+    node just did answers this one too (x-cache then says hit, not miss)."""
 
-    __slots__ = ("block", "data")
+    __slots__ = ("block", "data", "from_origin")
 
-    def __init__(self, block: BlockId, data: bytes) -> None:
+    def __init__(self, block: BlockId, data: bytes, *, from_origin: bool) -> None:
         self.block = block
         self.data = data
+        self.from_origin = from_origin
 
 
 Opened = tuple[ObjectMeta, FirstBlock]
@@ -270,7 +273,7 @@ class BlockFetcher:
         if hit is None:
             return None
         self.stats["open_recent"] += 1
-        return meta, FirstBlock(block, hit[0])
+        return meta, FirstBlock(block, hit[0], from_origin=False)
 
     @property
     def _remembers_opens(self) -> bool:
@@ -334,7 +337,7 @@ class BlockFetcher:
         block = BlockId(bucket, key, version_of(meta), index)
         self.stats["origin_block_fetch"] += 1
         await self.store.put(block, data)
-        opened = meta, FirstBlock(block, data)
+        opened = meta, FirstBlock(block, data, from_origin=True)
         if self._remembers_opens:
             self._remember_open(name, opened)
         return opened

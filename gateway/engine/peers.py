@@ -74,16 +74,17 @@ class Peers:
                 continue
             if opened is None:
                 return None
-            meta = decode_meta(opened[0])
+            meta = decode_meta(opened.meta)
+            data = opened.data
             first = index * size
-            if not isinstance(meta, ObjectMeta) or len(opened[1]) != min(first + size, meta.size) - first:
+            if not isinstance(meta, ObjectMeta) or data is None or len(data) != min(first + size, meta.size) - first:
                 self.failed(peer, PeerError("an open answer that does not add up"))
                 continue
             block = BlockId(bucket, key, version_of(meta), index)
             self.stats["peer_open"] += 1
             if route.keep:
-                await self.fetch.store.put(block, opened[1])
-            return meta, FirstBlock(block, opened[1])
+                await self.fetch.store.put(block, data)
+            return meta, FirstBlock(block, data, from_origin=not opened.cached)
         self.stats["peer_fallback"] += 1
         return await self.fetch.open_here(bucket, key, query, index)
 

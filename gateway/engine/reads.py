@@ -95,7 +95,7 @@ class Reads:
             start, end = 0, meta.size - 1
         blocks = [BlockId(bucket, key, version_of(meta), i) for i in block_span(start, end, self.settings.block_size)]
         in_hand = first.data if first is not None and first.block == blocks[0] else None
-        source = self._describe(fetch, blocks, fetched=in_hand is not None)
+        source = self._describe(fetch, blocks, fetched=in_hand is not None and first is not None and first.from_origin)
         self._read_around(fetch, blocks, meta, start, end)
         first_length = fetch.length(blocks[0], meta)
         if len(blocks) == 1:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 
-from gateway.cluster.peers import PeerRefused
+from gateway.cluster.peers import OpenAnswer, PeerRefused
 from gateway.engine.fetch import BlockFetcher, version_of
 from gateway.errors import S3Error
 from gateway.objects import ObjectChanged, ObjectMeta, encode_meta
@@ -64,9 +64,9 @@ class Serving:
             raise PeerRefused(exc, changed=False) from exc
 
     async def serve_open(self, bucket: str, key: str, version_id: str, index: int, peers: bool = False,
-                         in_file: bool = False) -> tuple[bytes, bytes | None] | None:
-        """An open a peer asked for (see BlockFetcher.open): (metadata in the shared form, block) or
-        None; the block is None as in `serve_block` when it is in the node's shared memory tier.
+                         in_file: bool = False) -> OpenAnswer | None:
+        """An open a peer asked for (see BlockFetcher.open), or None; the block is None as in
+        `serve_block` when it is in the node's shared memory tier.
         It goes to the worker that owns the block; with `peers`, to the fleet's owner of it too."""
         query = [("versionId", version_id)] if version_id else []
         try:
@@ -77,7 +77,9 @@ class Serving:
         if opened is None:
             return None
         block = opened[1]
-        return encode_meta(opened[0]), None if in_file and self.fetch.store.in_shared_memory(block.block) else block.data
+        return OpenAnswer(encode_meta(opened[0]),
+                          None if in_file and self.fetch.store.in_shared_memory(block.block) else block.data,
+                          cached=not block.from_origin)
 
 
 async def take_refusal(bucket: str, key: str, refused: PeerRefused, on_changed: Callable[[str, str], Awaitable[None]]) -> None:

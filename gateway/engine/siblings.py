@@ -101,16 +101,16 @@ class Siblings:
         else:
             if opened is None:
                 return None
-            meta = decode_meta(opened[0])
+            meta = decode_meta(opened.meta)
             if isinstance(meta, ObjectMeta):
                 block = BlockId(bucket, key, version_of(meta), index)
-                data = opened[1] if opened[1] is not None else self.fetch.store.from_shared_memory(block)
+                data = opened.data if opened.data is not None else self.fetch.store.from_shared_memory(block)
                 first = index * size
                 if data is None:  # in the owner's file, and evicted meanwhile: opened here instead
                     self.stats["worker_block_file_gone"] += 1
                 elif len(data) == min(first + size, meta.size) - first:
                     self.stats["worker_open"] += 1
-                    return meta, FirstBlock(block, data)
+                    return meta, FirstBlock(block, data, from_origin=not opened.cached)
                 else:
                     self._failed(owner, PeerError("an open answer that does not add up"))
             else:

@@ -128,6 +128,28 @@ def test_the_node_stays_within_its_quota(node):
         assert s3[i % 2].get_object(Bucket="bkt", Key=key, Range="bytes=100-")["Body"].read() == body[100:]
 
 
+def test_a_read_answered_by_another_workers_open_says_where_its_bytes_came_from(node, clean_origin):
+    # Worker 0 opens objects it owns (one ranged GET for metadata and block); worker 1, which has
+    # no metadata of them, asks worker 0 to open them a moment later and is answered from worker
+    # 0's cache: a hit, not a miss (and no second origin GET). (Without checksum mode: a read that
+    # asks for the object's checksums needs a HEAD, not an open.)
+    s3 = [client(w.endpoint, response_checksum_validation="when_required") for w in node]
+    origin = client(clean_origin)
+    origin.create_bucket(Bucket="bkt")
+    owned = [k for k in (f"small-{i}" for i in range(32)) if WorkerSet(0, 2, "x", b"x").owns("bkt", k, 0)][:4]
+    for key in owned:
+        origin.put_object(Bucket="bkt", Key=key, Body=DATA[:999])
+    for key in owned:
+        got = s3[0].get_object(Bucket="bkt", Key=key)
+        assert got["Body"].read() == DATA[:999] and got["ResponseMetadata"]["HTTPHeaders"]["x-cache"] == "miss"
+    before = origin_gets(node)
+    for key in owned:
+        got = s3[1].get_object(Bucket="bkt", Key=key)
+        assert got["Body"].read() == DATA[:999] and got["ResponseMetadata"]["HTTPHeaders"]["x-cache"] == "hit-mem"
+    assert origin_gets(node) == before
+    assert sibling_stats(node)["worker_open"] == len(owned)
+
+
 def test_a_changed_object_is_read_anew_by_every_worker(node):
     s3 = [client(w.endpoint) for w in node]
     s3[0].create_bucket(Bucket="bkt")

@@ -70,9 +70,9 @@ class ServerSettings:
         60.0, "A client that sends none of a request body it announced, or reads less than 48KiB of an "
               "answer, for this long is disconnected (its read-buffer share and its task are freed).")
     hit_path: bool = setting(
-        True, "Answer GETs and HEADs of objects whose metadata is fresh and whose bytes one memory block "
-              "holds inside the HTTP server, without the ASGI app (the same answer, counted and logged alike, "
-              "at a fraction of the CPU); false sends every request through the app.")
+        True, "Answer GETs and HEADs of objects whose metadata is fresh and whose bytes one block holds in "
+              "memory or in the page cache inside the HTTP server, without the ASGI app (the same answer, "
+              "counted and logged alike, at a fraction of the CPU); false sends every request through the app.")
     shutdown_timeout: float = setting(
         30.0, "On SIGTERM, how long requests in flight may finish before they are cancelled and the node "
               "leaves the fleet and exits.")

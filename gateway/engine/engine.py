@@ -221,15 +221,15 @@ class Engine:
         return self.metadata.fresh_now(bucket, key, version_id, checksums=checksums)
 
     def read_now(self, bucket: str, key: str, meta: ObjectMeta, start: int | None = None,
-                 end: int | None = None) -> bytes | None:
-        """A GET's bytes when one block in the memory tier holds them, counted as get_object
-        counts that hit (the metadata hit, the block hit, the object's heat); None, counting
-        nothing, otherwise."""
-        data = self.reads.from_memory_now(bucket, key, meta, start, end)
-        if data is not None:
+                 end: int | None = None) -> tuple[bytes, str] | None:
+        """(a GET's bytes, x-cache source) when one block holds them that a tier answers at once
+        (Reads.read_now), counted as get_object counts that hit (the metadata hit, the block
+        hit, the object's heat); None, counting nothing, otherwise."""
+        hit = self.reads.read_now(bucket, key, meta, start, end)
+        if hit is not None:
             self.metadata.stats["meta_hit"] += 1
             self.heat.hit(bucket, key)
-        return data
+        return hit
 
     def head_answered_now(self) -> None:
         """A HEAD answered from fresh_now's metadata: counted as open_object counts that hit."""

@@ -172,13 +172,13 @@ class BlockFetcher:
                             block.index, block.bucket, block.key, len(data), expected, attempt + 1)
         raise S3Error("ServiceUnavailable", "The origin sent a block of the wrong size; retry the request.")
 
-    def from_memory_now(self, block: BlockId) -> bytes | None:
-        """A block the memory tier holds, counted as `block` counts that hit; None, counting
-        nothing, otherwise (see TieredStore.from_memory_now)."""
-        data = self.store.from_memory_now(block)
-        if data is not None:
-            self.stats[f"block_hit_{self.store.levels[0].name}"] += 1
-        return data
+    def block_now(self, block: BlockId) -> tuple[bytes, str] | None:
+        """(data, tier name) of a block a tier can answer at once, counted as `block` counts
+        that hit; None, counting nothing, otherwise (see TieredStore.get_now)."""
+        hit = self.store.get_now(block)
+        if hit is not None:
+            self.stats[f"block_hit_{hit[1]}"] += 1
+        return hit
 
     def prefetch(self, block: BlockId, meta: ObjectMeta) -> None:
         """Fetch a block nobody asked for yet, if the budget allows; it is given back once

@@ -127,11 +127,12 @@ class Reads:
         head = await anext(chunks)
         return ObjectRead(source, chunks=_prepend(head, chunks), close=chunks.aclose)
 
-    def from_memory_now(self, bucket: str, key: str, meta: ObjectMeta, start: int | None = None,
-                        end: int | None = None) -> bytes | None:
-        """The bytes [start, end] of exactly `meta`'s version when one block in the memory tier
-        holds them, read as read_object reads them (its counters, readahead); None, counting
-        nothing, otherwise. No await: the hit path below ASGI asks this way."""
+    def read_now(self, bucket: str, key: str, meta: ObjectMeta, start: int | None = None,
+                 end: int | None = None) -> tuple[bytes, str] | None:
+        """(bytes [start, end] of exactly `meta`'s version, x-cache source) when one block holds
+        them that a tier can answer at once (memory: hit-mem; a disk's page cache: hit-disk),
+        read as read_object reads them (its counters, readahead); None, counting nothing,
+        otherwise. No await: the hit path below ASGI asks this way."""
         fetch = self.fetch
         if fetch is None or meta.size == 0:
             return None
@@ -141,12 +142,15 @@ class Reads:
         if start // size != end // size:
             return None
         block = BlockId(bucket, key, version_of(meta), start // size)
-        data = fetch.from_memory_now(block)
-        if data is None:
+        hit = fetch.block_now(block)
+        if hit is None:
             return None
+        data, tier = hit
         self._read_around(fetch, [block], meta, start, end)
         lo, hi = slice_for(block.index, size, start, end)
-        return data if (lo, hi) == (0, len(data)) else data[lo:hi]
+        memory = fetch.store.memory
+        source = "hit-mem" if memory is not None and tier == memory.name else "hit-disk"
+        return data if (lo, hi) == (0, len(data)) else data[lo:hi], source
 
     async def _give_back(self, held: int) -> None:
         self.budget.give(held)

@@ -1,6 +1,7 @@
 """The hit path below ASGI: a GET or HEAD of an object whose metadata is fresh in memory
-and whose bytes one memory block holds is answered inside the HTTP protocol's callback,
-with no ASGI cycle, task or response object run.
+and whose bytes one block holds that a tier reads at once (the memory tier; a disk tier
+when the page cache holds the block) is answered inside the HTTP protocol's callback, with
+no ASGI cycle, task or response object run.
 
 It takes the same steps as the ASGI path, with the same functions (parse_request, the
 app's `identify`, the policy, reads.object_answer, the responses module), and counts
@@ -74,17 +75,17 @@ class HitPath:
             answer = reads.object_answer(req, meta, overrides)
         except S3Error:
             return None
-        answer.headers[reads.X_CACHE] = "hit-mem"
         if method == "HEAD":
             engine.head_answered_now()
+            answer.headers[reads.X_CACHE] = "hit-mem"  # as the app says of metadata from memory
             response = empty_response(request_id, status=answer.status, headers=answer.headers)
             body = b""
         else:
-            data = engine.read_now(bucket, key, meta, answer.start, answer.end)
-            if data is None:
+            hit = engine.read_now(bucket, key, meta, answer.start, answer.end)
+            if hit is None:
                 return None
-            response = body_response(data, request_id, status=answer.status, headers=answer.headers)
-            body = data
+            body, answer.headers[reads.X_CACHE] = hit
+            response = body_response(body, request_id, status=answer.status, headers=answer.headers)
         head = [_STATUS_LINES[answer.status]]
         for name, value in default_headers:
             head += (name, b": ", value, b"\r\n")

@@ -131,12 +131,12 @@ def write_file(path: str, header: bytes, data: bytes, *, fsync: bool, unlink: Ca
             os.close(dir_fd)
 
 
-def _read_header(fd: int) -> tuple[bytes, int, int, int]:
+def _read_header(fd: int, read: Callable[[int, int, int], bytes] = os.pread) -> tuple[bytes, int, int, int]:
     """(the header's bytes, header length, data length, crc) of an open block file."""
-    head = os.pread(fd, _PROBE, 0)
+    head = read(fd, _PROBE, 0)
     header_length, data_length, crc = decode_fixed(head)
     if header_length > len(head):
-        head = os.pread(fd, header_length, 0)
+        head = read(fd, header_length, 0)
         if len(head) < header_length:
             raise BadBlockError("truncated header")
     return head[:header_length], header_length, data_length, crc
@@ -153,31 +153,32 @@ def read_block(path: str, block_id: BlockId) -> bytes:
     return _read_block(path, block_id, nowait=False)
 
 
-def read_cached_block(path: str, block_id: BlockId) -> bytes:
-    """`read_block` of a small block file wholly in the page cache, never waiting for the
-    disk (RWF_NOWAIT): fast enough for the event loop. Raises BlockingIOError when a read
-    would wait (or the block is large, or the file system cannot tell: tmpfs)."""
-    return _read_block(path, block_id, nowait=True)
+def read_cached_block(path: str, block_id: BlockId, largest: int) -> bytes:
+    """`read_block` of a block file wholly in the page cache, never waiting for the disk
+    (RWF_NOWAIT): for the event loop. Raises BlockingIOError when a read would wait, the file
+    is larger than `largest` bytes, or the file system cannot tell (tmpfs)."""
+    return _read_block(path, block_id, nowait=True, largest=largest)
 
 
-def _read_block(path: str, block_id: BlockId, *, nowait: bool) -> bytes:
+def _read_block(path: str, block_id: BlockId, *, nowait: bool, largest: int = 0) -> bytes:
+    read = _pread_nowait if nowait else os.pread
     fd = os.open(path, os.O_RDONLY)
     try:
         file_size = os.fstat(fd).st_size
         data: bytes | None = None
-        if nowait and file_size > WHOLE:
-            raise BlockingIOError("a large block is read in a thread")
+        if nowait and file_size > largest:
+            raise BlockingIOError("a block this large is read in a thread")
         if file_size <= WHOLE:
-            raw = _pread_nowait(fd, file_size) if nowait else os.pread(fd, file_size, 0)
+            raw = read(fd, file_size, 0)
             header_length, data_length, crc = decode_fixed(raw)
             head, data = raw[:header_length], raw[header_length:]
         else:
-            head, header_length, data_length, crc = _read_header(fd)
+            head, header_length, data_length, crc = _read_header(fd, read)
         if not _names(head[FIXED_HEADER.size :], block_id):
             raise BadBlockError("the header names another block")
         _check_length(file_size, header_length, data_length)
         if data is None:
-            data = os.pread(fd, data_length, header_length)
+            data = read(fd, data_length, header_length)
     finally:
         os.close(fd)
     if len(data) != data_length:
@@ -187,10 +188,12 @@ def _read_block(path: str, block_id: BlockId, *, nowait: bool) -> bytes:
     return data
 
 
-def _pread_nowait(fd: int, size: int) -> bytes:
+def _pread_nowait(fd: int, size: int, offset: int) -> bytes:
+    """os.pread of `size` bytes the page cache holds all of; else BlockingIOError (a read
+    that would wait for the disk, or runs past the end of the file)."""
     buffer = bytearray(size)
     try:
-        got = os.preadv(fd, [buffer], 0, os.RWF_NOWAIT)
+        got = os.preadv(fd, [buffer], offset, os.RWF_NOWAIT)
     except OSError as exc:
         if exc.errno == errno.EOPNOTSUPP:
             raise BlockingIOError("no RWF_NOWAIT here") from None

@@ -117,11 +117,12 @@ class SharedTier:
         return data
 
     def get_now(self, block_id: BlockId) -> bytes | None:
-        """A held block (counted as a hit), or None, counting nothing. Only on tmpfs."""
-        if not self._inline:
-            return None
+        """A held block (counted as a hit), or None, counting nothing: on tmpfs any block; on a
+        disk one this worker keeps, from the page cache (DiskTier.get_now)."""
         if self.owns(block_id):
             return self.own.get_now(block_id)
+        if not self._inline:
+            return None  # whether opening another worker's file would wait for the disk is not known
         data = self.read_other(block_id)
         if data is not None:
             self.stats.hits += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -68,6 +69,7 @@ class TieredStore:
         self.misses = 0
         self.expired = 0
         self.promotions = 0
+        self._promoting: set[asyncio.Future[bool]] = set()  # promotions get_now started
         self.demotions = 0
         self.freed = 0
         for tier in self.levels:
@@ -138,13 +140,24 @@ class TieredStore:
             self.misses += 1
         return None
 
-    def from_memory_now(self, block_id: BlockId) -> bytes | None:
-        """The block when the memory tier holds it unexpired, counted as `get` counts that hit;
-        None, counting nothing, otherwise. No await: the hit path below ASGI asks this way."""
-        memory = self.memory
-        if memory is None or self._is_expired(block_id):
+    def get_now(self, block_id: BlockId) -> tuple[bytes, str] | None:
+        """`get` without an await: (data, tier name) when a tier can answer at once (memory, a
+        disk's page cache), counted as `get` counts that hit; None, counting nothing, otherwise.
+        A hit below the memory tier is promoted as `get` does, in a task of its own. The hit
+        path below ASGI asks this way."""
+        if self._is_expired(block_id):
             return None
-        return memory.get_now(block_id)
+        for level, tier in enumerate(self.levels):
+            data = tier.get_now(block_id)
+            if data is None:
+                continue
+            if self.promote and level > 0 and block_id not in self.levels[0]:
+                self.promotions += 1
+                promotion = asyncio.ensure_future(self._store_at(0, block_id, data))
+                self._promoting.add(promotion)
+                promotion.add_done_callback(self._promoting.discard)
+            return data, tier.name
+        return None
 
     def in_shared_memory(self, block_id: BlockId) -> bool:
         """Whether this worker keeps the block in its part of the node's shared memory tier."""

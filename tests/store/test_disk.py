@@ -313,26 +313,31 @@ async def test_no_file_io_runs_on_the_event_loop_thread(tmp_path: Path) -> None:
     assert all(thread.name.startswith("gateway-store-ssd0") for thread in disk.threads)
 
 
-async def test_a_small_block_in_the_page_cache_is_read_without_a_thread(tmp_path: Path) -> None:
-    """RWF_NOWAIT: read on the loop only what the kernel has in memory; the rest, and large
-    blocks, in the tier's threads (the loop never waits for the disk)."""
-    disk = ThreadRecordingDisk(str(tmp_path / "cache"), 1 << 22, make_policy("lru", 1 << 22), name="ssd0")
+async def test_a_block_in_the_page_cache_is_read_without_a_thread(tmp_path: Path) -> None:
+    """RWF_NOWAIT: read on the loop only what the kernel has in memory, up to 4 MiB; the rest,
+    and larger blocks, in the tier's threads (the loop never waits for the disk)."""
+    disk = ThreadRecordingDisk(str(tmp_path / "cache"), 1 << 24, make_policy("lru", 1 << 24), name="ssd0")
     try:
         await disk.open()
-        small, large = bid("small"), bid("large")
+        small, mib, large = bid("small"), bid("mib"), bid("large")
         await disk.put(small, payload(small, 4096))
-        await disk.put(large, payload(large, 1 << 20))
+        await disk.put(mib, payload(mib, 1 << 20))
+        await disk.put(large, payload(large, 5 << 20))
         disk.threads = []
         assert await disk.get(small) == payload(small, 4096)
         assert disk.stats.page_cache_hits == 1 and disk.threads == []
         assert disk.get_now(small) == payload(small, 4096) and disk.stats.page_cache_hits == 2
-        assert await disk.get(large) == payload(large, 1 << 20)
-        assert disk.stats.page_cache_hits == 2 and len(disk.threads) == 1  # read in a thread
+        assert await disk.get(mib) == payload(mib, 1 << 20) and disk.get_now(mib) == payload(mib, 1 << 20)
+        assert disk.stats.page_cache_hits == 4 and disk.threads == []
+        assert await disk.get(large) == payload(large, 5 << 20)
+        assert disk.stats.page_cache_hits == 4 and len(disk.threads) == 1  # read in a thread
         assert disk.get_now(large) is None  # not without a thread: the hit path declines it
-        flip_last_byte(disk.block_path(small.name))
-        assert await disk.get(small) is None  # the loop's read refused it, the thread's deleted it
-        assert disk.stats.bad_blocks == 1 and not os.path.exists(disk.block_path(small.name))
-        assert disk.stats.hits == 3 and disk.stats.misses == 1
+        for block in (small, mib):
+            flip_last_byte(disk.block_path(block.name))
+            assert await disk.get(block) is None  # the loop's read refused it, the thread's deleted it
+            assert not os.path.exists(disk.block_path(block.name))
+        assert disk.stats.bad_blocks == 2
+        assert disk.stats.hits == 5 and disk.stats.misses == 2
     finally:
         await disk.aclose()
 

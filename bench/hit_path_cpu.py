@@ -1,0 +1,146 @@
+"""CPU per cache hit answered by the hit path below ASGI, in process, step by step.
+
+Starts moto and a gateway (in a thread of this process, as the tests do), warms one object,
+captures the ASGI scope uvicorn built for a presigned GET of it, and then calls the hit path
+(GatewayApp.hit) with that scope N times: the CPU per answer, and per step of it (parsing,
+the signature check with its memo, the look-ups, the answer's headers, the access log). No
+socket, no HTTP parsing and no load generator: what is left is the gateway's own Python, so
+a change to it shows here in one run on a shared machine, where wrk's figures move by tens
+of percent between runs.
+
+    .venv/bin/python bench/hit_path_cpu.py                  # 4 KiB, SigV4 presigned, 20,000 calls
+    .venv/bin/python bench/hit_path_cpu.py --size 1MiB --signing v2 --calls 5000
+    .venv/bin/python bench/hit_path_cpu.py --profile        # plus cProfile's top functions
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import dataclasses
+import pstats
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import boto3
+import httpx
+from botocore.config import Config
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from gateway.config import CacheSettings  # noqa: E402
+from gateway.config.units import parse_size  # noqa: E402
+from gateway.s3api import headers as hdrs  # noqa: E402
+from gateway.s3api import reads  # noqa: E402
+from gateway.s3api.context import Context  # noqa: E402
+from gateway.s3api.hits import _no_body  # noqa: E402
+from gateway.s3api.responses import body_response  # noqa: E402
+from gateway.s3api.server import parse_request  # noqa: E402
+from tests.servers import moto_server  # noqa: E402
+from tests.support import ADMIN, REGION, RunningGateway, base_settings  # noqa: E402
+
+BUCKET, KEY = "bench", "object"
+
+
+def cpu_per_call(calls: int, func: Callable[[], Any]) -> float:
+    """Microseconds of this process's CPU per call of `func`."""
+    started = time.process_time()
+    for _ in range(calls):
+        func()
+    return (time.process_time() - started) / calls * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="4KiB", help="object size (one block: at most cache.block_size)")
+    parser.add_argument("--signing", choices=("v4", "v2"), default="v4", help="presigned URL signature version")
+    parser.add_argument("--calls", type=int, default=20000)
+    parser.add_argument("--profile", action="store_true", help="then cProfile the calls (top 25 by own time)")
+    args = parser.parse_args()
+    size = parse_size(args.size, "--size")
+    with moto_server() as origin:
+        settings = dataclasses.replace(base_settings(origin), cache=CacheSettings(memory_quota=max(64 << 20, 4 * size)))
+        with RunningGateway(settings) as gateway:
+            signature = "s3v4" if args.signing == "v4" else "s3"
+            s3 = boto3.client("s3", endpoint_url=gateway.endpoint, region_name=REGION, aws_access_key_id=ADMIN[0],
+                              aws_secret_access_key=ADMIN[1],
+                              config=Config(signature_version=signature, s3={"addressing_style": "path"}))
+            s3.create_bucket(Bucket=BUCKET)
+            s3.put_object(Bucket=BUCKET, Key=KEY, Body=b"x" * size)
+            url = s3.generate_presigned_url("get_object", Params={"Bucket": BUCKET, "Key": KEY}, ExpiresIn=3600)
+            app = gateway.server.config.app
+            hits = app.hits
+            assert hits is not None, "server.hit_path is off"
+            captured: list[tuple[dict[str, Any], list[tuple[bytes, bytes]], bool]] = []
+            answer = hits.answer
+
+            def capture(scope: dict[str, Any], default_headers: list[tuple[bytes, bytes]], keep_alive: bool) -> Any:
+                captured.append((dict(scope), list(default_headers), keep_alive))
+                return answer(scope, default_headers, keep_alive)
+
+            hits.answer = capture  # type: ignore[method-assign]
+            for _ in range(3):  # warm: metadata, the block, the signature memo
+                got = httpx.get(url)
+                assert got.status_code == 200, got.text
+            hits.answer = answer  # type: ignore[method-assign]
+            print(f"{args.size} object, {args.signing} presigned GET, x-cache {got.headers.get('x-cache')}, "
+                  f"{args.calls:,} calls")
+            scope, default_headers, keep_alive = captured[-1]
+            assert app.hit(dict(scope), default_headers, keep_alive) is not None, "the hit path declined the request"
+            whole = cpu_per_call(args.calls, lambda: app.hit(dict(scope), default_headers, keep_alive))
+            print(f"  GatewayApp.hit, the whole answer: {whole:7.1f} us CPU")
+            steps(app.s3, scope, args.calls)
+            if args.profile:
+                profile = cProfile.Profile()
+                profile.enable()
+                for _ in range(args.calls):
+                    app.hit(dict(scope), default_headers, keep_alive)
+                profile.disable()
+                pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+
+
+def steps(s3app: Any, scope: dict[str, Any], calls: int) -> None:
+    """The answer's steps one by one, as HitPath.answer takes them (their sum is a little
+    less than the whole: the head's assembly and the counters are left out)."""
+    engine = s3app.engine
+
+    def parsed() -> Any:
+        return parse_request(dict(scope), _no_body, "0000000000000000", s3app.settings.server.domain)
+
+    def identified() -> Any:
+        req = parsed()
+        s3app.identify(req)
+        return req
+
+    req = identified()
+    meta = engine.fresh_now(req.bucket, req.key, version_id=None, checksums=reads.wants_whole_checksums(req))
+    answer = reads.object_answer(req, meta, {})
+    hit = engine.read_now(req.bucket, req.key, meta, answer.start, answer.end)
+    outcome = {"bytes": len(hit[0]), "cache": hit[1], "status": answer.status}
+    parse = cpu_per_call(calls, parsed)
+    figures = {
+        "parse_request": parse,
+        "identify (signature, user, operation)": cpu_per_call(calls, identified) - parse,
+        "authorize (Context.check)": cpu_per_call(calls, lambda: Context(req, s3app).check()),
+        "overrides, personal headers": cpu_per_call(
+            calls, lambda: (reads.response_overrides(req), hdrs.personal_read_headers(req.headers))),
+        "metadata (fresh_now)": cpu_per_call(calls, lambda: engine.fresh_now(req.bucket, req.key, version_id=None,
+                                                                              checksums=False)),
+        "object_answer": cpu_per_call(calls, lambda: reads.object_answer(req, meta, {})),
+        "bytes (read_now)": cpu_per_call(calls, lambda: engine.read_now(req.bucket, req.key, meta, answer.start,
+                                                                        answer.end)),
+        "headers (body_response)": cpu_per_call(calls, lambda: body_response(hit[0], "0", status=200,
+                                                                             headers=answer.headers)),
+        "stats and access log (finished)": cpu_per_call(calls, lambda: s3app.finished(req, scope, "0", dict(outcome),
+                                                                                      0.001)),
+    }
+    for name, micros in figures.items():
+        print(f"    {name:40s} {micros:7.1f} us")
+
+
+if __name__ == "__main__":
+    main()

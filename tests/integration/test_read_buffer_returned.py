@@ -122,15 +122,16 @@ def test_a_latin_1_override_is_sent_as_latin_1(disk_gateway):
 
 def test_a_control_character_override_is_an_error_in_the_access_log(disk_gateway, caplog):
     gateway, s3 = disk_gateway
+    # The app logs a request just after its answer left: wait for the entry at the level that keeps it.
     with caplog.at_level("INFO", logger="gateway.access"):
         response = httpx.get(_presigned(s3, "small", ResponseContentType="a\r\nb: c"))
+        request_id = response.headers["x-amz-request-id"]
+
+        def logged() -> list[str]:
+            return [r.getMessage() for r in caplog.records if request_id in r.getMessage()]
+        deadline = time.monotonic() + 5
+        while not logged() and time.monotonic() < deadline:
+            time.sleep(0.05)
     assert response.status_code == 400 and "control characters" in response.text
     assert "a\\r\\nb: c" in response.text  # what was sent, escaped
-    request_id = response.headers["x-amz-request-id"]
-
-    def logged() -> list[str]:
-        return [r.getMessage() for r in caplog.records if request_id in r.getMessage()]
-    deadline = time.monotonic() + 5
-    while not logged() and time.monotonic() < deadline:
-        time.sleep(0.05)
     assert len(logged()) == 1 and '"status":400' in logged()[0]

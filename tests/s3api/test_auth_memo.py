@@ -1,6 +1,8 @@
-"""auth.memo: a memo of SigV4 checks that passed never changes an answer. Whatever was
-verified before, any request (changed in one byte of its method, path, query, a header, its
-signature, or sent later) gets what a fresh check gives: the same identity or the same error."""
+"""auth.memo: a memo of checks that passed (SigV4 signatures, whole GETs and HEADs of every
+signing mechanism) never changes an answer. Whatever was verified before, any request (changed
+in one byte of its method, path, query, a header, its signature, or sent later, up to and past
+the bounds of its clock skew and expiry to the second) gets what a fresh check gives: the same
+identity or the same error."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from hypothesis import strategies as st
 
 from gateway.errors import S3Error
 from gateway.s3api.auth import RequestView, VerifiedSignatures, authenticate
-from tests.s3api.test_auth import NOW, SK, presign_v4, secret_for, sigv4
+from tests.s3api.test_auth import NOW, SK, presign_v2, presign_v4, secret_for, sigv2, sigv4
 
 
 
@@ -27,6 +29,9 @@ def _signed_at_now() -> list[RequestView]:
             presign_v4("PUT", headers={"Content-Type": "image/png"}),
             sigv4("GET", query="list-type=2&prefix=a%20b", headers={"Range": "bytes=0-9"}),
             sigv4("PUT", body=b"hello", headers={"x-amz-meta-a": "1"}),
+            sigv4("HEAD"),
+            sigv2(query="versionId=3", headers={"Range": "bytes=1-2"}),
+            presign_v2(query="response-content-type=text%2Fplain", expires=3600)[0],
         ]
     finally:
         botocore.auth.get_current_datetime = clock  # type: ignore[assignment]
@@ -72,7 +77,9 @@ def mutate(view: RequestView, what: str, at: int) -> RequestView:
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(which=st.integers(0, len(SIGNED) - 1), what=st.sampled_from(["none", "method", "path", "query", "header",
                                                                      "extra-header"]),
-       at=st.integers(0, 10_000), later=st.sampled_from([0, 59 * 60, 3601, 20 * 60, -20 * 60]),
+       at=st.integers(0, 10_000),
+       later=st.sampled_from([0, 59 * 60, 3600, 3601, 20 * 60, -20 * 60, 15 * 60, 15 * 60 + 1, -15 * 60,
+                              -15 * 60 - 1]),
        rotated=st.booleans())
 def test_a_memo_never_changes_an_answer(which: int, what: str, at: int, later: int, rotated: bool) -> None:
     memo = VerifiedSignatures()
@@ -97,6 +104,17 @@ def test_the_memo_keeps_at_most_its_size() -> None:
     memo = VerifiedSignatures(size=2)
     for view in SIGNED:
         outcome(view, NOW, memo)
-    assert len(memo._verified) == 2
+    assert len(memo._verified) <= 2 and len(memo._requests) == 2
     outcome(SIGNED[0], NOW, memo)  # the oldest went first: checked again, not a hit
     assert memo.hits == 0
+
+
+def test_a_whole_get_is_known_only_within_its_time_bounds_and_secret() -> None:
+    memo = VerifiedSignatures()
+    view = SIGNED[0]  # presigned for an hour from NOW
+    first = outcome(view, NOW, memo)
+    assert outcome(view, NOW + timedelta(seconds=3600), memo) == first and memo.hits == 1
+    assert outcome(view, NOW + timedelta(seconds=3600, microseconds=1), memo) == ("AccessDenied", "Request has expired")
+    rotated = {"AKIAGATEWAYTEST": SK + "-rotated"}
+    assert outcome(view, NOW, memo, rotated)[0] == "SignatureDoesNotMatch"  # type: ignore[index]
+    assert memo.hits == 1

@@ -32,10 +32,27 @@ def authenticate(
     """Check the request's credentials; returns who signed it and how to verify its body.
 
     `bucket_from_host` is the bucket of a virtual-hosted-style request: SigV2
-    signs "/bucket/key" even when the path on the wire is "/key". `verified`: SigV4
-    checks that passed lately, which a request sent again byte for byte reuses (auth.memo).
+    signs "/bucket/key" even when the path on the wire is "/key". `verified`: checks that
+    passed lately, which a request sent again byte for byte reuses (auth.memo): a GET or
+    HEAD's whole, the SigV4 signature of any other.
     """
     now = _utc(now)
+    if verified is None or (view.method != "GET" and view.method != "HEAD"):
+        return _authenticate(view, secret_for, now, max_skew, bucket_from_host, verified)
+    request = (view.method, view.raw_path, view.query_string, view.headers, bucket_from_host, max_skew)
+    known = verified.known(request, secret_for, now)
+    if known is not None:
+        return known
+    identity = _authenticate(view, secret_for, now, max_skew, bucket_from_host, verified)
+    if identity.access_key is not None:
+        checked_with = secret_for(identity.access_key)
+        if checked_with is not None:
+            verified.know(request, identity, checked_with)
+    return identity
+
+
+def _authenticate(view: RequestView, secret_for: SecretLookup, now: datetime, max_skew: timedelta,
+                  bucket_from_host: str | None, verified: VerifiedSignatures | None) -> Identity:
     query = _parse_query(view.query_string)
     names = {name for name, _ in query}
     auth_headers = [v for n, v in view.headers if n == "authorization"]

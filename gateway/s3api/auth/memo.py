@@ -1,29 +1,61 @@
-"""SigV4 signatures this process verified lately: a request sent again byte for byte (a presigned
+"""Signatures this process verified lately: a request sent again byte for byte (a presigned
 URL fetched once more, a client repeating a request within the same second) costs a look-up
 instead of the canonical request, the hashes and the HMACs (about 45 of the 75 us a presigned
-check takes here).
+check takes here), and a GET or HEAD sent again whole costs a look-up instead of the whole
+check (`known`: parsing the query and the credential, the look-ups, the memo's key; another
+30 us of the 45 left for a replayed presigned GET).
 
 An entry is keyed on every input of the check: the secret, the method, the path, the query,
 the signed headers as received, the date, the scope, the headers named signed, the payload
 hashes tried and the signature presented. HMAC-SHA256 is a function of these alone, so a hit
 is the answer the check would give again. What depends on the time (an expired URL, a skewed
 clock) is checked on every request before the look-up, and a failed check is never kept.
+
+A whole request (`known`) is keyed on all that authentication reads of it (method, path, query
+string, every header as received, the bucket of a virtual host): its answer is a function of
+these, the secret and the time alone. So a hit is used only while the access key's secret is
+still the one it was checked with and the time checks that passed then pass at this moment
+(Identity.valid_at: the same bounds, inclusive, that the checks compare with).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
+from datetime import datetime
+
+from gateway.s3api.auth.model import Identity, SecretLookup
 
 __all__ = ["VerifiedSignatures"]
 
 
 class VerifiedSignatures:
-    """At most `size` verified signatures (the oldest goes first). Event loop only."""
+    """At most `size` verified signatures and `size` whole requests (the oldest goes first).
+    Event loop only. `hits` counts both kinds."""
 
     def __init__(self, size: int = 4096) -> None:
         self.size = size
         self._verified: dict[Hashable, tuple[bytes, str]] = {}
+        self._requests: dict[Hashable, tuple[Identity, str]] = {}
         self.hits = 0
+
+    def known(self, request: Hashable, secret_for: SecretLookup, now: datetime) -> Identity | None:
+        """The identity of a whole request that passed, if its key's secret is still the one
+        it was checked with and its time checks pass at `now`; else None."""
+        found = self._requests.get(request)
+        if found is None:
+            return None
+        identity, secret = found
+        if identity.access_key is None or secret_for(identity.access_key) != secret or not identity.valid_at(now):
+            return None
+        self.hits += 1
+        return identity
+
+    def know(self, request: Hashable, identity: Identity, secret: str) -> None:
+        if self.size <= 0:
+            return
+        if len(self._requests) >= self.size:
+            del self._requests[next(iter(self._requests))]
+        self._requests[request] = identity, secret
 
     def get(self, key: Hashable) -> tuple[bytes, str] | None:
         """(signing key, signature) of a check that passed with exactly these inputs, or None."""

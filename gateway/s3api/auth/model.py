@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Literal
 
 PayloadMode = Literal["sha256", "unsigned", "streaming-signed", "streaming-signed-trailer", "streaming-unsigned-trailer"]
@@ -45,6 +46,14 @@ class PayloadCheck:
 class Identity:
     access_key: str | None  # None = anonymous
     payload: PayloadCheck
+    # When the signature's time checks pass (the clock skew allowed, a presigned URL's expiry):
+    # from valid_from to valid_until inclusive; None: no bound on that side.
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
+
+    def valid_at(self, now: datetime) -> bool:
+        """Whether the time checks that passed for this identity pass again at `now`."""
+        return (self.valid_from is None or now >= self.valid_from) and (self.valid_until is None or now <= self.valid_until)
 
 
 SecretLookup = Callable[[str], "str | None"]

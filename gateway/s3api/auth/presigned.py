@@ -52,10 +52,12 @@ def _sigv4_query(
     payload_hashes = [UNSIGNED_PAYLOAD] if content_sha256 is None else [UNSIGNED_PAYLOAD, content_sha256]
     key, signature = _verified_v4(view, secret_for, cred, amz_date, signed, pairs, payload_hashes,
                                   params["X-Amz-Signature"], verified)
+    valid = {"valid_from": request_time - max_skew, "valid_until": request_time + timedelta(seconds=expires)}
     if content_sha256 is None:
-        return Identity(cred.access_key, PayloadCheck("unsigned"))
+        return Identity(cred.access_key, PayloadCheck("unsigned"), **valid)
     mode = _payload_mode(content_sha256)
-    return Identity(cred.access_key, _payload_from_mode(mode, content_sha256, key, amz_date, cred.scope, signature))
+    return Identity(cred.access_key, _payload_from_mode(mode, content_sha256, key, amz_date, cred.scope, signature),
+                    **valid)
 
 
 def _presign_params(query: list[tuple[str, str]]) -> dict[str, str]:

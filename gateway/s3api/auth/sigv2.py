@@ -54,6 +54,8 @@ _SIGV2_UNSIGNED_ALLOWED = frozenset(
 _V2_QUERY_PARAMS = ("AWSAccessKeyId", "Signature", "Expires")
 
 
+_LAST_DATETIME = 253402300799  # 9999-12-31T23:59:59Z, the last second a datetime holds
+
 def _sigv2_header(
     view: RequestView,
     rest: str,
@@ -77,7 +79,7 @@ def _sigv2_header(
     # With x-amz-date, S3 signs an empty Date line; some clients still put the Date header there.
     date_lines = [date or ""] if amz_date is None else ["", date or ""]
     _verify_v2(view, secret, access_key, provided, date_lines, {}, bucket_from_host)
-    return Identity(access_key, payload)
+    return Identity(access_key, payload, valid_from=request_time - max_skew, valid_until=request_time + max_skew)
 
 
 def _sigv2_query(
@@ -106,7 +108,7 @@ def _sigv2_query(
     if now.timestamp() > expires:
         raise S3Error(
             "AccessDenied", "Request has expired",
-            extra={"Expires": _iso(datetime.fromtimestamp(min(expires, 253402300799), timezone.utc)), "ServerTime": _iso(now)},
+            extra={"Expires": _iso(datetime.fromtimestamp(min(expires, _LAST_DATETIME), timezone.utc)), "ServerTime": _iso(now)},
         )
     payload = _payload_check(view)
     access_key = params["AWSAccessKeyId"]
@@ -114,7 +116,9 @@ def _sigv2_query(
     # A "+" that reached us as a space was form-decoded somewhere on the way.
     provided = params["Signature"].replace(" ", "+")
     _verify_v2(view, secret, access_key, provided, [expires_text], amz_params, bucket_from_host)
-    return Identity(access_key, payload)
+    # (now > this datetime exactly when now.timestamp() > expires: `now` has whole microseconds)
+    until = datetime.fromtimestamp(expires, timezone.utc) if expires <= _LAST_DATETIME else None
+    return Identity(access_key, payload, valid_until=until)
 
 
 def _verify_v2(

@@ -110,7 +110,8 @@ def _sigv4_header(
 
     key, signature = _verified_v4(view, secret_for, cred, amz_date, signed, query, [content_sha256], signature,
                                   verified)
-    return Identity(cred.access_key, _payload_from_mode(mode, content_sha256, key, amz_date, cred.scope, signature))
+    return Identity(cred.access_key, _payload_from_mode(mode, content_sha256, key, amz_date, cred.scope, signature),
+                    valid_from=request_time - max_skew, valid_until=request_time + max_skew)
 
 
 def _verified_v4(

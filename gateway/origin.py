@@ -67,16 +67,26 @@ class OriginResponse:
             self._response.release()
 
     async def read_at_most(self, limit: int) -> bytes:
-        """The body if it is at most `limit` bytes; otherwise its first limit + 1 bytes, and the
-        connection is dropped (nothing more is read from it)."""
+        """The body if it is at most `limit` bytes; otherwise more than `limit` of its first
+        bytes, and the connection is dropped (nothing more is read from it).
+
+        The pieces are taken one at a time, as the connection received them, and joined
+        once, so the pieces are copied once, into the bytes that are kept.
+        (`iter_any` first joins the pieces waiting in the buffer: one more copy of most of a
+        block, 5-9% of a cold 1 MiB read's CPU.)
+        """
+        content = self._response.content
         pieces: list[bytes] = []
         size = 0
         try:
-            async for piece in self._response.content.iter_any():
+            while size <= limit:
+                piece, end_of_chunk = await content.readchunk()
+                if not piece:
+                    if end_of_chunk:  # one chunk of a chunked body ended; more may follow
+                        continue
+                    break  # the end of the body
                 pieces.append(piece)
                 size += len(piece)
-                if size > limit:
-                    break
         except _TRANSPORT_ERRORS as exc:
             raise S3Error("ServiceUnavailable", "The origin failed while sending its response.") from exc
         finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import functools
 import os
 import pickle
@@ -37,6 +38,7 @@ def _config(settings: Settings, workers: WorkerSet | None) -> uvicorn.Config:
     server = settings.server
     tls = {"ssl_certfile": server.tls_cert_file, "ssl_keyfile": server.tls_key_file} if server.tls_cert_file else {}
     raise_open_files_limit(server.max_connections)
+    keep_large_allocations()
     app = create_app(settings, workers)
     config = uvicorn.Config(
         app, host=server.host, port=server.port,
@@ -51,6 +53,28 @@ def _config(settings: Settings, workers: WorkerSet | None) -> uvicorn.Config:
         assert config.ssl is not None
         reload_on_sighup(config.ssl, server.tls_cert_file, server.tls_key_file)
     return config
+
+
+# glibc's malloc gives an allocation of 128 KiB or more (its threshold rises with use, to 32 MiB
+# at most) fresh pages from mmap, and gives the top of its heap back to the system above twice
+# that threshold. Every block the gateway receives, reads from a file or copies is such an
+# allocation, and its fresh pages fault in one by one: ~0.9 ms of CPU per MiB here, against
+# 0.15 ms for the copy itself. So blocks come from the heap, which keeps up to 64 MiB freed at its
+# top for the next ones (RSS stays within that of the peak; the read buffer bounds the peak).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
+_MMAP_THRESHOLD = 32 * 1024 * 1024
+_TRIM_THRESHOLD = 64 * 1024 * 1024
+
+
+def keep_large_allocations() -> None:
+    """Have glibc's malloc reuse freed large allocations instead of mapping fresh pages for each
+    (nothing to do on another C library)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+    mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
 
 
 class _WorkerServer(uvicorn.Server):

@@ -1,0 +1,103 @@
+"""Warm hits of one gateway process, this work tree against an earlier commit, in one run.
+
+Each round starts a fresh gateway of each code tree (alternating which goes first) in front of
+bench/shaped_origin.py (no delay, no rate cap), warms it, and measures presigned GETs with wrk
+(32 connections): req/s and the gateway's user and system CPU per request. On this shared
+2-core machine absolute figures drift by tens of percent between runs; the ratio of two trees
+measured side by side, round after round, is what to quote.
+
+    .venv/bin/python bench/ab_hits.py --baseline 34307e8 --size 4KiB
+    .venv/bin/python bench/ab_hits.py --baseline 34307e8 --size 1MiB --tier disk --rounds 4
+
+Needs: apt-get install -y wrk; git (the baseline is taken with `git archive`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import cache_serving as cs  # noqa: E402
+
+
+def code_tree(into: Path, revision: str | None) -> Path:
+    """A copy of gateway/ at `revision` (None: the work tree as it is)."""
+    into.mkdir(parents=True)
+    if revision is None:
+        shutil.copytree(ROOT / "gateway", into / "gateway", ignore=shutil.ignore_patterns("__pycache__"))
+    else:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision, "gateway"], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def user_system_ticks(gateway: cs.Gateway) -> tuple[int, int]:
+    """Clock ticks of user and system CPU of the gateway's processes so far."""
+    user = system = 0
+    for pid in cs.tree(gateway.pid):
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        user += int(fields[11])
+        system += int(fields[12])
+    return user, system
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--baseline", required=True, help="the commit to compare with (e.g. 34307e8)")
+    parser.add_argument("--size", default="4KiB", choices=("4KiB", "1MiB"))
+    parser.add_argument("--tier", default="memory", choices=("memory", "disk"), help="where the hits are served from")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    args = parser.parse_args()
+    size = cs.MiB if args.size == "1MiB" else 4096
+    tmp = Path(tempfile.mkdtemp(prefix="ab-hits-"))
+    trees = {"baseline": code_tree(tmp / "baseline", args.baseline), "work tree": code_tree(tmp / "work", None)}
+    root = tmp / "objects"
+    (root / cs.BUCKET).mkdir(parents=True)
+    keys = cs.link_objects(root, "warm", size, 256 if size == 4096 else 64)
+    print(f"{args.size} hits from the {args.tier} tier; baseline {args.baseline} against the work tree at "
+          f"{cs.code_version()}")
+    ticks = 100  # os.sysconf("SC_CLK_TCK") on Linux
+    rates: dict[str, list[float]] = {name: [] for name in trees}
+    try:
+        with cs.shaped_origin_process(root, tmp, "0", "0") as origin:
+            for round_ in range(args.rounds):
+                for name in (list(trees) if round_ % 2 == 0 else list(trees)[::-1]):
+                    if args.tier == "disk":
+                        tier = {"GATEWAY_CACHE_MEMORY_QUOTA": "0", "GATEWAY_CACHE_DISK": json.dumps(
+                            [{"path": str(tmp / f"disk-{round_}-{name.replace(' ', '-')}"), "quota": "4GiB"}])}
+                    else:
+                        tier = {"GATEWAY_CACHE_MEMORY_QUOTA": "1GiB"}
+                    gateway = cs.Gateway(name, origin, {"GATEWAY_SERVER_WORKERS": "1", **tier}, tmp, trees[name])
+                    gateway.start()
+                    try:
+                        paths = cs.presigned_paths(gateway.endpoint, keys)
+                        cs.run_wrk("warm-up", gateway.endpoint, paths, size, 32, 2, tmp)
+                        before = user_system_ticks(gateway)
+                        cell = cs.run_wrk(name, gateway.endpoint, paths, size, 32, args.seconds, tmp)
+                        after = user_system_ticks(gateway)
+                    finally:
+                        gateway.stop()
+                    per = 1e6 / ticks / max(1, cell.ok)
+                    print(f"  round {round_ + 1} {name:9s} {cell.rps:9,.0f} req/s   user {(after[0] - before[0]) * per:6.0f} "
+                          f"us/req   system {(after[1] - before[1]) * per:6.0f} us/req   errors {cell.errors}", flush=True)
+                    rates[name].append(cell.rps)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    print(f"median req/s: baseline {medians['baseline']:,.0f}, work tree {medians['work tree']:,.0f} "
+          f"({medians['work tree'] / medians['baseline']:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from gateway.errors import S3Error
 from gateway.s3api.auth import RequestView, VerifiedSignatures, authenticate
+from gateway.s3api.auth.memo import KNOWN_REQUEST_MAX
 from tests.s3api.test_auth import NOW, SK, presign_v2, presign_v4, secret_for, sigv2, sigv4
 
 
@@ -118,3 +119,12 @@ def test_a_whole_get_is_known_only_within_its_time_bounds_and_secret() -> None:
     rotated = {"AKIAGATEWAYTEST": SK + "-rotated"}
     assert outcome(view, NOW, memo, rotated)[0] == "SignatureDoesNotMatch"  # type: ignore[index]
     assert memo.hits == 1
+
+
+def test_a_request_too_large_to_keep_is_checked_every_time() -> None:
+    memo = VerifiedSignatures()
+    view = SIGNED[0]
+    padded = replace(view, headers=(*view.headers, ("x-padding", "p" * KNOWN_REQUEST_MAX)))  # not signed: still valid
+    first = outcome(padded, NOW, memo)
+    assert not isinstance(first, tuple) and outcome(padded, NOW, memo) == first
+    assert memo._requests == {}

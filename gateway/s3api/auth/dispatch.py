@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 from gateway.errors import S3Error
 from gateway.s3api.auth.common import _parse_query, _utc
-from gateway.s3api.auth.memo import VerifiedSignatures
+from gateway.s3api.auth.memo import KNOWN_REQUEST_MAX, VerifiedSignatures
 from gateway.s3api.auth.model import Identity, RequestView, SecretLookup
 from gateway.s3api.auth.payload import _payload_check
 from gateway.s3api.auth.presigned import _sigv4_query
@@ -44,11 +44,15 @@ def authenticate(
     if known is not None:
         return known
     identity = _authenticate(view, secret_for, now, max_skew, bucket_from_host, verified)
-    if identity.access_key is not None:
+    if identity.access_key is not None and _size(view) <= KNOWN_REQUEST_MAX:
         checked_with = secret_for(identity.access_key)
         if checked_with is not None:
             verified.know(request, identity, checked_with)
     return identity
+
+
+def _size(view: RequestView) -> int:
+    return len(view.raw_path) + len(view.query_string) + sum(len(n) + len(v) for n, v in view.headers)
 
 
 def _authenticate(view: RequestView, secret_for: SecretLookup, now: datetime, max_skew: timedelta,

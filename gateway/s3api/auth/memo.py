@@ -25,7 +25,11 @@ from datetime import datetime
 
 from gateway.s3api.auth.model import Identity, SecretLookup
 
-__all__ = ["VerifiedSignatures"]
+__all__ = ["KNOWN_REQUEST_MAX", "VerifiedSignatures"]
+
+# The largest request (path, query and headers, in characters) kept whole: a presigned GET is
+# about 600; larger ones are checked every time, so the memo holds at most ~16 MiB of requests.
+KNOWN_REQUEST_MAX = 4096
 
 
 class VerifiedSignatures:

@@ -70,23 +70,18 @@ class OriginResponse:
         """The body if it is at most `limit` bytes; otherwise more than `limit` of its first
         bytes, and the connection is dropped (nothing more is read from it).
 
-        The pieces are taken one at a time, as the connection received them, and joined
-        once, so the pieces are copied once, into the bytes that are kept.
-        (`iter_any` first joins the pieces waiting in the buffer: one more copy of most of a
-        block, 5-9% of a cold 1 MiB read's CPU.)
+        (Not `readchunk`, which saves one join of the buffered pieces: aiohttp's shared empty
+        payload of HEAD and 204 answers says "end of a chunk" from its second use on, for ever,
+        and a loop reading to the end never awaited anything again.)
         """
-        content = self._response.content
         pieces: list[bytes] = []
         size = 0
         try:
-            while size <= limit:
-                piece, end_of_chunk = await content.readchunk()
-                if not piece:
-                    if end_of_chunk:  # one chunk of a chunked body ended; more may follow
-                        continue
-                    break  # the end of the body
+            async for piece in self._response.content.iter_any():
                 pieces.append(piece)
                 size += len(piece)
+                if size > limit:
+                    break
         except _TRANSPORT_ERRORS as exc:
             raise S3Error("ServiceUnavailable", "The origin failed while sending its response.") from exc
         finally:

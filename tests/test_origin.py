@@ -129,3 +129,12 @@ async def test_read_at_most_of_a_body_cut_off_raises_service_unavailable():
         with pytest.raises(S3Error) as cut:
             await response.read_at_most(len(body))
     assert cut.value.code == "ServiceUnavailable"
+
+
+async def test_read_at_most_of_answers_without_a_body_returns_at_once():
+    # HEAD answers share aiohttp's one empty payload; reading it a second time must end too
+    # (a loop on StreamReader.readchunk spun on it for ever, the event loop with it).
+    async with PiecesOrigin(_head(5), []) as server:
+        for _ in range(3):
+            response = await server.origin.send("HEAD", "b", "k")
+            assert await asyncio.wait_for(response.read_at_most(1024), 5) == b""

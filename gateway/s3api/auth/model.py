@@ -53,7 +53,8 @@ class Identity:
 
     def valid_at(self, now: datetime) -> bool:
         """Whether the time checks that passed for this identity pass again at `now`."""
-        return (self.valid_from is None or now >= self.valid_from) and (self.valid_until is None or now <= self.valid_until)
+        return ((self.valid_from is None or now >= self.valid_from)
+                and (self.valid_until is None or now <= self.valid_until))
 
 
 SecretLookup = Callable[[str], "str | None"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -69,7 +68,6 @@ class TieredStore:
         self.misses = 0
         self.expired = 0
         self.promotions = 0
-        self._promoting: set[asyncio.Future[bool]] = set()  # promotions get_now started
         self.demotions = 0
         self.freed = 0
         for tier in self.levels:
@@ -142,21 +140,17 @@ class TieredStore:
 
     def get_now(self, block_id: BlockId) -> tuple[bytes, str] | None:
         """`get` without an await: (data, tier name) when a tier can answer at once (memory, a
-        disk's page cache), counted as `get` counts that hit; None, counting nothing, otherwise.
-        A hit below the memory tier is promoted as `get` does, in a task of its own. The hit
-        path below ASGI asks this way."""
+        disk's page cache), counted as `get` counts that hit; None, counting nothing, otherwise,
+        and for a block `get` would promote (that takes an await: `get` answers it, in order
+        with the reads around it). The hit path below ASGI asks this way."""
         if self._is_expired(block_id):
             return None
         for level, tier in enumerate(self.levels):
+            if level > 0 and self.promote and block_id not in self.levels[0]:
+                return None
             data = tier.get_now(block_id)
-            if data is None:
-                continue
-            if self.promote and level > 0 and block_id not in self.levels[0]:
-                self.promotions += 1
-                promotion = asyncio.ensure_future(self._store_at(0, block_id, data))
-                self._promoting.add(promotion)
-                promotion.add_done_callback(self._promoting.discard)
-            return data, tier.name
+            if data is not None:
+                return data, tier.name
         return None
 
     def in_shared_memory(self, block_id: BlockId) -> bool:

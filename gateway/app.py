@@ -29,6 +29,7 @@ from gateway.node.journal import Journal
 from gateway.node.workers import WorkerSet
 from gateway.origin import Origin
 from gateway.s3api.hits import HitPath
+from gateway.s3api.replays import Replay
 from gateway.s3api.server import S3App
 from gateway.store.disk import DiskTier
 from gateway.store.blocks import BlockId
@@ -151,13 +152,23 @@ class GatewayApp:
             await self.s3(scope, receive, send)
 
     def hit(self, scope: dict[str, Any], default_headers: list[tuple[bytes, bytes]],
-            keep_alive: bool) -> list[bytes] | None:
+            keep_alive: bool) -> tuple[list[bytes], Replay | None] | None:
         """A cache hit answered below ASGI (gateway.httpserver.Hits), or None: __call__ answers."""
         hits, path = self.hits, scope["path"]
         if hits is None or (self.peer is not None and self.peer.handles(path)) or \
                 (self.admin is not None and self.admin.handles(path)):
             return None
         return hits.answer(scope, default_headers, keep_alive)
+
+    def keep(self, request: bytes, replay: Replay) -> None:
+        """`request`, read whole, was answered by `hit`: kept to be answered again (s3api.replays)."""
+        if self.hits is not None:
+            self.hits.replays.keep(request, replay)
+
+    def replay(self, request: bytes, default_headers: list[tuple[bytes, bytes]]) -> tuple[list[bytes], bool] | None:
+        """The answer to a kept request sent again byte for byte, or None: it is parsed as any other."""
+        hits = self.hits
+        return None if hits is None else hits.replays.answer(request, default_headers)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

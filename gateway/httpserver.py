@@ -23,9 +23,13 @@ counts requests in flight, not connections.
   connection. The request's task then sees the disconnect: a streamed answer is cancelled
   and the budget its blocks held is given back.
 
-It can also be given `Hits`: a function that answers a request whose head just arrived in
-full, or declines (None). A request it answers (a cache hit, gateway.s3api.hits) runs no
-ASGI cycle and no task; any other request goes to the app as before.
+It can also be given `Hits`, which answers a request whose head just arrived in full, or
+declines (None). A request it answers (a cache hit, gateway.s3api.hits) runs no ASGI cycle
+and no task; any other request goes to the app as before. When a read from the socket held
+one whole request and nothing else, and `Hits` answered it, `Hits` keeps it; the same bytes
+arriving again on an idle connection are offered to `Hits.replay` before they are parsed
+at all (gateway.s3api.replays). Neither is used while the client is not reading its answers
+(the transport's buffer above its high-water mark): the app's answers then wait for it.
 
 Idle keep-alive connections are uvicorn's `timeout_keep_alive` (`server.keepalive_timeout`),
 and SIGTERM's drain is bounded by its `timeout_graceful_shutdown` (`server.shutdown_timeout`).
@@ -40,7 +44,7 @@ import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -61,9 +65,21 @@ errors itself (too many connections, a head too large or too slow) and renders t
 the function it is given (gateway.s3api.responses.error_page), knowing nothing of S3's XML."""
 
 
-Hits = Callable[[dict[str, Any], list[tuple[bytes, bytes]], bool], "list[bytes] | None"]
-"""(ASGI HTTP scope of a request without a body, the server's default headers, keep-alive)
--> the whole HTTP answer as pieces to write, or None: the app answers the request."""
+class Hits(Protocol):
+    """What answers cache hits in the protocol (gateway.app.GatewayApp)."""
+
+    def hit(self, scope: dict[str, Any], default_headers: list[tuple[bytes, bytes]],
+            keep_alive: bool) -> tuple[list[bytes], Any] | None:
+        """(ASGI HTTP scope of a request without a body, the server's default headers,
+        keep-alive) -> (the whole HTTP answer as pieces to write, what answering the same
+        request again takes, or None), or None: the app answers the request."""
+
+    def keep(self, request: bytes, replay: Any) -> None:
+        """`request`, exactly as read, was answered by `hit`, which gave `replay`."""
+
+    def replay(self, request: bytes, default_headers: list[tuple[bytes, bytes]]) -> tuple[list[bytes], bool] | None:
+        """(the whole answer, keep-alive) to a request kept before, or None: it is parsed and
+        goes to `hit` as any other."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +187,9 @@ class GuardedProtocol(HttpToolsProtocol):
         self._body_timer: asyncio.TimerHandle | None = None
         self._send_timer: asyncio.TimerHandle | None = None
         self._last_data = 0.0
+        self._alone: bytes | None = None  # a read that began at rest, while it is parsed
+        self._messages = 0  # requests begun in it
+        self._kept: Any = None  # what Hits gave for answering its request again
 
     # --- connection -------------------------------------------------------------------------
 
@@ -194,8 +213,20 @@ class GuardedProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         self._last_data = self.loop.time()
         if self._in_head:
+            if not self._head_started and self._hits is not None and self._at_rest():
+                answered = self._hits.replay(data, self.server_state.default_headers)
+                if answered is not None:
+                    self._send_replayed(*answered)
+                    return
+                self._alone, self._messages, self._kept = data, 0, None
             self._head_bytes += len(data)
-        super().data_received(data)
+        try:
+            super().data_received(data)
+            if self._alone is not None and self._kept is not None and self._messages == 1 \
+                    and self._in_head and not self._head_started:  # the one request read ended with the read
+                self._hits.keep(data, self._kept)  # type: ignore[union-attr]
+        finally:
+            self._alone = self._kept = None
         if self._in_head and self._head_bytes > self.limits.max_head_size and not self.transport.is_closing():
             # The head is still incomplete: answer (unless an answer is being sent) and close.
             GuardedProtocol.heads_too_large += 1
@@ -205,6 +236,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._messages += 1
         self._head_started = True
         if self._head_timer is None:
             self._head_timer = self.loop.call_later(self.limits.head_timeout, self._head_timeout)
@@ -236,20 +268,39 @@ class GuardedProtocol(HttpToolsProtocol):
     def _start_asgi_task(self, cycle: Any, app: Any) -> None:
         """uvicorn starts each request here, once the one before it was answered: a hit is
         answered at once (`Hits`), as uvicorn would have sent the app's answer."""
-        answer = None
-        if self._hits is not None and app is self._app:
+        hit = None
+        if self._hits is not None and app is self._app and not self.flow.write_paused:
             try:
-                answer = self._hits(cycle.scope, cycle.default_headers, cycle.keep_alive)
+                hit = self._hits.hit(cycle.scope, cycle.default_headers, cycle.keep_alive)
             except Exception:  # the app then answers, and reports what it finds
                 logger.exception("the hit path failed; the app answers the request")
-        if answer is None:
+        if hit is None:
             super()._start_asgi_task(cycle, app)
             return
+        answer, replay = hit
+        if self._alone is not None:
+            self._kept = replay
         cycle.response_started = cycle.response_complete = True
         self.transport.writelines(answer)
         if not cycle.keep_alive:
             self.transport.close()
         cycle.on_response()
+
+    def _at_rest(self) -> bool:
+        """No request is being read or answered, and the client reads what it is sent."""
+        cycle = self.cycle
+        return (cycle is None or cycle.response_complete) and not self.pipeline and not self._over_cap \
+            and not self.flow.write_paused and not self.transport.is_closing()
+
+    def _send_replayed(self, answer: list[bytes], keep_alive: bool) -> None:
+        """A kept request's answer, sent as `_start_asgi_task` sends a hit's."""
+        if self._head_timer is not None:  # the first request of the connection
+            self._head_timer.cancel()
+            self._head_timer = None
+        self.transport.writelines(answer)
+        if not keep_alive:
+            self.transport.close()
+        self.on_response_complete()
 
     def on_message_complete(self) -> None:
         super().on_message_complete()

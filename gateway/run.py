@@ -43,7 +43,7 @@ def _config(settings: Settings, workers: WorkerSet | None) -> uvicorn.Config:
     config = uvicorn.Config(
         app, host=server.host, port=server.port,
         loop="uvloop", lifespan="on", access_log=False, log_level="warning",
-        server_header=False, date_header=True, **uvicorn_options(server, error_page, app.hit), **tls,  # type: ignore[arg-type]
+        server_header=False, date_header=True, **uvicorn_options(server, error_page, app), **tls,  # type: ignore[arg-type]
     )
     if tls:
         try:

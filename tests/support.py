@@ -68,8 +68,8 @@ class RunningGateway:
         self.endpoint = f"http://127.0.0.1:{port}"
         app = create_app(self.settings, workers)
         # The hit path (server.hit_path) runs on every test gateway, as under `gateway serve`.
-        options = (uvicorn_options(self.settings.server, error_page, app.hit) if guarded
-                   else {"http": protocol_factory(UNGUARDED, error_page, app.hit), "timeout_graceful_shutdown": 5})
+        options = (uvicorn_options(self.settings.server, error_page, app) if guarded
+                   else {"http": protocol_factory(UNGUARDED, error_page, app), "timeout_graceful_shutdown": 5})
         config = uvicorn.Config(app, host="127.0.0.1", port=port, loop="asyncio",
                                 lifespan="on", access_log=False, log_level="warning", **options)
         self.server = uvicorn.Server(config)

@@ -104,6 +104,9 @@ class NodeCollector(Collector):
         yield CounterMetricFamily("gateway_hit_path_requests_total",
                                   "Of the S3 requests, the cache hits answered below the ASGI app (server.hit_path).",
                                   value=stats.below_asgi)
+        yield CounterMetricFamily("gateway_hit_path_replayed_total",
+                                  "Of the hits answered below the ASGI app, the requests sent again byte for byte "
+                                  "and answered as kept (nothing parsed or verified again).", value=stats.replayed)
 
     def _cache(self) -> Iterator[Metric]:
         tiers = self.node.tiers()

@@ -16,6 +16,7 @@ from gateway.store.blocks import BlockId, block_span, slice_for
 
 _FOOTER_FIRST_SUFFIXES = (".parquet", ".orc")
 _SEQUENTIAL_READERS = 4096  # objects whose last read end is remembered
+_NAMED_BLOCKS = 4096  # blocks of read_now whose BlockId is kept (naming one is a digest, a few us)
 
 Ahead = deque[tuple[asyncio.Future[bytes], int]]  # blocks being fetched ahead, with the budget each holds
 
@@ -67,6 +68,7 @@ class Reads:
         self._on_changed = on_changed
         # Where the last read of each recently read object ended, to spot sequential readers.
         self._read_ends: OrderedDict[tuple[str, str, str], int] = OrderedDict()
+        self._named: dict[tuple[str, str, str, int], BlockId] = {}
 
     async def read_object(
         self,
@@ -141,7 +143,7 @@ class Reads:
         size = self.settings.block_size
         if start // size != end // size:
             return None
-        block = BlockId(bucket, key, version_of(meta), start // size)
+        block = self._block_named(bucket, key, version_of(meta), start // size)
         hit = fetch.block_now(block)
         if hit is None:
             return None
@@ -151,6 +153,16 @@ class Reads:
         memory = fetch.store.memory
         source = "hit-mem" if memory is not None and tier == memory.name else "hit-disk"
         return data if (lo, hi) == (0, len(data)) else data[lo:hi], source
+
+    def _block_named(self, bucket: str, key: str, version: str, index: int) -> BlockId:
+        """The BlockId of a block hits ask for again and again, named once (at most _NAMED_BLOCKS kept)."""
+        fields = (bucket, key, version, index)
+        block = self._named.get(fields)
+        if block is None:
+            if len(self._named) >= _NAMED_BLOCKS:
+                del self._named[next(iter(self._named))]
+            block = self._named[fields] = BlockId(bucket, key, version, index)
+        return block
 
     async def _give_back(self, held: int) -> None:
         self.budget.give(held)

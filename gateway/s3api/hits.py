@@ -17,12 +17,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from gateway.engine import ObjectMeta
 from gateway.errors import S3Error
 from gateway.s3api import reads
 from gateway.s3api.context import Context
 from gateway.s3api import headers as hdrs
+from gateway.s3api.replays import Replay, Replays, keepable
 from gateway.s3api.responses import body_response, empty_response, new_request_id
-from gateway.s3api.server import IDENTIFIED, S3App, note_answer, parse_request
+from gateway.s3api.server import IDENTIFIED, S3App, S3Request, note_answer, parse_request
 
 _READS = frozenset({"GetObject", "HeadObject"})
 _BODY_HEADERS = (b"content-length", b"transfer-encoding")
@@ -41,12 +43,14 @@ class HitPath:
     def __init__(self, app: S3App) -> None:
         self.app = app
         self._domain = app.settings.server.domain
+        self.replays = Replays(app)
 
     def answer(self, scope: dict[str, Any], default_headers: list[tuple[bytes, bytes]],
-               keep_alive: bool) -> list[bytes] | None:
+               keep_alive: bool) -> tuple[list[bytes], Replay | None] | None:
         """The whole HTTP answer to the request of `scope` (an ASGI HTTP scope) when it is a
-        hit, else None (nothing counted). `default_headers` are the server's (Date);
-        `keep_alive` False adds Connection: close, as uvicorn does."""
+        hit, with what answering it again takes (None when it may not be kept), else None
+        (nothing counted). `default_headers` are the server's (Date); `keep_alive` False
+        adds Connection: close, as uvicorn does."""
         method = scope["method"]
         if method != "GET" and method != "HEAD":
             return None
@@ -86,16 +90,31 @@ class HitPath:
                 return None
             body, answer.headers[reads.X_CACHE] = hit
             response = body_response(body, request_id, status=answer.status, headers=answer.headers)
-        head = [_STATUS_LINES[answer.status]]
+        status_line = _STATUS_LINES[answer.status]
+        head = [status_line]
         for name, value in default_headers:
             head += (name, b": ", value, b"\r\n")
         for name, value in response.raw_headers:
             head += (name, b": ", value, b"\r\n")
-        if not keep_alive:
-            head.append(b"connection: close\r\n")
-        head.append(b"\r\n")
+        closing = b"\r\n" if keep_alive else b"connection: close\r\n\r\n"
+        head.append(closing)
         outcome: dict[str, Any] = {"bytes": len(body), "cache": None}
         note_answer(outcome, answer.status, response.raw_headers)
         app.finished(req, scope, request_id, outcome, time.perf_counter() - started)
         app.stats.below_asgi += 1
-        return [b"".join(head), body]
+        return [b"".join(head), body], self._replay(req, scope, meta, answer, status_line, response.raw_headers,
+                                                     closing, keep_alive, outcome)
+
+    def _replay(self, req: S3Request, scope: dict[str, Any], meta: ObjectMeta, answer: reads.ObjectAnswer,
+                status_line: bytes, raw_headers: list[tuple[bytes, bytes]], closing: bytes, keep_alive: bool,
+                outcome: dict[str, Any]) -> Replay | None:
+        """What answering the same request again takes, or None when it may not be kept."""
+        identity = req.identity
+        assert identity is not None
+        secret = self.app.policy.secret_for(identity.access_key) if identity.access_key is not None else None
+        times = keepable(req, identity, secret)
+        if times is None:
+            return None
+        return Replay(req, scope, identity.access_key, secret, *times, req.query.get("versionId"),
+                      reads.wants_whole_checksums(req), meta, answer.start, answer.end, status_line, raw_headers,
+                      closing, keep_alive, {k: outcome[k] for k in ("status", "size") if k in outcome})

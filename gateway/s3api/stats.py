@@ -32,6 +32,7 @@ class RequestStats:
     - `latency[operation]`: time from the request's arrival to its last byte sent.
     - `served[source]`: body bytes of answers that carried x-cache, by source (SOURCES).
     - `below_asgi`: of those requests, the hits answered by the hit path (s3api.hits).
+    - `replayed`: of those, the requests sent again byte for byte and answered as kept (s3api.replays).
 
     (The access heat of objects is the engine's: Engine.heat.)
     """
@@ -41,6 +42,7 @@ class RequestStats:
         self.latency: dict[str, Latency] = {}
         self.served: Counter[str] = Counter()
         self.below_asgi = 0
+        self.replayed = 0
 
     def record(self, operation: str, status: int, seconds: float, *, cache: str | None = None,
                sent: int = 0) -> None:

@@ -1,0 +1,180 @@
+"""Requests sent again byte for byte: a cache hit answered without parsing the request again.
+
+Dashboards, browsers and tools fetch the same presigned URL over and over, and an engine's
+workers send one signed request many times within its clock window. When the hit path
+(s3api.hits) answers such a request, it keeps what the answer depended on, keyed by the
+request's bytes exactly as they arrived (method, target, every header; the HTTP protocol
+hands over only a read that held one whole request and nothing else). The same bytes again
+are answered here with nothing parsed, verified or authorized again, because none of that
+can come out otherwise for the same bytes:
+
+- the signature: verified once; used again only while its time checks still pass (the
+  clock skew of a header signature, a presigned URL's expiry: Identity.valid_from/until)
+  and its key's secret is the one it was checked with, as the signature memo does;
+- the authorization: a pure function of the user, the action and the object (AccessPolicy
+  is built once from the settings);
+- the answer's status and headers: a pure function of the request and the object's
+  metadata, except for If-Modified-Since and If-Unmodified-Since, which compare with the
+  clock: requests carrying them are not kept.
+
+What can change between two sends is asked again every time, of the same functions the hit
+path asks: the metadata must still be the very object the answer was built from and fresh
+(Engine.fresh_now: TTLs, invalidations by writes through any worker or node), and the bytes
+must be in a tier that answers at once (Engine.read_now, which also counts the block hit
+and the object's heat). Any difference, and the request goes the whole way as a new one.
+Each answer gets its own request id and Date and is counted and logged as the hit path
+counts and logs it (S3App.finished).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.objects import ObjectMeta
+from gateway.s3api.auth import Identity
+from gateway.s3api.responses import new_request_id
+from gateway.s3api.server import S3App, S3Request
+
+# A request is kept only without these: their answer depends on the clock, not only on the
+# request and the object (ranges.evaluate_preconditions ignores a date in the future).
+CLOCK_HEADERS = ("if-modified-since", "if-unmodified-since")
+MAX_REQUEST_BYTES = 4096  # as the signature memo: larger requests are answered the whole way
+MAX_KEPT = 2048  # requests kept per process, the oldest dropped first (each ~3 KB)
+_RID = b"x-amz-request-id"
+_XCACHE = b"x-cache"
+
+
+@dataclass(slots=True)
+class Replay:
+    """What answering one kept request again needs."""
+
+    req: S3Request  # as parsed and authenticated, for the counters and the access log
+    scope: dict[str, Any]
+    access_key: str | None
+    secret: str | None
+    after: float  # the signature's time checks pass from `after` to `until` (inclusive, epoch seconds)
+    until: float
+    version_id: str | None
+    checksums: bool
+    meta: ObjectMeta  # the metadata the answer was built from
+    start: int | None  # the bytes a GET sends (None: the whole object)
+    end: int | None
+    status_line: bytes
+    raw_headers: list[tuple[bytes, bytes]]  # the answer's, but the server's default headers (Date)
+    closing: bytes  # what ends the head: CRLF, with Connection: close before it when not keep_alive
+    keep_alive: bool
+    outcome: dict[str, Any]  # status and size, as note_answer found them
+    # Made when the request is kept: the answer's head is status_line | the server's default
+    # headers | segments[0] | first slot | segments[1] | second slot | segments[2], the slots
+    # being the request id and the x-cache value in the order the answer had them (rid_first).
+    segments: tuple[bytes, bytes, bytes] = (b"", b"", b"")
+    rid_first: bool = True
+
+
+def keepable(req: S3Request, identity: Identity, secret: str | None) -> tuple[float, float] | None:
+    """The times (after, until) within which `req` may be answered again, or None when it
+    may not be kept: its answer depends on the clock, or it is signed by a key whose secret
+    is unknown."""
+    if any(name in req.headers for name in CLOCK_HEADERS):
+        return None
+    if identity.access_key is not None and secret is None:
+        return None
+    after = identity.valid_from.timestamp() if identity.valid_from is not None else float("-inf")
+    until = identity.valid_until.timestamp() if identity.valid_until is not None else float("inf")
+    return after, until
+
+
+def head_template(raw_headers: list[tuple[bytes, bytes]], closing: bytes) -> tuple[tuple[bytes, bytes, bytes], bool]:
+    """The answer's header lines and `closing` cut around the request id's and x-cache's
+    values: (three segments, whether the request id comes first)."""
+    pieces: list[bytes] = []
+    segments: list[bytes] = []
+    order: list[bytes] = []
+    for name, value in raw_headers:
+        pieces += (name, b": ")
+        if name == _RID or name == _XCACHE:
+            segments.append(b"".join(pieces))
+            pieces = []
+            order.append(name)
+        else:
+            pieces.append(value)
+        pieces.append(b"\r\n")
+    pieces.append(closing)
+    segments.append(b"".join(pieces))
+    if order != [_RID, _XCACHE] and order != [_XCACHE, _RID]:
+        raise ValueError("an answer to keep carries one request id and one x-cache")
+    return (segments[0], segments[1], segments[2]), order[0] == _RID
+
+
+class Replays:
+    """The kept requests of one process, by their bytes (at most MAX_KEPT, the oldest first
+    out). Event loop only."""
+
+    def __init__(self, app: S3App, size: int = MAX_KEPT) -> None:
+        self.app = app
+        self.size = size
+        self._kept: dict[bytes, Replay] = {}
+        self._defaults: tuple[list[tuple[bytes, bytes]] | None, bytes] = (None, b"")
+
+    def kept(self) -> list[bytes]:
+        """The requests kept, oldest first."""
+        return list(self._kept)
+
+    def keep(self, request: bytes, replay: Replay) -> None:
+        if len(request) > MAX_REQUEST_BYTES or self.size <= 0:
+            return
+        replay.segments, replay.rid_first = head_template(replay.raw_headers, replay.closing)
+        kept = self._kept
+        kept.pop(request, None)
+        if len(kept) >= self.size:
+            del kept[next(iter(kept))]
+        kept[request] = replay
+
+    def answer(self, request: bytes, default_headers: list[tuple[bytes, bytes]]) -> tuple[list[bytes], bool] | None:
+        """(the whole HTTP answer, keep the connection open) to `request` sent again, or None
+        (nothing counted): the hit path and the app take it as a new request."""
+        replay = self._kept.get(request)
+        if replay is None:
+            return None
+        started = time.perf_counter()
+        now = time.time()
+        app = self.app
+        engine = app.engine
+        req = replay.req
+        bucket, key = req.bucket or "", req.key or ""
+        if not replay.after <= now <= replay.until or (
+                replay.access_key is not None and app.policy.secret_for(replay.access_key) != replay.secret) or \
+                engine.fresh_now(bucket, key, version_id=replay.version_id, checksums=replay.checksums) \
+                is not replay.meta:
+            del self._kept[request]
+            return None
+        if req.method == "HEAD":
+            engine.head_answered_now()
+            body, source = b"", "hit-mem"
+        else:
+            hit = engine.read_now(bucket, key, replay.meta, replay.start, replay.end)
+            if hit is None:
+                return None
+            body, source = hit
+        request_id = new_request_id()
+        rid, label = request_id.encode("ascii"), source.encode("ascii")
+        first, second = (rid, label) if replay.rid_first else (label, rid)
+        segments = replay.segments
+        head = b"".join((replay.status_line, self._default_lines(default_headers), segments[0], first, segments[1],
+                         second, segments[2]))
+        outcome = dict(replay.outcome)
+        outcome["bytes"], outcome["cache"] = len(body), source
+        app.finished(req, replay.scope, request_id, outcome, time.perf_counter() - started)
+        app.stats.below_asgi += 1
+        app.stats.replayed += 1
+        return [head, body], replay.keep_alive
+
+    def _default_lines(self, default_headers: list[tuple[bytes, bytes]]) -> bytes:
+        """The server's default headers (Date) as lines; the server makes a new list when they change."""
+        source, lines = self._defaults
+        if source is not default_headers:
+            lines = b"".join(b"%s: %s\r\n" % (name, value) for name, value in default_headers)
+            self._defaults = default_headers, lines
+        return lines

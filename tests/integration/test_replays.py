@@ -1,0 +1,201 @@
+"""Requests sent again byte for byte (gateway.s3api.replays): answered as kept only while
+everything their answer depended on still holds, and otherwise the whole way.
+
+One gateway over moto with a memory tier of four 64 KiB blocks, metadata TTL of an hour (so
+only an invalidation or an eviction explains a changed answer). Requests are written to a raw
+socket, so that the bytes sent again are exactly the bytes sent before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from botocore.auth import S3SigV4QueryAuth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from gateway.config import CacheSettings, MetadataSettings
+from tests.support import ADMIN, REGION, TEAM, RunningGateway, base_settings, client
+
+BLOCK = 64 * 1024
+BUCKET = "replays"
+
+
+@pytest.fixture(scope="module")
+def gateway(origin_endpoint: str) -> Iterator[RunningGateway]:
+    base = base_settings(origin_endpoint)
+    settings = dataclasses.replace(base, cache=CacheSettings(block_size=BLOCK, memory_quota=4 * BLOCK),
+                                   metadata=MetadataSettings(ttl=3600.0))
+    client(origin_endpoint, ("origin-key", "origin-secret")).create_bucket(Bucket=BUCKET)
+    with RunningGateway(settings) as running:
+        yield running
+
+
+def stats(gateway: RunningGateway) -> Any:
+    return gateway.server.config.app.s3.stats
+
+
+def put(gateway: RunningGateway, key: str, body: bytes) -> None:
+    client(gateway.endpoint).put_object(Bucket=BUCKET, Key=key, Body=body)
+
+
+def presigned(gateway: RunningGateway, method: str, key: str, *, expires: int = 300,
+              headers: dict[str, str] | None = None, who: tuple[str, str] = ADMIN) -> bytes:
+    """The whole request head of a presigned SigV4 `method` of `key`."""
+    request = AWSRequest(method=method, url=f"{gateway.endpoint}/{BUCKET}/{key}")
+    S3SigV4QueryAuth(Credentials(*who), "s3", REGION, expires=expires).add_auth(request)
+    target = request.url.removeprefix(gateway.endpoint)
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {gateway.endpoint.removeprefix('http://')}"]
+    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def exchange(gateway: RunningGateway, *writes: bytes, answers: int) -> list[tuple[int, dict[str, str], bytes]]:
+    """Each of `writes` in one send on one connection, then the `answers` (to GETs) read back."""
+    host, port = gateway.endpoint.removeprefix("http://").split(":")
+    out = []
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        reader = sock.makefile("rb")
+        for payload in writes:
+            sock.sendall(payload)
+            time.sleep(0.02)  # each write its own read on the server
+        for _ in range(answers):
+            status = int(reader.readline().split()[1])
+            headers = {}
+            while (line := reader.readline()) not in (b"\r\n", b""):
+                name, _, value = line.decode("latin-1").partition(":")
+                headers[name.strip().lower()] = value.strip()
+            out.append((status, headers, reader.read(int(headers.get("content-length", 0)))))
+    return out
+
+
+def head_exchange(gateway: RunningGateway, request: bytes) -> tuple[int, dict[str, str]]:
+    """A HEAD's answer: status and headers (no body follows)."""
+    host, port = gateway.endpoint.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(request)
+        reader = sock.makefile("rb")
+        status = int(reader.readline().split()[1])
+        headers = {}
+        while (line := reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+    return status, headers
+
+
+def test_the_same_bytes_again_are_answered_as_kept_and_alike(gateway: RunningGateway) -> None:
+    put(gateway, "same.txt", b"the same answer\n")
+    request = presigned(gateway, "GET", "same.txt")
+    exchange(gateway, request, answers=1)  # a miss: the app answers, the cache fills
+    before = stats(gateway).replayed
+    first = exchange(gateway, request, answers=1)[0]  # a hit: the hit path answers, and keeps it
+    again = exchange(gateway, request, request, answers=2)  # kept: on another connection, twice
+    assert stats(gateway).replayed == before + 2
+    unstable = ("date", "x-amz-request-id")
+    for status, headers, body in again:
+        assert (status, body) == (200, b"the same answer\n")
+        assert {k: v for k, v in headers.items() if k not in unstable} == \
+            {k: v for k, v in first[1].items() if k not in unstable}
+        assert headers["x-cache"] == "hit-mem"
+    ids = {first[1]["x-amz-request-id"], *(headers["x-amz-request-id"] for _, headers, _ in again)}
+    assert len(ids) == 3  # every answer its own request id
+
+
+def test_a_head_sent_again_is_answered_as_kept(gateway: RunningGateway) -> None:
+    put(gateway, "head.txt", b"0123456789")
+    request = presigned(gateway, "HEAD", "head.txt")
+    answers = [head_exchange(gateway, request) for _ in range(3)]
+    assert stats(gateway).replayed >= 1
+    assert [(status, headers["content-length"], headers["x-cache"]) for status, headers in answers[1:]] == \
+        [(200, "10", "hit-mem")] * 2
+
+
+def test_a_write_is_seen_by_the_next_request_sent_again(gateway: RunningGateway) -> None:
+    put(gateway, "changes.txt", b"first")
+    request = presigned(gateway, "GET", "changes.txt")
+    assert [body for _, _, body in exchange(gateway, request, request, request, answers=3)] == [b"first"] * 3
+    put(gateway, "changes.txt", b"second, longer")
+    before = stats(gateway).replayed
+    status, headers, body = exchange(gateway, request, answers=1)[0]
+    assert (status, body) == (200, b"second, longer") and headers["etag"] != ""
+    assert stats(gateway).replayed == before  # the metadata changed: answered the whole way
+    client(gateway.endpoint).delete_object(Bucket=BUCKET, Key="changes.txt")
+    assert exchange(gateway, request, answers=1)[0][0] == 404
+
+
+def test_an_expired_presigned_url_is_refused_though_it_was_kept(gateway: RunningGateway) -> None:
+    put(gateway, "expires.txt", b"for two seconds")
+    request = presigned(gateway, "GET", "expires.txt", expires=2)
+    assert [status for status, _, _ in exchange(gateway, request, request, request, answers=3)] == [200] * 3
+    time.sleep(3)
+    before = stats(gateway).replayed
+    status, _, body = exchange(gateway, request, answers=1)[0]
+    assert status == 403 and b"Request has expired" in body
+    assert stats(gateway).replayed == before
+
+
+def test_an_evicted_block_is_read_again_not_answered_from_the_kept_request(gateway: RunningGateway) -> None:
+    put(gateway, "evicted.bin", b"e" * BLOCK)
+    request = presigned(gateway, "GET", "evicted.bin")
+    exchange(gateway, request, request, answers=2)
+    for n in range(8):  # eight other blocks, each read as often, through a memory tier of four
+        put(gateway, f"filler-{n}.bin", bytes([n]) * BLOCK)
+        filler = presigned(gateway, "GET", f"filler-{n}.bin")
+        exchange(gateway, filler, filler, filler, answers=3)
+    before = stats(gateway).replayed
+    status, headers, body = exchange(gateway, request, answers=1)[0]
+    assert (status, body, headers["x-cache"]) == (200, b"e" * BLOCK, "miss")
+    assert stats(gateway).replayed == before
+
+
+def test_pipelined_requests_are_not_kept_as_one(gateway: RunningGateway) -> None:
+    """Two requests in one read: each gets its answer, every time, and the pair is not kept
+    (answering it as kept would answer only the first)."""
+    put(gateway, "one.txt", b"one")
+    put(gateway, "two.txt", b"two")
+    both = presigned(gateway, "GET", "one.txt") + presigned(gateway, "GET", "two.txt")
+    before = stats(gateway).replayed
+    for _ in range(3):
+        assert [body for _, _, body in exchange(gateway, both, answers=2)] == [b"one", b"two"]
+    assert stats(gateway).replayed == before
+    assert both not in gateway.server.config.app.hits.replays.kept()
+
+
+def test_requests_whose_answer_depends_on_the_clock_are_not_kept(gateway: RunningGateway) -> None:
+    put(gateway, "clock.txt", b"tick")
+    future = "Fri, 01 Jan 2100 00:00:00 GMT"  # ignored while it is in the future, as S3 does
+    request = presigned(gateway, "GET", "clock.txt", headers={"If-Modified-Since": future})
+    assert [status for status, _, _ in exchange(gateway, request, request, request, answers=3)] == [200] * 3
+    assert request not in gateway.server.config.app.hits.replays.kept()
+
+
+def test_a_refused_request_is_never_kept(gateway: RunningGateway) -> None:
+    """A user without a grant on the bucket is refused every time, however often the same
+    bytes come (the team's grant is on another bucket)."""
+    put(gateway, "private.txt", b"not the team's")
+    request = presigned(gateway, "GET", "private.txt", who=TEAM)
+    answers = exchange(gateway, request, request, request, answers=3)
+    assert [status for status, _, _ in answers] == [403] * 3
+    assert all(b"AccessDenied" in body for _, _, body in answers)
+    assert request not in gateway.server.config.app.hits.replays.kept()
+
+
+def test_a_request_that_closes_the_connection_closes_it_again(gateway: RunningGateway) -> None:
+    put(gateway, "close.txt", b"bye")
+    request = presigned(gateway, "GET", "close.txt", headers={"Connection": "close"})
+    for _ in range(3):
+        host, port = gateway.endpoint.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall(request)
+            received = b""
+            while chunk := sock.recv(65536):  # ends: the server closed
+                received += chunk
+        assert re.match(rb"HTTP/1.1 200 OK\r\n", received) and b"\r\nconnection: close\r\n" in received
+        assert received.endswith(b"\r\n\r\nbye")
+    assert request in gateway.server.config.app.hits.replays.kept()

@@ -162,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each cell")
     parser.add_argument("--rounds", type=int, default=3, help="local, peer cells measured this many times, alternating")
     parser.add_argument("--workers", type=int, default=0, help="server.workers of each node (0: one per core)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="a setting of both nodes, as TOML (e.g. server.hit_path=false); repeatable")
     parser.add_argument("--code", default="HEAD", help="the gateway code the nodes run: a git revision, or 'worktree'")
     parser.add_argument("--profile", type=float, default=0.0, help="then py-spy both nodes for this many seconds of peer load")
     parser.add_argument("--keep", action="store_true", help="keep the temp folder (configs, logs, profiles)")
@@ -189,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         origin_s3 = cs.s3_client(origin, cs.ORIGIN_CREDENTIALS)
         origin_s3.create_bucket(Bucket=fl.BUCKET)
         keys = cs.create_objects(origin_s3, "peer-hops", size, args.objects)
-        nodes = start(fleet, args.workers)
+        nodes = start(fleet, args.workers, settings(args.set))
         a, b = nodes
         first = fl.zipf_load([a.endpoint], keys, list(range(len(keys))), size, 8)  # B opens its objects for A
         if first.errors:
@@ -227,11 +229,29 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if problems else 0
 
 
-def start(fleet: fl.Fleet, workers: int) -> list[fl.Node]:
+def settings(pairs: Sequence[str]) -> dict[tuple[str, str], object]:
+    """--set SECTION.KEY=VALUE (VALUE in TOML: true, 3, "text") as {(section, key): value}."""
+    import tomllib
+
+    found: dict[tuple[str, str], object] = {}
+    for pair in pairs:
+        name, _, value = pair.partition("=")
+        section, _, key = name.strip().partition(".")
+        if not section or not key or not value:
+            raise SystemExit(f"--set {pair!r}: want SECTION.KEY=VALUE")
+        found[section, key] = tomllib.loads(f"v = {value}")["v"]
+    return found
+
+
+def start(fleet: fl.Fleet, workers: int, extra: dict[tuple[str, str], object]) -> list[fl.Node]:
+    """Node A (node1) and B (node2); with `workers` or `extra` settings, restarted with them."""
     nodes = fleet.start(2, quota=1024**3, cluster={"hot_replication": False, "passive_cache": False})
     if workers:
+        extra = {("server", "workers"): workers, **extra}
+    if extra:
         for node in nodes:
-            node.sections["server"]["workers"] = workers
+            for (section, key), value in extra.items():
+                node.sections.setdefault(section, {})[key] = value
             node.restart()
         deadline = time.monotonic() + 20
         while any(set(n.admin("stats").json()["members"]) != {"node1", "node2"} for n in nodes):

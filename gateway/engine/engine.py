@@ -101,7 +101,7 @@ class Engine:
         self.journal = journal  # the node's invalidation journal, with several workers
         coherence = Coherence(invalidation, journal)
         self.fetch = None if store is None else BlockFetcher(origin, store, cache, self.budget, self.invalidate,
-                                                              fleet=fleet, trusted=coherence.trusted)
+                                                              fleet=fleet, coherence=coherence)
         self.metadata = Metadata(origin, metadata, coherence, shared=level2, fetch=self.fetch)
         self.listings = Listings(origin, listing, coherence, shared=level2)
         self.reads = Reads(origin, self.fetch, cache, self.budget, self.invalidate)

@@ -15,6 +15,7 @@ from gateway import log
 from gateway.bytebudget import ByteBudget
 from gateway.cluster.fleet import Fleet, Route
 from gateway.config import CacheSettings
+from gateway.engine.coherence import Coherence, Epoch
 from gateway.engine.flight import SingleFlight
 from gateway.errors import S3Error
 from gateway.objects import ObjectChanged, ObjectMeta, meta_from_ranged_get
@@ -62,7 +63,7 @@ class BlockFetcher:
 
     def __init__(self, origin: Origin, store: TieredStore, settings: CacheSettings, budget: ByteBudget,
                  on_changed: Callable[[str, str], Awaitable[None]], *, fleet: Fleet | None = None,
-                 trusted: Callable[[], bool] = lambda: True) -> None:
+                 coherence: Coherence | None = None) -> None:
         self.origin = origin
         self.store = store
         self.settings = settings
@@ -72,11 +73,13 @@ class BlockFetcher:
         self.siblings: Siblings | None = None  # set by the engine when the node has other workers
         self.stats: Counter[str] = Counter()
         self._on_changed = on_changed
-        self._trusted = trusted  # Coherence.trusted: whether what was learnt before may be answered
+        self._coherence = coherence if coherence is not None else Coherence(None)
         self._from_origin: SingleFlight[str, bytes] = SingleFlight()
         self._from_peers: SingleFlight[str, bytes] = SingleFlight()
-        self._opening: SingleFlight[str, Opened | None] = SingleFlight()
-        self._peer_opening: SingleFlight[str, Opened | None] = SingleFlight()
+        # Opens under way, by block and the bucket's epoch: an open asked for after a write
+        # (this worker's, or another's read from the journal) does not join one begun before it.
+        self._opening: SingleFlight[tuple[str, Epoch], Opened | None] = SingleFlight()
+        self._peer_opening: SingleFlight[tuple[str, Epoch], Opened | None] = SingleFlight()
         self._background: set[asyncio.Future[bytes]] = set()
         self._recent_opens: OrderedDict[str, tuple[ObjectMeta, BlockId, float]] = OrderedDict()
 
@@ -230,16 +233,17 @@ class BlockFetcher:
         if owner is not None:  # the worker that owns the first block opens the object
             siblings = self.siblings
             assert siblings is not None
-            if not self._trusted():
+            if not self._coherence.trusted():
                 return await siblings.open(owner, bucket, key, query, index, from_peers)
-            return await self._peer_opening.run(name, lambda: siblings.open(owner, bucket, key, query, index,
-                                                                           from_peers))
+            return await self._peer_opening.run((name, self._coherence.epoch(bucket)),
+                                                lambda: siblings.open(owner, bucket, key, query, index, from_peers))
         route = self.route(bucket, key, index) if from_peers else None
         if route is not None and self.peers is not None:  # a peer owns the block: it opens the object for us
             peers = self.peers
-            if not self._trusted():  # an open under way may have begun before an unheard write
+            if not self._coherence.trusted():  # an open under way may have begun before an unheard write
                 return await peers.open(bucket, key, query, index, route)
-            return await self._peer_opening.run(name, lambda: peers.open(bucket, key, query, index, route))
+            return await self._peer_opening.run((name, self._coherence.epoch(bucket)),
+                                                lambda: peers.open(bucket, key, query, index, route))
         return await self.open_here(bucket, key, query, index)
 
     async def open_here(self, bucket: str, key: str, query: list[tuple[str, str]], index: int) -> Opened | None:
@@ -251,15 +255,16 @@ class BlockFetcher:
         must still be fetched once.
         """
         name = open_name(bucket, key, query, index)
-        if not self._trusted():
+        epoch = self._coherence.epoch(bucket)  # and what this node's other workers' writes made it forget
+        if not self._coherence.trusted():
             # Another node's write may have gone unheard: neither an open remembered from before
             # it nor one already under way (it may have begun before the write) may answer.
-            return await self._open(bucket, key, query, index, name)
+            return await self._open(bucket, key, query, index, name, epoch)
         if self._remembers_opens:
             recent = await self._recent_open(name)
             if recent is not None:
                 return recent
-        return await self._opening.run(name, lambda: self._open(bucket, key, query, index, name))
+        return await self._opening.run((name, epoch), lambda: self._open(bucket, key, query, index, name, epoch))
 
     async def _recent_open(self, name: str) -> Opened | None:
         recent = self._recent_opens.get(name)
@@ -298,7 +303,10 @@ class BlockFetcher:
         while len(self._recent_opens) > _RECENT_OPENS:
             self._recent_opens.popitem(last=False)
 
-    async def _open(self, bucket: str, key: str, query: list[tuple[str, str]], index: int, name: str) -> Opened | None:
+    async def _open(self, bucket: str, key: str, query: list[tuple[str, str]], index: int, name: str,
+                    epoch: Epoch) -> Opened | None:
+        """The open itself, remembered for the opens that follow unless a write to the bucket
+        came meanwhile (`epoch`: the bucket's when it began)."""
         size = self.settings.block_size
         first = index * size
         response = await self.origin.send("GET", bucket, key, query=query,
@@ -338,7 +346,7 @@ class BlockFetcher:
         self.stats["origin_block_fetch"] += 1
         await self.store.put(block, data)
         opened = meta, FirstBlock(block, data, from_origin=True)
-        if self._remembers_opens:
+        if self._remembers_opens and self._coherence.epoch(bucket) == epoch:
             self._remember_open(name, opened)
         return opened
 

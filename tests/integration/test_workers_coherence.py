@@ -6,18 +6,24 @@ real uvicorn in this process on its own port, over moto; metadata and listing TT
 minute, so only an invalidation explains a fresh answer. The reader first caches the old
 state (GET, HEAD, LIST, a 404), then a write goes through the other worker, then the reader
 is asked at once: PUT, DELETE, CopyObject, CompleteMultipartUpload, DeleteObjects, an
-operator's purge; then any sequence of writes through either worker (hypothesis). Last,
+operator's purge; then any sequence of writes through either worker (hypothesis). Then the
+same with presigned GETs and HEADs sent again byte for byte on kept-alive connections, which
+each worker answers from its replays (gateway.s3api.replays) while nothing changed. Last,
 `gateway serve --workers 2`: clients on connections the kernel gave either worker."""
 
 from __future__ import annotations
 
 import dataclasses
+import contextlib
 import hashlib
+import http.client
 import shutil
 import tempfile
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import pytest
+import httpx
 from botocore.exceptions import ClientError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -203,3 +209,90 @@ def test_a_served_node_of_two_workers_is_never_stale(origin_endpoint):
                 writer.put_object(Bucket=BUCKET, Key=key, Body=body)
             for s3 in clients:
                 assert state(s3, key) == expected(body), cycle
+
+
+class SameBytes:
+    """One kept-alive connection that sends a presigned GET and HEAD of one key, the same
+    bytes each time (http.client writes a request without a body in one send)."""
+
+    def __init__(self, endpoint: str, key: str) -> None:
+        signer = client(endpoint)
+        self.urls = {method: urlsplit(signer.generate_presigned_url(operation, Params={"Bucket": BUCKET, "Key": key},
+                                                                    ExpiresIn=600))
+                     for method, operation in (("GET", "get_object"), ("HEAD", "head_object"))}
+        self.conn = http.client.HTTPConnection(self.urls["GET"].netloc, timeout=10)
+
+    def __enter__(self) -> SameBytes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.conn.close()
+
+    def send(self, method: str) -> tuple[int, bytes, str | None]:
+        url = self.urls[method]
+        self.conn.request(method, f"{url.path}?{url.query}", headers={"Accept-Encoding": "identity"})
+        answer = self.conn.getresponse()
+        return answer.status, answer.read(), answer.getheader("etag")
+
+    def state(self) -> tuple[bytes | None, str | None, str | None]:
+        """GET's body and ETag and HEAD's ETag (None where it is absent)."""
+        status, body, get_etag = self.send("GET")
+        head_status, _, head_etag = self.send("HEAD")
+        assert status in (200, 404) and head_status == status, (status, head_status)
+        return (body, get_etag, head_etag) if status == 200 else (None, None, None)
+
+
+def sent_again_expected(body: bytes | None) -> tuple[bytes | None, str | None, str | None]:
+    if body is None:
+        return None, None, None
+    etag = f'"{hashlib.md5(body).hexdigest()}"'
+    return body, etag, etag
+
+
+def test_requests_sent_again_see_each_write_through_the_other_worker(node):
+    """Presigned GET and HEAD, the same bytes on each worker's connection: answered as kept
+    while the object stays, and never an object replaced or deleted through either worker."""
+    a, b = node
+    key = "again/k"
+    with SameBytes(a.endpoint, key) as to_a, SameBytes(b.endpoint, key) as to_b:
+        writes_seen_when_sent_again([client(a.endpoint), client(b.endpoint)], [to_a, to_b], key, cycles=8)
+    for gateway in node:
+        assert gateway.server.config.app.s3.stats.replayed >= 8 * 2 * 2
+
+
+def test_a_served_node_answers_requests_sent_again_never_stale(origin_endpoint):
+    """`gateway serve --workers 2`, 8 connections sending the same presigned GET and HEAD:
+    each write through boto3 is seen by the next send on every connection."""
+    env = {"GATEWAY_METADATA_TTL": "60s", "GATEWAY_METADATA_NEGATIVE_TTL": "60s",
+           "GATEWAY_CACHE_MEMORY_QUOTA": "64MiB", "GATEWAY_ADMIN_TOKEN": "node-token"}
+    client(origin_endpoint, ("origin-key", "origin-secret")).create_bucket(Bucket=BUCKET)
+    with GatewayProcess(origin_endpoint, workers=2, **env) as served, contextlib.ExitStack() as stack:
+        key = "served/again"
+        connections = [stack.enter_context(SameBytes(served.endpoint, key)) for _ in range(8)]
+        writes_seen_when_sent_again([client(served.endpoint)], connections, key, cycles=8)
+        metrics = httpx.get(f"{served.endpoint}/_gateway/metrics", headers={"authorization": "Bearer node-token"},
+                            timeout=10).text
+        replayed = next(float(line.split()[-1]) for line in metrics.splitlines()
+                        if line.startswith("gateway_hit_path_replayed_total "))
+        assert replayed >= 8 * 2 * 4
+
+
+def writes_seen_when_sent_again(writers: list, connections: list[SameBytes], key: str, cycles: int) -> None:  # type: ignore[type-arg]
+    """Each cycle: every connection sends its GET and HEAD three times (the first may go the
+    whole way, the others are answered as kept), then a write (a PUT, every fourth a DELETE)
+    through the next writer, then every connection must see it at once."""
+    writers[0].put_object(Bucket=BUCKET, Key=key, Body=b"first")
+    body: bytes | None = b"first"
+    for cycle in range(cycles):
+        for connection in connections:
+            for _ in range(3):
+                assert connection.state() == sent_again_expected(body), cycle
+        writer = writers[cycle % len(writers)]
+        if cycle % 4 == 3:
+            writer.delete_object(Bucket=BUCKET, Key=key)
+            body = None
+        else:
+            body = f"cycle {cycle}".encode()
+            writer.put_object(Bucket=BUCKET, Key=key, Body=body)
+        for connection in connections:
+            assert connection.state() == sent_again_expected(body), cycle

@@ -72,7 +72,10 @@ class ServerSettings:
     hit_path: bool = setting(
         True, "Answer GETs and HEADs of objects whose metadata is fresh and whose bytes one block holds in "
               "memory or in the page cache inside the HTTP server, without the ASGI app (the same answer, "
-              "counted and logged alike, at a fraction of the CPU); false sends every request through the app.")
+              "counted and logged alike, at a fraction of the CPU). A request it answered that arrives again "
+              "byte for byte (a presigned URL, a client's retry) is answered without being parsed or its "
+              "signature checked again, while the object and the signature's time window still hold; false "
+              "sends every request through the app.")
     shutdown_timeout: float = setting(
         30.0, "On SIGTERM, how long requests in flight may finish before they are cancelled and the node "
               "leaves the fleet and exits.")

@@ -90,12 +90,26 @@ class S3App:
             req.receive = receive
         request_id = req.request_id if req is not None else new_request_id()
         outcome: dict[str, Any] = {"status": 500, "bytes": 0, "cache": None}
+        logged = False
+
+        def log_answer() -> None:
+            nonlocal logged
+            if not logged:
+                logged = True
+                self.finished(req, scope, request_id, outcome, time.perf_counter() - started)
 
         async def counting_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 note_answer(outcome, message["status"], message.get("headers", ()))
             elif message["type"] == "http.response.body":
                 outcome["bytes"] += len(message.get("body", b""))
+                if not message.get("more_body", False):
+                    # Logged as its last bytes go to the server, as the hit path logs its own: they
+                    # let the connection's next request start (pipelined, at once; else once the
+                    # client has read them), which the hit path answers and logs there and then,
+                    # while this task still closes what the answer held. Logged after that, a
+                    # connection's lines would not be in the order it was answered in.
+                    log_answer()
             await send(message)
 
         try:
@@ -120,7 +134,7 @@ class S3App:
                 await req.held.aclose()
                 if req._body is not None:
                     await req._body.aclose()
-            self.finished(req, scope, request_id, outcome, time.perf_counter() - started)
+            log_answer()  # an answer that never sent its last bytes (an error mid-stream)
 
     def finished(self, req: S3Request | None, scope: Scope, request_id: str, outcome: dict[str, Any],
                  seconds: float) -> None:

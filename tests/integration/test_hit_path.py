@@ -84,7 +84,7 @@ def pair(origin_endpoint: str, tmp_path_factory: pytest.TempPathFactory, request
             gateway.server.config.app.s3.observers.append(logs[name].append)
             for bucket, key in OBJECTS:  # warm: metadata and every block in memory
                 s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-            deadline = time.monotonic() + 5  # the app logs a request just after its answer left
+            deadline = time.monotonic() + 5  # the app logs a request as its answer's last bytes go out
             while len(logs[name]) < len(OBJECTS) and time.monotonic() < deadline:
                 time.sleep(0.005)
             logs[name].clear()
@@ -204,8 +204,8 @@ def test_both_paths_answer_every_read_alike(pair: Pair, data: st.DataObject) -> 
 
 
 def _settled(pair: Pair) -> None:
-    """The ASGI path counts and logs a request just after its answer left, and either path may
-    have started readahead that is still fetching: wait for both (on a loaded machine the one
+    """The ASGI path counts and logs a request as its answer's last bytes go out, and either path
+    may have started readahead that is still fetching: wait for both (on a loaded machine the one
     gateway's prefetch can still be under way when the other's is done, and count otherwise)."""
     deadline = time.monotonic() + 5
 
@@ -250,6 +250,25 @@ def test_pipelined_hits_and_a_miss_are_answered_in_order(pair: Pair) -> None:
     assert statuses == [b"200", b"404", b"200", b"200"]
     assert received.count(OBJECTS[("public", "small.txt")]) == 2 and b"<Code>NoSuchKey</Code>" in received
     assert pair.fast.server.config.app.s3.stats.below_asgi == before + 3
+
+
+def test_a_connection_is_logged_in_the_order_it_was_answered(pair: Pair) -> None:
+    """A streamed answer (more than one block, the app's) and a hit pipelined behind it: the
+    hit is answered the moment the stream's last bytes go out, while the app's task still
+    closes what its answer held, and must be logged after the stream (the advisor replays the
+    access log in its order)."""
+    for gateway in (pair.fast, pair.asgi):
+        big = _request(gateway.endpoint, "GET", "shared", "team/big.bin", [], {}, "admin", "v4-query")
+        first = b"GET " + big.url.raw_path + b" HTTP/1.1\r\nHost: " + big.url.netloc + b"\r\n\r\n"
+        hit = b"GET /public/small.txt HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n"
+        logs = pair.logs["fast" if gateway is pair.fast else "asgi"]
+        before = len(logs)
+        received = _raw(gateway.endpoint, first + hit)
+        assert re.findall(rb"HTTP/1.1 (\d{3}) ", received) == [b"200", b"200"]
+        deadline = time.monotonic() + 5  # a line written late then fails as an order, not as a count
+        while len(logs) < before + 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert [entry["key"] for entry in logs[before:]] == ["team/big.bin", "small.txt"]
 
 
 def test_an_http_1_0_hit_closes_the_connection(pair: Pair) -> None:

@@ -205,7 +205,8 @@ def test_access_log_line_has_the_request_and_no_secrets(admin_gateway, caplog):
         return [line for line in (orjson.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.access")
                 if line["operation"] == "GetObject"]
 
-    # A request's line is written just after its answer was sent: wait for the second one.
+    # A request's line is written as its last bytes go to the server, which the client may not have
+    # read yet: wait for the second one.
     deadline = time.monotonic() + 5
     while len(get_lines()) < 2 and time.monotonic() < deadline:
         time.sleep(0.01)

@@ -122,7 +122,7 @@ def test_a_latin_1_override_is_sent_as_latin_1(disk_gateway):
 
 def test_a_control_character_override_is_an_error_in_the_access_log(disk_gateway, caplog):
     gateway, s3 = disk_gateway
-    # The app logs a request just after its answer left: wait for the entry at the level that keeps it.
+    # The app logs a request as its last bytes go to the server: wait for the entry at the level that keeps it.
     with caplog.at_level("INFO", logger="gateway.access"):
         response = httpx.get(_presigned(s3, "small", ResponseContentType="a\r\nb: c"))
         request_id = response.headers["x-amz-request-id"]

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.objects import ObjectMeta
+from gateway.engine import ObjectMeta
 from gateway.s3api.auth import Identity
 from gateway.s3api.responses import new_request_id
 from gateway.s3api.server import S3App, S3Request

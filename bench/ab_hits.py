@@ -1,4 +1,4 @@
-"""Warm hits of one gateway process, this work tree against an earlier commit, in one run.
+"""Warm hits (or cold reads) of one gateway process, this work tree against an earlier commit, in one run.
 
 Each round starts a fresh gateway of each code tree (alternating which goes first) in front of
 bench/shaped_origin.py (no delay, no rate cap), warms it, and measures presigned GETs with wrk
@@ -8,6 +8,11 @@ measured side by side, round after round, is what to quote.
 
     .venv/bin/python bench/ab_hits.py --baseline 34307e8 --size 4KiB
     .venv/bin/python bench/ab_hits.py --baseline 34307e8 --size 1MiB --tier disk --rounds 4
+    .venv/bin/python bench/ab_hits.py --baseline 34307e8 --size 1MiB --tier cold --rounds 4
+
+`--tier cold`: every request a first read of its key (distinct keys, hard links of one file at
+the origin, never read before by that gateway; no warm-up), so each is an origin GET of the
+object's one block (1 MiB: the gateway's default block size) received, stored and sent.
 
 Needs: apt-get install -y wrk; git (the baseline is taken with `git archive`).
 """
@@ -55,7 +60,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", required=True, help="the commit to compare with (e.g. 34307e8)")
     parser.add_argument("--size", default="4KiB", choices=("4KiB", "1MiB"))
-    parser.add_argument("--tier", default="memory", choices=("memory", "disk"), help="where the hits are served from")
+    parser.add_argument("--tier", default="memory", choices=("memory", "disk", "cold"),
+                        help="where the hits are served from (cold: first reads, from the origin)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args()
@@ -65,6 +71,8 @@ def main() -> None:
     root = tmp / "objects"
     (root / cs.BUCKET).mkdir(parents=True)
     keys = cs.link_objects(root, "warm", size, 256 if size == 4096 else 64)
+    if args.tier == "cold":  # enough for the fastest gateway measured here, plus a margin
+        keys = cs.link_objects(root, "cold", size, int(args.seconds * (8000 if size == 4096 else 2500)))
     print(f"{args.size} hits from the {args.tier} tier; baseline {args.baseline} against the work tree at "
           f"{cs.code_version()}")
     ticks = 100  # os.sysconf("SC_CLK_TCK") on Linux
@@ -82,15 +90,18 @@ def main() -> None:
                     gateway.start()
                     try:
                         paths = cs.presigned_paths(gateway.endpoint, keys)
-                        cs.run_wrk("warm-up", gateway.endpoint, paths, size, 32, 2, tmp)
+                        if args.tier != "cold":
+                            cs.run_wrk("warm-up", gateway.endpoint, paths, size, 32, 2, tmp)
                         before = user_system_ticks(gateway)
-                        cell = cs.run_wrk(name, gateway.endpoint, paths, size, 32, args.seconds, tmp)
+                        cell = cs.run_wrk(name, gateway.endpoint, paths, size, 32, args.seconds, tmp,
+                                          distinct=args.tier == "cold")
                         after = user_system_ticks(gateway)
                     finally:
                         gateway.stop()
                     per = 1e6 / ticks / max(1, cell.ok)
                     print(f"  round {round_ + 1} {name:9s} {cell.rps:9,.0f} req/s   user {(after[0] - before[0]) * per:6.0f} "
-                          f"us/req   system {(after[1] - before[1]) * per:6.0f} us/req   errors {cell.errors}", flush=True)
+                          f"us/req   system {(after[1] - before[1]) * per:6.0f} us/req   errors {cell.errors}"
+                          f"{'   ' + cell.note if cell.note else ''}", flush=True)
                     rates[name].append(cell.rps)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,7 +1,8 @@
 """The client for the real bucket: every request re-signed with the gateway's own credentials.
 
 Requests and responses are streamed (aiohttp), so a body of any size passes through
-with bounded memory. Transport failures become S3Error("ServiceUnavailable") here and
+with bounded memory; a GET of one cache block (get_block) goes through gateway.rangeclient
+instead, which receives its body into one buffer. Transport failures become S3Error("ServiceUnavailable") here and
 nowhere else; error documents from the origin become S3Error with the origin's code
 and status.
 """
@@ -11,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from datetime import datetime, timezone
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -22,6 +24,7 @@ from yarl import URL
 from gateway import log
 from gateway.config import OriginSettings
 from gateway.errors import S3Error
+from gateway.rangeclient import RangeClient, RangeResponse
 from gateway.signing import UNSIGNED_PAYLOAD, EMPTY_SHA256, sign_request_v4, uri_encode, sha256_hex
 
 # What an origin error status means when the response has no body (HEAD).
@@ -34,10 +37,12 @@ _MAX_ERROR_BODY = 64 * 1024
 _ERROR_HEADERS = ("content-range", "x-amz-delete-marker", "x-amz-version-id", "allow", "x-amz-bucket-region")
 # aiohttp adds these unless told not to; none of them may change what the origin does.
 _NO_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
-_TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
+# aiohttp's, and the range client's (builtin ConnectionError and TimeoutError, as asyncio.TimeoutError is).
+_TRANSPORT_ERRORS = (aiohttp.ClientError, ConnectionError, TimeoutError)
 
 BodyFactory = Callable[[], AsyncIterator[bytes]]
 """Returns a fresh iterator over the request body each call, so a request can be retried."""
+_Answer = TypeVar("_Answer", "OriginResponse", "BlockResponse")
 
 
 class OriginResponse:
@@ -104,6 +109,29 @@ class OriginResponse:
         self._response.release()
 
 
+class BlockResponse:
+    """An origin answer to a GET of at most one block (Origin.get_block), its body received
+    into one buffer (gateway.rangeclient); read or closed as OriginResponse is."""
+
+    __slots__ = ("status", "headers", "header_items", "_response")
+
+    def __init__(self, response: RangeResponse) -> None:
+        self._response = response
+        self.status = response.status
+        self.header_items = response.header_items
+        self.headers = response.headers
+
+    async def read_at_most(self, limit: int) -> bytes:
+        """As OriginResponse.read_at_most."""
+        try:
+            return await self._response.read_at_most(limit)
+        except _TRANSPORT_ERRORS as exc:
+            raise S3Error("ServiceUnavailable", "The origin failed while sending its response.") from exc
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
 def _payload_hash(method: str, body: bytes | BodyFactory | None, body_length: int | None, headers: dict[str, str]) -> str:
     """The x-amz-content-sha256 the request is signed with; sets its Content-Length in `headers`."""
     if isinstance(body, bytes):
@@ -126,6 +154,7 @@ class Origin:
         self._scheme = parts.scheme
         self._netloc = parts.netloc
         self._session: aiohttp.ClientSession | None = None
+        self._blocks: RangeClient | None = None
         self.requests: Counter[str] = Counter()  # requests sent, by method (every attempt)
         self.failures = 0  # attempts that got no answer (refused, reset, timed out)
 
@@ -141,10 +170,20 @@ class Origin:
             )
         return self._session
 
+    def _block_client(self) -> RangeClient:
+        if self._blocks is None:  # made on first use, on the loop that uses it
+            settings = self.settings
+            self._blocks = RangeClient(self._scheme, connect_timeout=settings.connect_timeout,
+                                       read_timeout=settings.read_timeout, max_connections=settings.max_connections)
+        return self._blocks
+
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._blocks is not None:
+            await self._blocks.aclose()
+            self._blocks = None
 
     async def send(
         self,
@@ -163,16 +202,39 @@ class Origin:
         streamed body. Transport errors are retried (every S3 request we send is
         idempotent, and a streamed body can be produced again from the factory).
         """
-        query = list(query)
+        client = self._client()
+
+        async def attempt(host: str, target: str, signed: dict[str, str]) -> OriginResponse:
+            content = body() if callable(body) else body
+            url = URL(f"{self._scheme}://{host}{target}", encoded=True)
+            return OriginResponse(await client.request(method, url, headers=signed, data=content,
+                                                       allow_redirects=False))
+
+        return await self._attempts(method, bucket, key, list(query), headers, body, body_length, attempt)
+
+    async def get_block(self, bucket: str, key: str, *, query: Iterable[tuple[str, str]] = (),
+                        headers: dict[str, str]) -> BlockResponse:
+        """A GET of at most one block (a ranged read), sent and retried as `send` does, its
+        body received into one buffer (gateway.rangeclient) instead of aiohttp's pieces."""
+        client = self._block_client()
+
+        async def attempt(host: str, target: str, signed: dict[str, str]) -> BlockResponse:
+            return BlockResponse(await client.get(host, target, signed))
+
+        return await self._attempts("GET", bucket, key, list(query), headers, None, None, attempt)
+
+    async def _attempts(self, method: str, bucket: str | None, key: str | None, query: list[tuple[str, str]],
+                        headers: dict[str, str] | None, body: bytes | BodyFactory | None, body_length: int | None,
+                        attempt: Callable[[str, str, dict[str, str]], Awaitable[_Answer]]) -> _Answer:
+        """`attempt(host, request target, signed headers)`, signed anew each time, until it
+        gives an answer other than 500 or 503, or the `origin.retries` retries are spent."""
         host, path = self._address(bucket, key)
-        target = self._target(host, path, query)
+        target = _request_target(path, query)
         base_headers = {k.lower(): v for k, v in (headers or {}).items()}
         base_headers["host"] = host
         payload_hash = _payload_hash(method, body, body_length, base_headers)
-
-        client = self._client()
         attempts = self.settings.retries + 1
-        for attempt in range(attempts):
+        for number in range(attempts):
             signed = dict(base_headers)
             signed.update(sign_request_v4(
                 method=method, path=path, query=query, headers=base_headers,
@@ -180,36 +242,24 @@ class Origin:
                 secret_key=self.settings.secret_key, region=self.settings.region,
                 now=datetime.now(timezone.utc),
             ))
-            content = body() if callable(body) else body
             self.requests[method] += 1
             try:
-                response = await client.request(method, target, headers=signed, data=content,
-                                                allow_redirects=False)
+                response = await attempt(host, target, signed)
             except _TRANSPORT_ERRORS as exc:
                 self.failures += 1
-                if attempt + 1 < attempts:
+                if number + 1 < attempts:
                     log.origin.warning("origin %s %s failed (%s), retrying", method, path, exc.__class__.__name__)
-                    await asyncio.sleep(random.uniform(0.05, 0.2) * (2**attempt))
+                    await asyncio.sleep(random.uniform(0.05, 0.2) * (2**number))
                     continue
-                if isinstance(exc, asyncio.TimeoutError):
+                if isinstance(exc, TimeoutError):
                     raise S3Error("ServiceUnavailable", "The origin did not answer in time.") from exc
                 raise S3Error("ServiceUnavailable", "The origin is unreachable.") from exc
-            if response.status in (500, 503) and attempt + 1 < attempts:
-                response.close()
-                await asyncio.sleep(random.uniform(0.05, 0.2) * (2**attempt))
+            if response.status in (500, 503) and number + 1 < attempts:
+                await response.aclose()
+                await asyncio.sleep(random.uniform(0.05, 0.2) * (2**number))
                 continue
-            return OriginResponse(response)
+            return response
         raise AssertionError("unreachable")
-
-    def _target(self, host: str, path: str, query: list[tuple[str, str]]) -> URL:
-        """The request's URL: exactly the path and query that are signed."""
-        url = f"{self._scheme}://{host}{_encode_path(path)}"
-        if query:
-            url += "?" + "&".join(
-                uri_encode(k, keep_slash=False) + ("=" + uri_encode(v, keep_slash=False) if v != "" else "")
-                for k, v in query
-            )
-        return URL(url, encoded=True)
 
     async def probe(self) -> int:
         """The status of a ListBuckets with the gateway's credentials (readiness: any answer
@@ -218,7 +268,7 @@ class Origin:
         await response.aclose()
         return response.status
 
-    async def error_from(self, response: OriginResponse, resource: str | None = None) -> S3Error:
+    async def error_from(self, response: OriginResponse | BlockResponse, resource: str | None = None) -> S3Error:
         """Turn an origin error response into an S3Error with the origin's code and status."""
         code, message = _code_for(response.status), None
         extra: dict[str, str] = {}
@@ -261,6 +311,17 @@ def _code_for(status: int) -> str:
 
 def _resource(bucket: str | None, key: str | None) -> str:
     return "/" + "/".join(p for p in (bucket, key) if p)
+
+
+def _request_target(path: str, query: list[tuple[str, str]]) -> str:
+    """The request's path and query, exactly as they are signed."""
+    target = _encode_path(path)
+    if query:
+        target += "?" + "&".join(
+            uri_encode(k, keep_slash=False) + ("=" + uri_encode(v, keep_slash=False) if v != "" else "")
+            for k, v in query
+        )
+    return target
 
 
 def _encode_path(path: str) -> str:

@@ -147,8 +147,8 @@ class BlockFetcher:
         query = [("versionId", meta.version_id)] if meta.version_id and meta.version_id != "null" else []
         expected = last - first + 1
         for attempt in range(self.origin.settings.retries + 1):
-            response = await self.origin.send(
-                "GET", block.bucket, block.key, query=query,
+            response = await self.origin.get_block(
+                block.bucket, block.key, query=query,
                 headers={"range": f"bytes={first}-{last}", "if-match": meta.etag},
             )
             if response.status == 412:
@@ -309,8 +309,8 @@ class BlockFetcher:
         came meanwhile (`epoch`: the bucket's when it began)."""
         size = self.settings.block_size
         first = index * size
-        response = await self.origin.send("GET", bucket, key, query=query,
-                                          headers={"range": f"bytes={first}-{first + size - 1}"})
+        response = await self.origin.get_block(bucket, key, query=query,
+                                               headers={"range": f"bytes={first}-{first + size - 1}"})
         if response.status == 416:
             await response.aclose()
             return None

@@ -1,0 +1,343 @@
+"""rangeclient: block GETs whose bodies land in one buffer, against raw HTTP/1.1 servers that
+send their answers in awkward pieces, chunked, too long, cut off, stalled or over TLS; on
+asyncio's own loop and on uvloop (the one the gateway runs on)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import ssl
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import uvloop
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.config import OriginSettings
+from gateway.errors import S3Error
+from gateway.origin import Origin
+from gateway.rangeclient import ChunkedDecoder, MalformedAnswer, RangeClient, body_framing, parse_head
+from tests.test_tls import make_certificate
+
+KiB = 1024
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def event_loop_policy(request):  # type: ignore[no-untyped-def]
+    return asyncio.DefaultEventLoopPolicy() if request.param == "asyncio" else uvloop.EventLoopPolicy()
+
+
+Answer = Callable[[bytes], list[bytes]]
+"""What the server writes for one request (its head, as read): the pieces, written one at a time."""
+
+
+class RawServer:
+    """A raw HTTP/1.1 server on this loop: each request is answered with `answer(request)`'s
+    pieces, written one at a time with a pause between them (the client receives them in
+    several reads); the connection then stays open unless `close_after` answers were sent."""
+
+    def __init__(self, answer: Answer, *, close_after: int | None = None, pause: float = 0.003,
+                 tls: ssl.SSLContext | None = None) -> None:
+        self.answer, self.close_after, self.pause, self.tls = answer, close_after, pause, tls
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def __aenter__(self) -> RawServer:
+        self._server = await asyncio.start_server(self._connection, "127.0.0.1", 0, ssl=self.tls)
+        self.host = f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._server.close()
+        for writer in self._writers:
+            writer.close()
+        await self._server.wait_closed()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self._writers.append(writer)
+        answered = 0
+        try:
+            while True:
+                request = await reader.readuntil(b"\r\n\r\n")
+                self.requests.append(request)
+                for piece in self.answer(request):
+                    writer.write(piece)
+                    await writer.drain()
+                    await asyncio.sleep(self.pause)
+                answered += 1
+                if self.close_after is not None and answered >= self.close_after:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+def client(**options: object) -> RangeClient:
+    return RangeClient("https" if "ssl_context" in options else "http", connect_timeout=5,
+                       read_timeout=float(options.pop("read_timeout", 10)),  # type: ignore[arg-type]
+                       max_connections=int(options.pop("max_connections", 8)), **options)  # type: ignore[arg-type]
+
+
+def pieces(data: bytes, size: int) -> list[bytes]:
+    return [data[i:i + size] for i in range(0, len(data), size)]
+
+
+def length_head(length: int, extra: str = "") -> bytes:
+    return f"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-{length - 1}/9999999\r\n" \
+           f"Content-Length: {length}\r\n{extra}\r\n".encode()
+
+
+async def get(rc: RangeClient, server: RawServer, limit: int = 4 * 1024 * KiB) -> tuple[int, dict[str, str], bytes]:
+    response = await rc.get(server.host, "/b/k", {"host": server.host, "range": "bytes=0-"})
+    return response.status, response.headers, await response.read_at_most(limit)
+
+
+async def test_the_loops_are_the_ones_named(event_loop_policy):
+    loop = asyncio.get_running_loop()
+    assert isinstance(loop, uvloop.Loop) == isinstance(event_loop_policy, uvloop.EventLoopPolicy)
+
+
+async def test_a_body_in_pieces_lands_whole_and_the_connection_is_used_again():
+    body = os.urandom(300 * KiB + 7)
+    async with RawServer(lambda _: [length_head(len(body)), *pieces(body, 50 * KiB)]) as server:
+        rc = client()
+        for _ in range(3):
+            status, headers, data = await get(rc, server)
+            assert (status, data, headers["content-length"]) == (206, body, str(len(body)))
+        await rc.aclose()
+    assert server.connections == 1
+    assert server.requests[0].startswith(b"GET /b/k HTTP/1.1\r\nhost: 127.0.0.1:")
+
+
+async def test_the_head_one_byte_at_a_time_and_the_body_with_it():
+    body = os.urandom(3 * KiB)
+    wire = length_head(len(body), "X-Amz-Meta-A: one\r\nx-amz-meta-a:  two \r\n") + body
+    async with RawServer(lambda _: pieces(wire, 1), pause=0) as server:
+        rc = client()
+        status, headers, data = await get(rc, server)
+        assert data == body and headers["x-amz-meta-a"] == "one,two"
+        await rc.aclose()
+
+
+async def test_a_body_that_arrives_before_it_is_asked_for_beyond_the_scratch_buffer():
+    body = os.urandom(1024 * KiB)
+    async with RawServer(lambda _: [length_head(len(body)) + body], pause=0) as server:
+        rc = client()
+        response = await rc.get(server.host, "/b/k", {"host": server.host})
+        await asyncio.sleep(0.2)  # all of it sent meanwhile: the client stops reading at 64 KiB
+        assert await response.read_at_most(len(body)) == body
+        assert (await get(rc, server))[2] == body  # and the connection is whole
+        await rc.aclose()
+    assert server.connections == 1
+
+
+async def test_a_chunked_body_and_an_interim_answer_before_it():
+    chunks = [os.urandom(n) for n in (10 * KiB, 1, 70 * KiB)]
+    wire = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + \
+        b"".join(f"{len(c):x};ext=1\r\n".encode() + c + b"\r\n" for c in chunks) + b"0\r\nTrailer: x\r\n\r\n"
+    async with RawServer(lambda _: pieces(wire, 999)) as server:
+        rc = client()
+        for _ in range(2):
+            assert await get(rc, server) == (200, {"transfer-encoding": "chunked"}, b"".join(chunks))
+        await rc.aclose()
+    assert server.connections == 1
+
+
+async def test_a_body_that_ends_with_the_connection():
+    body = os.urandom(100 * KiB)
+    async with RawServer(lambda _: [b"HTTP/1.1 200 OK\r\n\r\n", *pieces(body, 30 * KiB)], close_after=1) as server:
+        rc = client()
+        assert (await get(rc, server))[2] == body
+        assert (await get(rc, server))[2] == body  # not pooled: a second connection
+        await rc.aclose()
+    assert server.connections == 2
+
+
+async def test_past_the_limit_the_first_bytes_and_the_connection_dropped():
+    body = os.urandom(200 * KiB)
+    async with RawServer(lambda _: [length_head(len(body)), *pieces(body, 64 * KiB)]) as server:
+        rc = client()
+        data = (await get(rc, server, limit=10 * KiB))[2]
+        assert len(data) == 10 * KiB + 1 and body.startswith(data)
+        assert (await get(rc, server))[2] == body
+        await rc.aclose()
+    assert server.connections == 2
+
+
+async def test_a_body_cut_off_is_a_connection_error():
+    body = os.urandom(100 * KiB)
+    async with RawServer(lambda _: [length_head(len(body)), body[:30 * KiB]], close_after=1) as server:
+        rc = client()
+        response = await rc.get(server.host, "/b/k", {"host": server.host})
+        with pytest.raises(ConnectionError):
+            await response.read_at_most(len(body))
+        await rc.aclose()
+
+
+async def test_a_stalled_answer_is_a_timeout_after_read_timeout():
+    body = os.urandom(10 * KiB)
+    async with RawServer(lambda _: [length_head(len(body)), body[:KiB]], pause=30) as server:
+        rc = client(read_timeout=0.3)
+        response = await rc.get(server.host, "/b/k", {"host": server.host})
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(TimeoutError):
+            await response.read_at_most(len(body))
+        assert 0.25 < asyncio.get_running_loop().time() - started < 5
+        await rc.aclose()
+
+
+@pytest.mark.parametrize("idle", [0, 0.05])
+async def test_a_pooled_connection_the_server_closed_is_replaced_without_an_error(idle):
+    body = b"x" * 100
+    async with RawServer(lambda _: [length_head(len(body)) + body], close_after=1) as server:
+        rc = client()
+        for _ in range(3):
+            assert (await get(rc, server))[2] == body
+            await asyncio.sleep(idle)  # 0: the request is sent before the server's close arrives
+        await rc.aclose()
+    assert server.connections == 3 and len(server.requests) == 3
+
+
+async def test_connection_close_and_http_1_0_answers_are_not_pooled():
+    heads = iter([length_head(3, "Connection: close\r\n"), b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\n",
+                  length_head(3)])
+    async with RawServer(lambda _: [next(heads) + b"abc"]) as server:
+        rc = client()
+        for _ in range(3):
+            assert (await get(rc, server))[2] == b"abc"
+        await rc.aclose()
+    assert server.connections == 3
+
+
+@pytest.mark.parametrize("head", [
+    b"HTTP/1.1 20 OK\r\n\r\n",
+    b"HTTP/2 200 OK\r\n\r\n",
+    b"ICY 200 OK\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nName : spaced\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\n folded: line\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+    b"HTTP/1.1 200 OK\r\nContent-Length: -3\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    b"HTTP/1.1 200 OK\r\nX: " + b"y" * 70 * KiB + b"\r\n\r\n",
+])
+async def test_a_malformed_answer_is_a_connection_error_and_the_connection_is_dropped(head):
+    async with RawServer(lambda _: [head]) as server:
+        rc = client()
+        with pytest.raises(MalformedAnswer):
+            await get(rc, server)
+        await rc.aclose()
+
+
+async def test_a_reader_cancelled_mid_body_gives_its_connection_slot_back():
+    body = os.urandom(100 * KiB)
+    async with RawServer(lambda _: [length_head(len(body)), body[:KiB], body[KiB:]], pause=0.5) as server:
+        rc = client(max_connections=1)
+        response = await rc.get(server.host, "/b/k", {"host": server.host})
+        reading = asyncio.ensure_future(response.read_at_most(len(body)))
+        await asyncio.sleep(0.05)
+        reading.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reading
+        # The one slot is free again, and the next answer comes on a new connection.
+        assert (await asyncio.wait_for(get(rc, server), 10))[2] == body
+        await rc.aclose()
+    assert server.connections == 2
+
+
+async def test_an_answer_not_read_and_forgotten_frees_its_slot():
+    async with RawServer(lambda _: [length_head(5) + b"hello"]) as server:
+        rc = client(max_connections=1)
+        response = await rc.get(server.host, "/b/k", {"host": server.host})
+        del response  # its reader was cancelled before it read anything
+        assert (await asyncio.wait_for(get(rc, server), 10))[2] == b"hello"
+        await rc.aclose()
+
+
+async def test_over_tls(tmp_path: Path):
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is needed to make test certificates: apt-get install openssl")
+    cert, key = make_certificate(tmp_path, "origin")
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(cert, key)
+    trusted = ssl.create_default_context(cafile=str(cert))
+    body = os.urandom(500 * KiB)
+    async with RawServer(lambda _: [length_head(len(body)), *pieces(body, 100 * KiB)], tls=served) as server:
+        rc = client(ssl_context=trusted)
+        for _ in range(2):
+            assert (await get(rc, server))[2] == body
+        await rc.aclose()
+    assert server.connections == 1
+
+
+async def test_header_values_that_would_split_the_request_are_refused():
+    rc = client()
+    with pytest.raises(ValueError):
+        await rc.get("127.0.0.1:9", "/b/k", {"host": "127.0.0.1:9", "if-match": "x\r\nevil: 1"})
+    await rc.aclose()
+
+
+async def test_nothing_listening_is_a_connection_error():
+    rc = client()
+    with pytest.raises(ConnectionError):
+        await rc.get("127.0.0.1:1", "/b/k", {"host": "127.0.0.1:1"})
+    await rc.aclose()
+
+
+async def test_the_origin_retries_a_500_and_maps_a_cut_off_block_to_service_unavailable():
+    body = os.urandom(20 * KiB)
+    answers = iter([[b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 5\r\n\r\noops!"],
+                    [length_head(len(body)), body[:KiB]]])
+    async with RawServer(lambda _: next(answers), close_after=1) as server:
+        origin = Origin(OriginSettings(endpoint=f"http://{server.host}", access_key="a", secret_key="s",
+                                       retries=1))
+        response = await origin.get_block("b", "k", headers={"range": f"bytes=0-{len(body) - 1}"})
+        assert response.status == 206
+        with pytest.raises(S3Error) as cut:
+            await response.read_at_most(len(body))
+        assert cut.value.code == "ServiceUnavailable"
+        await origin.aclose()
+    assert origin.requests["GET"] == 2
+    assert b"authorization: AWS4-HMAC-SHA256 Credential=a/" in server.requests[1]
+
+
+# --- the parsers, by property ---------------------------------------------------------------
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=8), st.data())
+def test_a_chunked_body_decodes_whatever_the_reads_it_comes_in(chunks, data):
+    chunks = [c for c in chunks if c]
+    wire = b"".join(f"{len(c):X}\r\n".encode() + c + b"\r\n" for c in chunks) + b"0\r\n\r\nafter"
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(wire)), max_size=10)))
+    decoder, used = ChunkedDecoder(), 0
+    for start, end in zip([0, *cuts], [*cuts, len(wire)]):
+        if not decoder.done:
+            used += decoder.feed(wire[start:end])
+    assert decoder.done and bytes(decoder.body) == b"".join(chunks)
+    assert wire[used:] == b"after"  # the bytes after the body are not taken
+
+
+@given(st.binary(max_size=200))
+def test_the_head_parser_never_raises_anything_but_malformed_answer(head):
+    try:
+        status, items, _ = parse_head(head)
+        body_framing(status, items)
+    except MalformedAnswer:
+        pass
+
+
+@given(st.dictionaries(st.from_regex(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,20}", fullmatch=True),
+                       st.from_regex(r"[ -~]{0,40}", fullmatch=True).map(str.strip), max_size=6),
+       st.integers(100, 599))
+def test_a_head_parses_back_to_its_headers(headers, status):
+    head = f"HTTP/1.1 {status} Whatever it says\r\n".encode() + \
+        b"\r\n".join(f"{name}: {value}".encode() for name, value in headers.items())
+    parsed_status, items, http10 = parse_head(head.rstrip(b"\r\n") if not headers else head)
+    assert (parsed_status, http10) == (status, False)
+    assert items == [(name.lower(), value) for name, value in headers.items()]

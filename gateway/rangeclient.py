@@ -14,7 +14,8 @@ close are all read. A read timeout is the longest time without a byte, as aiohtt
 sock_read. Failures are the builtin ConnectionError and TimeoutError; a request on a pooled
 connection that the server had closed meanwhile is sent again once on a new one.
 
-It knows nothing of S3 or signing (gateway.origin uses it for block reads).
+It knows nothing of S3 or signing: gateway.origin reads cache blocks with it, and
+gateway.cluster.peers asks peers and a node's sibling workers (over a unix socket) for them.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from collections.abc import Callable
 __all__ = ["Buffers", "ChunkedDecoder", "MalformedAnswer", "RangeClient", "RangeResponse", "parse_head"]
 
 MAX_HEAD = 64 * 1024  # an answer's status line and headers, at most
-_IDLE_SECONDS = 15.0  # a pooled connection unused this long is closed
 _MAX_IDLE = 64  # pooled connections per host, at most
 _NO_BODY = (204, 304)
 _SMALLEST_KEPT = 64 * 1024  # smaller receive buffers are not kept for the next body
@@ -199,24 +199,31 @@ class RangeResponse:
 
 
 class RangeClient:
-    """Pooled HTTP/1.1 connections to one scheme's hosts (`host[:port]` per request)."""
+    """Pooled HTTP/1.1 connections to one scheme's hosts (`host[:port]` per request), or to the
+    server on `unix_socket` whatever the host. A pooled connection idle for `idle_seconds` is
+    closed (keep it below the servers' keep-alive timeout)."""
 
     def __init__(self, scheme: str, *, connect_timeout: float, read_timeout: float, max_connections: int,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, unix_socket: str = "",
+                 idle_seconds: float = 15.0) -> None:
         if scheme not in ("http", "https"):
             raise ValueError(f"scheme {scheme!r}")
         self.scheme = scheme
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
+        self.idle_seconds = idle_seconds
+        self._unix_socket = unix_socket
         self._ssl = (ssl_context or ssl.create_default_context()) if scheme == "https" else None
         self._slots = asyncio.Semaphore(max_connections)  # made on first use's loop (3.10+)
         self._idle: dict[str, deque[tuple[_Connection, float]]] = {}
         self._buffers = Buffers()
         self.connections = 0  # opened so far
 
-    async def get(self, host: str, target: str, headers: dict[str, str]) -> RangeResponse:
+    async def get(self, host: str, target: str, headers: dict[str, str], *,
+                  read_timeout: float | None = None) -> RangeResponse:
         """Send `GET target` to `host` with exactly `headers` (Host among them) and return once
-        the answer's head is in. Its body must be read or closed (RangeResponse)."""
+        the answer's head is in. Its body must be read or closed (RangeResponse).
+        `read_timeout`: this request's, instead of the client's."""
         request = _request_head(target, headers)
         await self._slots.acquire()
         try:
@@ -224,6 +231,7 @@ class RangeClient:
                 connection, reused = self._idle_connection(host), True
                 if connection is None:
                     connection, reused = await self._connect(host), False
+                connection.read_timeout = self.read_timeout if read_timeout is None else read_timeout
                 try:
                     status, items = await connection.exchange(request)
                 except ConnectionError as exc:
@@ -250,7 +258,7 @@ class RangeClient:
         idle = self._idle.setdefault(connection.host, deque())
         now = time.monotonic()
         idle.append((connection, now))
-        while idle and (len(idle) > _MAX_IDLE or now - idle[0][1] > _IDLE_SECONDS):
+        while idle and (len(idle) > _MAX_IDLE or now - idle[0][1] > self.idle_seconds):
             idle.popleft()[0].drop()
 
     async def aclose(self) -> None:
@@ -264,7 +272,7 @@ class RangeClient:
         now = time.monotonic()
         while idle:
             connection, since = idle.pop()  # the most recently used: least likely closed by the server
-            if now - since <= _IDLE_SECONDS and connection.reusable():
+            if now - since <= self.idle_seconds and connection.reusable():
                 return connection
             connection.drop()
         return None
@@ -272,10 +280,15 @@ class RangeClient:
     async def _connect(self, host: str) -> _Connection:
         name, port = _split_host(host, 443 if self._ssl is not None else 80)
         loop = asyncio.get_running_loop()
+
+        def protocol() -> _Connection:
+            return _Connection(host, self.read_timeout, self._buffers)
+
+        connecting = (loop.create_unix_connection(protocol, self._unix_socket) if self._unix_socket else
+                      loop.create_connection(protocol, name, port, ssl=self._ssl,
+                                             server_hostname=name if self._ssl is not None else None))
         try:
-            _, connection = await asyncio.wait_for(loop.create_connection(
-                lambda: _Connection(host, self.read_timeout, self._buffers), name, port, ssl=self._ssl,
-                server_hostname=name if self._ssl is not None else None), self.connect_timeout)
+            _, connection = await asyncio.wait_for(connecting, self.connect_timeout)
         except asyncio.TimeoutError as exc:
             raise TimeoutError(f"connecting to {host} took over {self.connect_timeout:g}s") from exc
         except OSError as exc:

@@ -24,7 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "rangeclient": set(),
     "origin": BASE | {"signing", "rangeclient"},
     "events": BASE | {"signing"},
-    "cluster": BASE | {"heat", "store", "signing", "objects"},
+    "cluster": BASE | {"heat", "store", "signing", "objects", "rangeclient"},
     "engine": BASE | {"bytebudget", "cluster", "heat", "node", "objects", "origin", "store"},
     "s3api": BASE | {"engine", "signing"},
     "httpserver": BASE,

@@ -37,18 +37,23 @@ Answer = Callable[[bytes], list[bytes]]
 class RawServer:
     """A raw HTTP/1.1 server on this loop: each request is answered with `answer(request)`'s
     pieces, written one at a time with a pause between them (the client receives them in
-    several reads); the connection then stays open unless `close_after` answers were sent."""
+    several reads); the connection then stays open unless `close_after` answers were sent.
+    On a unix socket when `unix` names one."""
 
     def __init__(self, answer: Answer, *, close_after: int | None = None, pause: float = 0.003,
-                 tls: ssl.SSLContext | None = None) -> None:
-        self.answer, self.close_after, self.pause, self.tls = answer, close_after, pause, tls
+                 tls: ssl.SSLContext | None = None, unix: Path | None = None) -> None:
+        self.answer, self.close_after, self.pause, self.tls, self.unix = answer, close_after, pause, tls, unix
         self.connections = 0
         self.requests: list[bytes] = []
         self._writers: list[asyncio.StreamWriter] = []
 
     async def __aenter__(self) -> RawServer:
-        self._server = await asyncio.start_server(self._connection, "127.0.0.1", 0, ssl=self.tls)
-        self.host = f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        if self.unix is not None:
+            self._server = await asyncio.start_unix_server(self._connection, str(self.unix))
+            self.host = "unix"
+        else:
+            self._server = await asyncio.start_server(self._connection, "127.0.0.1", 0, ssl=self.tls)
+            self.host = f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -274,6 +279,28 @@ async def test_over_tls(tmp_path: Path):
             assert (await get(rc, server))[2] == body
         await rc.aclose()
     assert server.connections == 1
+
+
+async def test_over_a_unix_socket_whatever_the_host(tmp_path: Path):
+    body = os.urandom(200 * KiB)
+    async with RawServer(lambda _: [length_head(len(body)), body], unix=tmp_path / "s") as server:
+        rc = RangeClient("http", connect_timeout=5, read_timeout=5, max_connections=2, unix_socket=str(tmp_path / "s"))
+        for _ in range(2):
+            response = await rc.get("worker", "/_peer/v1/block?x=1", {"host": "worker"})
+            assert await response.read_at_most(len(body)) == body
+        await rc.aclose()
+    assert server.requests == [b"GET /_peer/v1/block?x=1 HTTP/1.1\r\nhost: worker\r\n\r\n"] * 2
+    assert server.connections == 1
+
+
+async def test_a_request_may_wait_longer_than_the_client_s_read_timeout():
+    async with RawServer(lambda _: [b"", length_head(5) + b"hello"], pause=0.6) as server:
+        rc = client(read_timeout=0.2)
+        with pytest.raises(TimeoutError):
+            await get(rc, server)
+        response = await rc.get(server.host, "/b/k", {"host": server.host}, read_timeout=5)
+        assert await response.read_at_most(5) == b"hello"
+        await rc.aclose()
 
 
 async def test_header_values_that_would_split_the_request_are_refused():

@@ -1,5 +1,6 @@
 """The peer API's wire format: request signing with the cluster secret, and the client
-a node asks its peers for blocks with (aiohttp, keep-alive).
+a node asks its peers for blocks with (gateway.rangeclient: keep-alive, a block's body
+received into one buffer).
 
 Routes (GET, on the S3 port, only when the fleet is on):
 
@@ -29,7 +30,6 @@ longer that version); 503 this node cannot serve blocks.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import hmac
@@ -38,13 +38,12 @@ import time
 from typing import NamedTuple, Protocol
 from urllib.parse import parse_qsl, quote, urlencode
 
-import aiohttp
 import orjson
-from yarl import URL
 
 from gateway.cluster.membership import Member
 from gateway.config import ClusterSettings
 from gateway.errors import S3Error
+from gateway.rangeclient import RangeClient
 
 __all__ = ["PEER_PREFIX", "OpenAnswer", "PeerClient", "PeerError", "PeerRefused", "sign", "verify"]
 
@@ -57,7 +56,10 @@ META_HEADER = "x-gateway-meta"
 BLOCK_HEADER = "x-gateway-block"  # "file": the block is in the owner's file, not in the body
 CACHED_HEADER = "x-gateway-cached"  # "1": an open's block came from the owner's cache, not its origin
 MAX_SKEW = 300  # seconds a signature stays valid, for clocks that differ between nodes
-_TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+_TRANSPORT_ERRORS = (ConnectionError, TimeoutError, OSError)  # the range client's, and the name lookup's
+# Idle connections are closed before the peer's server would (uvicorn: 5 s), so a request rarely
+# meets a connection that is being closed under it (one that was is sent again once on a new one).
+_IDLE_SECONDS = 3.0
 _MAX_ERROR = 64 * 1024
 
 
@@ -140,35 +142,25 @@ class PeerClient:
         self._secret = settings.secret.encode()
         self._max_connections = max_connections
         self._unix_socket = unix_socket  # every request goes to the server on this socket (another worker)
-        self._session: aiohttp.ClientSession | None = None
+        self._clients: dict[str, RangeClient] = {}  # by scheme
         # Peers over https: verified against cluster.peer_ca_file, else the system's CAs.
-        self._tls: ssl.SSLContext | bool = (ssl.create_default_context(cafile=settings.peer_ca_file)
-                                            if settings.peer_ca_file else True)
+        self._tls = ssl.create_default_context(cafile=settings.peer_ca_file or None)
         self.requests = 0
         self.failures = 0
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:  # made on first use, on the loop that uses it
-            # Idle connections are closed before the peer's server would (uvicorn: 5 s),
-            # so a request rarely meets a connection that is being closed under it.
-            connector: aiohttp.BaseConnector = (
-                aiohttp.UnixConnector(self._unix_socket, limit=self._max_connections, keepalive_timeout=3.0)
-                if self._unix_socket else
-                aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0, keepalive_timeout=3.0,
-                                     ssl=self._tls))
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.settings.peer_connect_timeout,
-                                              sock_read=self.settings.peer_read_timeout),
-                auto_decompress=False,
-                skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
-            )
-        return self._session
+    def _client(self, scheme: str) -> RangeClient:
+        client = self._clients.get(scheme)
+        if client is None:  # made on first use, on the loop that uses it
+            client = self._clients[scheme] = RangeClient(
+                scheme, connect_timeout=self.settings.peer_connect_timeout,
+                read_timeout=self.settings.peer_read_timeout, max_connections=self._max_connections,
+                ssl_context=self._tls, unix_socket=self._unix_socket, idle_seconds=_IDLE_SECONDS)
+        return client
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for client in self._clients.values():
+            await client.aclose()
+        self._clients.clear()
 
     async def block(self, peer: Member, bucket: str, key: str, etag: str, version_id: str | None,
                     size: int, index: int, length: int) -> bytes:
@@ -234,9 +226,8 @@ class PeerClient:
         (one read timeout per block, plus one)."""
         params = [("bucket", bucket), ("key", key), ("etag", etag), ("vid", version_id or ""),
                   ("size", str(size)), ("replicas", str(replicas))]
-        wait = aiohttp.ClientTimeout(total=None, sock_connect=self.settings.peer_connect_timeout,
-                                     sock_read=self.settings.peer_read_timeout * (blocks + 1))
-        status, _, body = await self._get(peer, HOLD_PATH, params, 1024, timeout=wait)
+        wait = self.settings.peer_read_timeout * (blocks + 1)
+        status, _, body = await self._get(peer, HOLD_PATH, params, 1024, read_timeout=wait)
         try:
             fetched = orjson.loads(body)["bytes"] if status == 200 else None
         except (orjson.JSONDecodeError, KeyError, TypeError):
@@ -246,42 +237,35 @@ class PeerClient:
         return fetched
 
     async def _get(self, peer: Member, path: str, params: list[tuple[str, str]], limit: int,
-                   budget: Budget | None = None, *, timeout: aiohttp.ClientTimeout | None = None,
+                   budget: Budget | None = None, *, read_timeout: float | None = None,
                    ) -> tuple[int, dict[str, str], bytes]:
         try:
             query = encode_query(params)
         except UnicodeEncodeError:  # not a key a client could have sent; the origin is asked instead
             raise PeerError("a key that cannot be sent to a peer") from None
-        target = URL(f"{peer.url}{path}?{query}", encoded=True)
-        for attempt in range(2):
-            headers = {AUTH_HEADER: sign(self._secret, "GET", path, query)}
-            self.requests += 1
+        scheme, _, host = peer.url.partition("://")
+        headers = {"host": host, AUTH_HEADER: sign(self._secret, "GET", path, query)}
+        self.requests += 1
+        try:
+            response = await self._client(scheme).get(host, f"{path}?{query}", headers, read_timeout=read_timeout)
             try:
-                client = self._client()
-                async with client.get(target, headers=headers, allow_redirects=False,
-                                      timeout=timeout if timeout is not None else client.timeout) as response:
-                    length = response.content_length
-                    if length is None or length > limit + _MAX_ERROR:  # never more than a block
-                        raise PeerError(f"{peer.id} answered {response.status} with a body of {length} bytes")
-                    held = await budget.take(length) if budget is not None and response.status == 200 else 0
-                    try:
-                        body = await response.read()
-                    finally:
-                        if budget is not None:
-                            budget.give(held)
-                    if response.status == 424:
-                        raise _refused(body)
-                    return response.status, {k.lower(): v for k, v in response.headers.items()}, body
-            except aiohttp.ServerDisconnectedError as exc:
-                # A kept-alive connection the peer closed as we sent on it: once more, on a new one.
-                self.failures += 1
-                if attempt == 0:
-                    continue
-                raise PeerError(f"{peer.id}: {exc.__class__.__name__}") from exc
-            except _TRANSPORT_ERRORS as exc:
-                self.failures += 1
-                raise PeerError(f"{peer.id}: {exc.__class__.__name__}") from exc
-        raise AssertionError("unreachable")
+                length = response.headers.get("content-length", "")
+                if not length.isdigit() or int(length) > limit + _MAX_ERROR:  # never more than a block
+                    raise PeerError(f"{peer.id} answered {response.status} with a body of {length or 'unknown'} bytes")
+                held = await budget.take(int(length)) if budget is not None and response.status == 200 else 0
+                try:
+                    body = await response.read_at_most(int(length))
+                finally:
+                    if budget is not None:
+                        budget.give(held)
+            finally:
+                await response.aclose()
+        except _TRANSPORT_ERRORS as exc:
+            self.failures += 1
+            raise PeerError(f"{peer.id}: {exc.__class__.__name__}") from exc
+        if response.status == 424:
+            raise _refused(body)
+        return response.status, response.headers, body
 
 
 def _refused(body: bytes) -> Exception:

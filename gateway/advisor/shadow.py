@@ -52,6 +52,12 @@ class ShadowAdvisor(logging.Handler):
         self._objects: OrderedDict[tuple[str, str], list[int]] = OrderedDict()
         self._keep: OrderedDict[tuple[str, str], bool] = OrderedDict()
         self._feed_lock = threading.Lock()
+        # The GETs not sampled since estimates() last read the shadows: every shadow counts
+        # them in the whole traffic (Counters.all_*), and is given them all at once then, not
+        # one by one (_settle_unsampled).
+        self._unsampled_reads = 0
+        self._unsampled_bytes = 0
+        self._unsampled_blocks = dict.fromkeys({spec.block_size for spec in specs.values()}, 0)
         self.gets = 0
         self.live_hits = 0
         self.skipped = 0
@@ -96,8 +102,7 @@ class ShadowAdvisor(logging.Handler):
             self.gets += 1
             self.live_hits += entry.get("cache") in ("hit-mem", "hit-disk")
             if not self._is_sampled(bucket, key):
-                for _, counters, block_size in self._feeds.values():
-                    self._count_all(counters, sent, -(-sent // block_size))
+                self._count_unsampled(sent)
                 return
             read = self._read(bucket, key, entry, sent)
             if read is None:
@@ -109,6 +114,7 @@ class ShadowAdvisor(logging.Handler):
     def estimates(self) -> dict[str, Any]:
         """{"gets", "live_hit_ratio", "rate", "shadows": {name: {hit ratios, origin bytes}}}."""
         with self._feed_lock:
+            self._settle_unsampled()
             shadows = {
                 name: {
                     "hit_ratio": round(c.object_hit_ratio, 4), "byte_hit_ratio": round(c.byte_hit_ratio, 4),
@@ -132,14 +138,23 @@ class ShadowAdvisor(logging.Handler):
                 self._keep.popitem(last=False)
         return pick
 
-    def _count_all(self, counters: Counters, sent: int, blocks: int) -> None:
+    def _count_unsampled(self, sent: int) -> None:
         # The whole traffic, for SHARDS_adj (see simulate.Counters): GETs and bytes exactly;
         # blocks approximately for reads not sampled (their offsets are not worked out).
-        if self.rate >= 1:
-            return
-        counters.all_reads += 1
-        counters.all_read_bytes += sent
-        counters.all_block_reads += blocks
+        self._unsampled_reads += 1
+        self._unsampled_bytes += sent
+        blocks = self._unsampled_blocks
+        for block_size in blocks:
+            blocks[block_size] += -(-sent // block_size)
+
+    def _settle_unsampled(self) -> None:
+        """Every shadow's whole-traffic counts brought up to date with the GETs not sampled."""
+        for _, counters, block_size in self._feeds.values():
+            counters.all_reads += self._unsampled_reads
+            counters.all_read_bytes += self._unsampled_bytes
+            counters.all_block_reads += self._unsampled_blocks[block_size]
+        self._unsampled_reads = self._unsampled_bytes = 0
+        self._unsampled_blocks = dict.fromkeys(self._unsampled_blocks, 0)
 
     def _state(self, bucket: str, key: str) -> list[int]:
         ident = (bucket, key)

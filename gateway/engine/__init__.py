@@ -9,8 +9,8 @@ reach it as S3Error. The `*_now` methods answer without an await, for the hit pa
 
 from gateway.engine.engine import Engine, OpenObject
 from gateway.engine.metadata import ObjectHead
-from gateway.engine.reads import ObjectRead
+from gateway.engine.reads import ObjectRead, OneBlock
 from gateway.engine.writes import Forwarded
 from gateway.objects import ObjectMeta, meta_from_headers
 
-__all__ = ["Engine", "Forwarded", "ObjectHead", "ObjectMeta", "ObjectRead", "OpenObject", "meta_from_headers"]
+__all__ = ["Engine", "Forwarded", "ObjectHead", "ObjectMeta", "ObjectRead", "OneBlock", "OpenObject", "meta_from_headers"]

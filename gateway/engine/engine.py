@@ -27,7 +27,7 @@ from gateway.engine.fetch import BlockFetcher
 from gateway.engine.listings import Listings
 from gateway.engine.metadata import Metadata, ObjectHead
 from gateway.engine.peers import Peers
-from gateway.engine.reads import ObjectRead, Reads
+from gateway.engine.reads import ObjectRead, OneBlock, Reads
 from gateway.engine.replicas import Replicas
 from gateway.engine.serving import Serving
 from gateway.engine.siblings import Siblings
@@ -225,10 +225,21 @@ class Engine:
         """(a GET's bytes, x-cache source) when one block holds them that a tier answers at once
         (Reads.read_now), counted as get_object counts that hit (the metadata hit, the block
         hit, the object's heat); None, counting nothing, otherwise."""
-        hit = self.reads.read_now(bucket, key, meta, start, end)
+        read = self.reads.one_block(bucket, key, meta, start, end)
+        return None if read is None else self.read_block_now(read, meta)
+
+    def one_block(self, bucket: str, key: str, meta: ObjectMeta, start: int | None = None,
+                  end: int | None = None) -> OneBlock | None:
+        """The one block of `meta`'s version that holds bytes [start, end] (None: the whole
+        object), with the range, for read_block_now; None when no one block does."""
+        return self.reads.one_block(bucket, key, meta, start, end)
+
+    def read_block_now(self, read: OneBlock, meta: ObjectMeta) -> tuple[bytes, str] | None:
+        """read_now of a range one_block found (a request sent again keeps it: s3api.replays)."""
+        hit = self.reads.read_block_now(read, meta)
         if hit is not None:
             self.metadata.stats["meta_hit"] += 1
-            self.heat.hit(bucket, key)
+            self.heat.hit(read.block.bucket, read.block.key)
         return hit
 
     def head_answered_now(self) -> None:

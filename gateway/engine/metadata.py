@@ -5,7 +5,7 @@ many readers miss at once."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.cluster.level2 import Level2
 from gateway.config import MetadataSettings
@@ -39,14 +39,15 @@ class _Known:
 
     value: ObjectMeta | Missing
     head_start: float = 0.0
+    # Whether it is a remembered 404; whether its checksums are known (a 404 has none to know).
+    # Worked out once: every hit asks.
+    missing: bool = field(init=False)
+    complete: bool = field(init=False)
 
-    @property
-    def missing(self) -> bool:
-        return isinstance(self.value, Missing)
-
-    @property
-    def complete(self) -> bool:
-        return isinstance(self.value, Missing) or self.value.complete
+    def __post_init__(self) -> None:
+        missing = isinstance(self.value, Missing)
+        object.__setattr__(self, "missing", missing)
+        object.__setattr__(self, "complete", missing or self.value.complete)  # type: ignore[union-attr]
 
 
 Flight = tuple[MetaKey, int, Epoch]  # (object, first block of the read or -1, epoch)
@@ -174,11 +175,11 @@ class Metadata:
 
     def _from_l1(self, cache_key: MetaKey) -> tuple[_Known, float] | None:
         self._coherence.catch_up()  # what the node's other workers' writes made them forget
-        found = self.cache.get(cache_key)
+        found = self.cache.get_aged(cache_key)
         if found is None:
             return None
-        cached, _ = found
-        return cached.value, cached.age + cached.value.head_start
+        known, age, _ = found
+        return known, age + known.head_start
 
     async def _from_l2(self, cache_key: MetaKey) -> tuple[_Known, float] | None:
         assert self.shared is not None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict, deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import NamedTuple
 
 from gateway.bytebudget import ByteBudget
 from gateway.config import CacheSettings
@@ -19,6 +20,17 @@ _SEQUENTIAL_READERS = 4096  # objects whose last read end is remembered
 _NAMED_BLOCKS = 4096  # blocks of read_now whose BlockId is kept (naming one is a digest, a few us)
 
 Ahead = deque[tuple[asyncio.Future[bytes], int]]  # blocks being fetched ahead, with the budget each holds
+
+
+class OneBlock(NamedTuple):
+    """A read within one block: the block, the first and last byte of the object read, and
+    where they are in the block (block[lo:hi])."""
+
+    block: BlockId
+    start: int
+    end: int
+    lo: int
+    hi: int
 
 
 class ObjectRead:
@@ -135,24 +147,38 @@ class Reads:
         them that a tier can answer at once (memory: hit-mem; a disk's page cache: hit-disk),
         read as read_object reads them (its counters, readahead); None, counting nothing,
         otherwise. No await: the hit path below ASGI asks this way."""
-        fetch = self.fetch
-        if fetch is None or meta.size == 0:
+        read = self.one_block(bucket, key, meta, start, end)
+        return None if read is None else self.read_block_now(read, meta)
+
+    def one_block(self, bucket: str, key: str, meta: ObjectMeta, start: int | None = None,
+                  end: int | None = None) -> OneBlock | None:
+        """The block of `meta`'s version that holds all of bytes [start, end] (None: the whole
+        object), with the range made explicit; None when no one block does, or there is no
+        block cache."""
+        if self.fetch is None or meta.size == 0:
             return None
         if start is None or end is None:
             start, end = 0, meta.size - 1
         size = self.settings.block_size
-        if start // size != end // size:
+        index = start // size
+        if index != end // size:
             return None
-        block = self._block_named(bucket, key, version_of(meta), start // size)
+        return OneBlock(self._block_named(bucket, key, version_of(meta), index), start, end,
+                        *slice_for(index, size, start, end))
+
+    def read_block_now(self, read: OneBlock, meta: ObjectMeta) -> tuple[bytes, str] | None:
+        """read_now of a range one_block found in one block of `meta`'s version."""
+        fetch = self.fetch
+        assert fetch is not None  # one_block finds no block without a cache
+        block, start, end, lo, hi = read
         hit = fetch.block_now(block)
         if hit is None:
             return None
         data, tier = hit
         self._read_around(fetch, [block], meta, start, end)
-        lo, hi = slice_for(block.index, size, start, end)
         memory = fetch.store.memory
         source = "hit-mem" if memory is not None and tier == memory.name else "hit-disk"
-        return data if (lo, hi) == (0, len(data)) else data[lo:hi], source
+        return data if lo == 0 and hi == len(data) else data[lo:hi], source
 
     def _block_named(self, bucket: str, key: str, version: str, index: int) -> BlockId:
         """The BlockId of a block hits ask for again and again, named once (at most _NAMED_BLOCKS kept)."""

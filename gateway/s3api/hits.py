@@ -24,7 +24,7 @@ from gateway.s3api.context import Context
 from gateway.s3api import headers as hdrs
 from gateway.s3api.replays import Replay, Replays, keepable
 from gateway.s3api.responses import body_response, empty_response, new_request_id
-from gateway.s3api.server import IDENTIFIED, S3App, S3Request, note_answer, parse_request
+from gateway.s3api.server import IDENTIFIED, S3App, S3Request, answered_for, note_answer, parse_request
 
 _READS = frozenset({"GetObject", "HeadObject"})
 _BODY_HEADERS = (b"content-length", b"transfer-encoding")
@@ -115,6 +115,11 @@ class HitPath:
         times = keepable(req, identity, secret)
         if times is None:
             return None
-        return Replay(req, scope, identity.access_key, secret, *times, req.query.get("versionId"),
-                      reads.wants_whole_checksums(req), meta, answer.start, answer.end, status_line, raw_headers,
-                      closing, keep_alive, {k: outcome[k] for k in ("status", "size") if k in outcome})
+        read = None
+        if req.method != "HEAD":
+            read = self.app.engine.one_block(req.bucket or "", req.key or "", meta, answer.start, answer.end)
+            if read is None:  # not so: read_now answered from one block
+                return None
+        return Replay(req, identity.access_key, secret, *times, req.query.get("versionId"),
+                      reads.wants_whole_checksums(req), meta, read, status_line, raw_headers,
+                      closing, keep_alive, answered_for(req, scope["method"], outcome))

@@ -20,22 +20,22 @@ can come out otherwise for the same bytes:
 What can change between two sends is asked again every time, of the same functions the hit
 path asks: the metadata must still be the very object the answer was built from and fresh
 (Engine.fresh_now: TTLs, invalidations by writes through any worker or node), and the bytes
-must be in a tier that answers at once (Engine.read_now, which also counts the block hit
-and the object's heat). Any difference, and the request goes the whole way as a new one.
-Each answer gets its own request id and Date and is counted and logged as the hit path
-counts and logs it (S3App.finished).
+must be in a tier that answers at once (Engine.read_block_now, of the block the hit path
+read: it also counts the block hit and the object's heat). Any difference, and the request
+goes the whole way as a new one. Each answer gets its own request id and Date and is counted
+and logged as the hit path counts and logs it (S3App.finished_again, from an entry made once
+when the request is kept).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
-from gateway.engine import ObjectMeta
+from gateway.engine import ObjectMeta, OneBlock
 from gateway.s3api.auth import Identity
 from gateway.s3api.responses import new_request_id
-from gateway.s3api.server import S3App, S3Request
+from gateway.s3api.server import Answered, S3App, S3Request
 
 # A request is kept only without these: their answer depends on the clock, not only on the
 # request and the object (ranges.evaluate_preconditions ignores a date in the future).
@@ -50,8 +50,7 @@ _XCACHE = b"x-cache"
 class Replay:
     """What answering one kept request again needs."""
 
-    req: S3Request  # as parsed and authenticated, for the counters and the access log
-    scope: dict[str, Any]
+    req: S3Request  # as parsed and authenticated
     access_key: str | None
     secret: str | None
     after: float  # the signature's time checks pass from `after` to `until` (inclusive, epoch seconds)
@@ -59,13 +58,12 @@ class Replay:
     version_id: str | None
     checksums: bool
     meta: ObjectMeta  # the metadata the answer was built from
-    start: int | None  # the bytes a GET sends (None: the whole object)
-    end: int | None
+    read: OneBlock | None  # the block a GET's bytes are in, and which bytes (None: a HEAD)
     status_line: bytes
     raw_headers: list[tuple[bytes, bytes]]  # the answer's, but the server's default headers (Date)
     closing: bytes  # what ends the head: CRLF, with Connection: close before it when not keep_alive
     keep_alive: bool
-    outcome: dict[str, Any]  # status and size, as note_answer found them
+    answered: Answered  # how each answer is counted and logged (S3App.finished_again)
     # Made when the request is kept: the answer's head is status_line | the server's default
     # headers | segments[0] | first slot | segments[1] | second slot | segments[2], the slots
     # being the request id and the x-cache value in the order the answer had them (rid_first).
@@ -139,22 +137,15 @@ class Replays:
         if replay is None:
             return None
         started = time.perf_counter()
-        now = time.time()
-        app = self.app
-        engine = app.engine
-        req = replay.req
-        bucket, key = req.bucket or "", req.key or ""
-        if not replay.after <= now <= replay.until or (
-                replay.access_key is not None and app.policy.secret_for(replay.access_key) != replay.secret) or \
-                engine.fresh_now(bucket, key, version_id=replay.version_id, checksums=replay.checksums) \
-                is not replay.meta:
+        if not self._still_holds(replay):
             del self._kept[request]
             return None
-        if req.method == "HEAD":
-            engine.head_answered_now()
+        app = self.app
+        if replay.read is None:  # a HEAD
+            app.engine.head_answered_now()
             body, source = b"", "hit-mem"
         else:
-            hit = engine.read_now(bucket, key, replay.meta, replay.start, replay.end)
+            hit = app.engine.read_block_now(replay.read, replay.meta)
             if hit is None:
                 return None
             body, source = hit
@@ -164,12 +155,23 @@ class Replays:
         segments = replay.segments
         head = b"".join((replay.status_line, self._default_lines(default_headers), segments[0], first, segments[1],
                          second, segments[2]))
-        outcome = dict(replay.outcome)
-        outcome["bytes"], outcome["cache"] = len(body), source
-        app.finished(req, replay.scope, request_id, outcome, time.perf_counter() - started)
-        app.stats.below_asgi += 1
-        app.stats.replayed += 1
+        app.finished_again(replay.answered, request_id, len(body), source, time.perf_counter() - started)
+        stats = app.stats
+        stats.below_asgi += 1
+        stats.replayed += 1
         return [head, body], replay.keep_alive
+
+    def _still_holds(self, replay: Replay) -> bool:
+        """Whether what the kept answer depended on still holds: the signature's time window,
+        its key's secret, and the very metadata the answer was built from, fresh."""
+        if not replay.after <= time.time() <= replay.until:
+            return False
+        if replay.access_key is not None and self.app.policy.secret_for(replay.access_key) != replay.secret:
+            return False
+        req = replay.req
+        meta = self.app.engine.fresh_now(req.bucket or "", req.key or "", version_id=replay.version_id,
+                                         checksums=replay.checksums)
+        return meta is replay.meta
 
     def _default_lines(self, default_headers: list[tuple[bytes, bytes]]) -> bytes:
         """The server's default headers (Date) as lines; the server makes a new list when they change."""

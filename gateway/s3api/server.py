@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from contextlib import AsyncExitStack
@@ -142,7 +143,18 @@ class S3App:
         self.stats.record(
             req.operation.name if req is not None and req.operation is not None else "unknown",
             outcome["status"], seconds, cache=outcome["cache"], sent=outcome["bytes"])
-        _access_log(req, scope, request_id, outcome, seconds, self.observers)
+        logged = log.access.isEnabledFor(logging.INFO)
+        if logged or self.observers:
+            _access_log(access_entry(req, scope["method"], outcome), request_id, outcome["bytes"], outcome["cache"],
+                        seconds, self.observers, logged)
+
+    def finished_again(self, answered: Answered, request_id: str, sent: int, cache: str, seconds: float) -> None:
+        """A request answered again as `answered` describes it: counted and logged as `finished`
+        counts and logs it (s3api.replays)."""
+        self.stats.record(answered.operation, answered.status, seconds, cache=cache, sent=sent)
+        logged = log.access.isEnabledFor(logging.INFO)
+        if logged or self.observers:
+            _access_log(dict(answered.entry), request_id, sent, cache, seconds, self.observers, logged)
 
     def identify(self, req: S3Request) -> None:
         """Authenticate the request (raising S3Error) and name its operation (None: none fits)."""
@@ -306,33 +318,61 @@ def _with_resource(err: S3Error, req: S3Request | None) -> S3Error:
     return err
 
 
-def _access_log(req: S3Request | None, scope: Scope, request_id: str, outcome: dict[str, Any], seconds: float,
-                observers: list[Callable[[dict[str, Any]], None]]) -> None:
-    """One JSON line per request, also handed to the `observers`. `user` is the access key
-    (never a secret, a signature or the query string of a presigned URL); `cache` is the
-    answer's x-cache value; `size` the object's size when the answer shows it (a GET's
-    Content-Range or whole-object Content-Length)."""
-    logged = log.access.isEnabledFor(20)
-    if not logged and not observers:
-        return
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """What the counters and the access log say of every answer to one request sent again and
+    again (s3api.replays): its operation's name, its status, and its access-log entry but for
+    the fields each answer fills in (access_entry)."""
+
+    operation: str
+    status: int
+    entry: dict[str, Any]
+
+
+def answered_for(req: S3Request, method: str, outcome: dict[str, Any]) -> Answered:
+    """How `finished` counts and logs `req`, answered with `outcome` (status and size)."""
+    return Answered(req.operation.name if req.operation is not None else "unknown", outcome["status"],
+                    access_entry(req, method, outcome))
+
+
+def access_entry(req: S3Request | None, method: str, outcome: dict[str, Any]) -> dict[str, Any]:
+    """A request's access-log entry with the fields its answer's status and size settle;
+    time, request_id, bytes, cache and latency_ms are None, for `_access_log` to fill in.
+
+    `user` is the access key (never a secret, a signature or the query string of a presigned
+    URL); `size` the object's size when the answer shows it (a GET's Content-Range or
+    whole-object Content-Length)."""
     operation = req.operation.name if req and req.operation else None
     # An object's size, from the answer to a read of it (a listing's length is no object's).
     size = outcome.get("size") if operation in ("GetObject", "HeadObject") else None
-    entry = {
-        "time": round(time.time(), 3),
-        "request_id": request_id,
+    return {
+        "time": None,
+        "request_id": None,
         "user": req.user.access_key if req and req.user else None,
         "operation": operation,
-        "method": scope["method"],
+        "method": method,
         "bucket": req.bucket if req else None,
         "key": req.key if req else None,
         "range": req.headers.get("range") if req else None,
         "status": outcome["status"],
-        "bytes": outcome["bytes"],
-        "cache": outcome["cache"],
+        "bytes": None,
+        "cache": None,
         "size": int(size) if size is not None and size.isdigit() else None,
-        "latency_ms": round(seconds * 1000, 2),
+        "latency_ms": None,
     }
+
+
+def _access_log(entry: dict[str, Any], request_id: str, sent: int, cache: str | None, seconds: float,
+                observers: list[Callable[[dict[str, Any]], None]], logged: bool) -> None:
+    """A request's access-log entry (from access_entry, completed here) handed to the
+    `observers`, and `logged` as one JSON line. `cache` is the answer's x-cache value."""
+    # round(x, 3) and round(x, 2) but for a value within float error of a tie, without round()'s
+    # decimal conversion: the two cost a twentieth of a request sent again (s3api.replays).
+    entry["time"] = int(time.time() * 1000 + 0.5) / 1000  # seconds, to the millisecond
+    entry["request_id"] = request_id
+    entry["bytes"] = sent
+    entry["cache"] = cache
+    entry["latency_ms"] = int(seconds * 100_000 + 0.5) / 100
     for observe in observers:
         try:
             observe(entry)
@@ -340,3 +380,4 @@ def _access_log(req: S3Request | None, scope: Scope, request_id: str, outcome: d
             log.s3api.exception("an access-log observer failed")
     if logged:
         log.access.info(orjson.dumps(entry).decode())
+

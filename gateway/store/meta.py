@@ -34,11 +34,17 @@ class ExpiringLRU(Generic[K, V]):
         return len(self._items)
 
     def get(self, key: K) -> Cached[V] | None:
+        found = self.get_aged(key)
+        return None if found is None else Cached(*found)
+
+    def get_aged(self, key: K) -> tuple[V, float] | None:
+        """`get` as a plain (value, age) pair, with no Cached to build: MetadataCache asks this
+        way on every hit."""
         item = self._items.get(key)
         if item is None:
             return None
         self._items.move_to_end(key)
-        return Cached(item[0], self._clock() - item[1])
+        return item[0], self._clock() - item[1]
 
     def put(self, key: K, value: V) -> None:
         if self.max_entries <= 0:
@@ -84,11 +90,19 @@ class MetadataCache(Generic[V]):
 
     def get(self, key: MetaKey) -> tuple[Cached[V], bool] | None:
         """(value with its age, whether it is a 404) or None; expiry is the caller's decision."""
-        found = self._entries.get(key)
+        found = self.get_aged(key)
         if found is None:
             return None
-        missing, value = found.value
-        return Cached(value, found.age), missing
+        value, age, missing = found
+        return Cached(value, age), missing
+
+    def get_aged(self, key: MetaKey) -> tuple[V, float, bool] | None:
+        """`get` as a plain (value, age, whether it is a 404), for the lookups of every hit."""
+        found = self._entries.get_aged(key)
+        if found is None:
+            return None
+        (missing, value), age = found
+        return value, age, missing
 
     def put(self, key: MetaKey, value: V, *, missing: bool = False) -> None:
         self._entries.put(key, (missing, value))

@@ -58,3 +58,23 @@ def test_sampled_online_estimate_and_the_handler() -> None:
     assert abs(estimate["hit_ratio"] - exact) <= 0.03, (estimate, exact)
     assert shadow.estimates()["skipped"] == 1
     assert 0.1 < estimate["sampled_gets"] / 60_000 < 0.35
+
+
+def test_reading_the_estimates_along_the_way_changes_none_of_them() -> None:
+    """The GETs not sampled are given to every shadow's whole-traffic counts when the estimates
+    are read (ShadowAdvisor._settle_unsampled): read often or once, with shadows of different
+    block sizes, the estimates are the same, and the offline replay's of the same sample."""
+    reads = zipf_reads(20_000, 3_000, object_size=(4 * 1024, 3 * MiB), seed=7)
+    specs = {"64 KiB blocks": StoreSpec(tiers_for(0, 64 * MiB), "lru", 64 * 1024, readahead=0),
+             "1 MiB blocks": StoreSpec(tiers_for(16 * MiB, 48 * MiB), "s3fifo", MiB, readahead=0)}
+    often, once = ShadowAdvisor(specs, rate=0.25), ShadowAdvisor(specs, rate=0.25)
+    for number, line in enumerate(log_lines(reads)):
+        often.observe(line)
+        once.observe(line)
+        if number % 997 == 0:
+            often.estimates()
+    assert often.estimates() == once.estimates()
+    for name, spec in specs.items():
+        offline = replay(reads, spec, rate=0.25)
+        assert once.estimates()["shadows"][name]["hit_ratio"] == round(offline.object_hit_ratio, 4)
+        assert once.estimates()["shadows"][name]["byte_hit_ratio"] == round(offline.byte_hit_ratio, 4)

@@ -199,3 +199,34 @@ def test_a_request_that_closes_the_connection_closes_it_again(gateway: RunningGa
         assert re.match(rb"HTTP/1.1 200 OK\r\n", received) and b"\r\nconnection: close\r\n" in received
         assert received.endswith(b"\r\n\r\nbye")
     assert request in gateway.server.config.app.hits.replays.kept()
+
+
+def test_an_answer_sent_again_is_logged_as_the_hit_path_logged_it(gateway: RunningGateway) -> None:
+    """A kept request's access-log entry is made once, when it is kept (server.answered_for):
+    each answer again must still hand the observers the entry the hit path made, field for
+    field and in the same order, but for its own time, request id and latency."""
+    s3 = gateway.server.config.app.s3
+    entries: list[dict[str, Any]] = []
+    s3.observers.append(entries.append)
+    try:
+        put(gateway, "logged.txt", b"logged the same way\n")
+        exchange(gateway, presigned(gateway, "GET", "logged.txt"), answers=1)  # metadata and block in memory
+        for method in ("GET", "HEAD"):
+            request = presigned(gateway, method, "logged.txt", headers={"Range": "bytes=2-9"} if method == "GET" else {})
+            entries.clear()
+            before = stats(gateway).replayed
+            for _ in range(3):  # the hit path answers and keeps it, then it is answered as kept twice
+                if method == "GET":
+                    exchange(gateway, request, answers=1)
+                else:
+                    head_exchange(gateway, request)
+            assert stats(gateway).replayed == before + 2 and len(entries) == 3
+            hit, *again = entries
+            assert hit["cache"] == "hit-mem" and hit["status"] == (206 if method == "GET" else 200)
+            for entry in again:
+                assert list(entry) == list(hit)
+                assert {k: v for k, v in entry.items() if k not in ("time", "request_id", "latency_ms")} == \
+                    {k: v for k, v in hit.items() if k not in ("time", "request_id", "latency_ms")}
+                assert entry["request_id"] != hit["request_id"] and entry["time"] >= hit["time"]
+    finally:
+        s3.observers.remove(entries.append)

@@ -1,5 +1,5 @@
 """CPU per block GET of the gateway's origin client: aiohttp (Origin.send) against the range
-client (Origin.get_block, gateway/rangeclient.py), in one process, one run.
+client (Origin.get_block, gateway/rangeclient/), in one process, one run.
 
 Starts bench/shaped_origin.py (no delay, no rate cap) on a folder with one object, then in
 this process GETs its first `--size` bytes `--gets` times, `--concurrency` at a time, through

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from gateway.config import OriginSettings
 from gateway.errors import S3Error
 from gateway.origin import Origin
-from gateway.rangeclient import ChunkedDecoder, MalformedAnswer, RangeClient, body_framing, parse_head
+from gateway.rangeclient import MalformedAnswer, RangeClient
+from gateway.rangeclient.wire import ChunkedDecoder, body_framing, parse_head
 from tests.test_tls import make_certificate
 
 KiB = 1024

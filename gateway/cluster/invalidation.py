@@ -31,6 +31,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from gateway import log
 from gateway.cluster.level2 import Level2
+from gateway.cluster.periodic import stop_if_cancelled
 from gateway.cluster.redis_handle import RedisHandle, as_text
 
 __all__ = ["Confirmation", "Invalidations", "OnInvalidate"]
@@ -272,6 +273,7 @@ class Invalidations:
         while self._pending:
             await asyncio.sleep(_RETRY_UNSENT)
             await self._replay(probe=True)
+            stop_if_cancelled()
 
     async def listen(self, on_invalidate: OnInvalidate, on_resync: Callable[[], None] | None = None) -> None:
         """Call `on_invalidate(bucket, key)` for every invalidation published by another node,
@@ -282,9 +284,13 @@ class Invalidations:
         time the subscription is (re)established: messages may have been missed before it,
         so the caller should drop what they could have invalidated. Pending invalidations of
         this node are replayed from here.
+
+        A cancellation lost inside a Redis call (see `periodic.stop_if_cancelled`) is noticed
+        at the next turn of the loops here, so the listener always stops once cancelled.
         """
         failures = 0
         while True:
+            stop_if_cancelled()
             pubsub: PubSub | None = None
             try:
                 async with asyncio.timeout(self.settings.socket_timeout):
@@ -322,6 +328,7 @@ class Invalidations:
         numbers = itertools.count()
         connected = next_ping = time.monotonic()
         while True:
+            stop_if_cancelled()
             held = self.hold_listener_until - time.monotonic()
             if held > 0:
                 await asyncio.sleep(held)

@@ -36,11 +36,19 @@ async def make_shared(clean_redis) -> AsyncIterator[Callable[..., Shared]]:
     yield make
     for task in listeners:
         task.cancel()
-    await asyncio.gather(*listeners, return_exceptions=True)
+    # Bounded: a listener that runs on once cancelled fails the test here, by name, instead
+    # of hanging the run.
+    running: set[asyncio.Task[None]] = set()
+    if listeners:
+        done, running = await asyncio.wait(listeners, timeout=10)
+        await asyncio.gather(*done, return_exceptions=True)
+    for task in running:
+        task.cancel()  # again, so that the test's event loop can close
     for shared in made:
         await shared.aclose()
     if clean_redis.proc is None:
         clean_redis.start()
+    assert not running, f"invalidation listeners still running 10 s after they were cancelled: {running}"
 
 
 async def eventually(check: Callable[[], object], within: float = 3.0) -> None:

@@ -19,7 +19,9 @@ class Buffers:
 
     __slots__ = ("_free", "_most")
 
-    def __init__(self, most: int = 16) -> None:
+    def __init__(self, most: int = 96) -> None:
+        # As many as the bodies a node reads at once (cache.read_buffer's default is 96 MiB of
+        # 1 MiB blocks): with 16, 32 slow cold reads at once took fresh buffers half the time.
         self._free: list[bytearray] = []
         self._most = most
 

@@ -1,7 +1,7 @@
 """Warm hits (or cold reads) of one gateway process, this work tree against an earlier commit, in one run.
 
 Each round starts a fresh gateway of each code tree (alternating which goes first) in front of
-bench/shaped_origin.py (no delay, no rate cap), warms it, and measures presigned GETs with wrk
+bench/shaped_origin.py (no delay and no rate cap unless --shaped-latency/--shaped-rate), warms it, and measures presigned GETs with wrk
 (32 connections): req/s and the gateway's user and system CPU per request. On this shared
 2-core machine absolute figures drift by tens of percent between runs; the ratio of two trees
 measured side by side, round after round, is what to quote.
@@ -63,6 +63,8 @@ def main() -> None:
     parser.add_argument("--tier", default="memory", choices=("memory", "disk", "cold"),
                         help="where the hits are served from (cold: first reads, from the origin)")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--shaped-latency", default="0", help="the origin's delay before each first byte, e.g. 20ms")
+    parser.add_argument("--shaped-rate", default="0", help="the origin's bytes/s per connection, e.g. 80MB (0: no cap)")
     parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args()
     size = cs.MiB if args.size == "1MiB" else 4096
@@ -78,7 +80,7 @@ def main() -> None:
     ticks = 100  # os.sysconf("SC_CLK_TCK") on Linux
     rates: dict[str, list[float]] = {name: [] for name in trees}
     try:
-        with cs.shaped_origin_process(root, tmp, "0", "0") as origin:
+        with cs.shaped_origin_process(root, tmp, args.shaped_latency, args.shaped_rate) as origin:
             for round_ in range(args.rounds):
                 for name in (list(trees) if round_ % 2 == 0 else list(trees)[::-1]):
                     if args.tier == "disk":

@@ -2,9 +2,9 @@
 
 Requests and responses are streamed (aiohttp), so a body of any size passes through
 with bounded memory; a GET of one cache block (get_block) goes through gateway.rangeclient
-instead, which receives its body into one buffer. Transport failures become S3Error("ServiceUnavailable") here and
-nowhere else; error documents from the origin become S3Error with the origin's code
-and status.
+instead, which receives its body into one buffer. Transport failures become
+S3Error("ServiceUnavailable") here and nowhere else; error documents from the origin
+become S3Error with the origin's code and status.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ META_HEADER = "x-gateway-meta"
 BLOCK_HEADER = "x-gateway-block"  # "file": the block is in the owner's file, not in the body
 CACHED_HEADER = "x-gateway-cached"  # "1": an open's block came from the owner's cache, not its origin
 MAX_SKEW = 300  # seconds a signature stays valid, for clocks that differ between nodes
-_TRANSPORT_ERRORS = (ConnectionError, TimeoutError, OSError)  # the range client's, and the name lookup's
+_TRANSPORT_ERRORS = OSError  # the range client's ConnectionError and TimeoutError, and the name lookup's
 # Idle connections are closed before the peer's server would (uvicorn: 5 s), so a request rarely
 # meets a connection that is being closed under it (one that was is sent again once on a new one).
 _IDLE_SECONDS = 3.0

@@ -7,7 +7,7 @@ import ssl
 import time
 from collections import deque
 
-from gateway.rangeclient.connection import Buffers, Connection
+from gateway.rangeclient.connection import Connection
 
 _MAX_IDLE = 64  # pooled connections per host, at most
 
@@ -70,7 +70,6 @@ class RangeClient:
                  idle_seconds: float = 15.0) -> None:
         if scheme not in ("http", "https"):
             raise ValueError(f"scheme {scheme!r}")
-        self.scheme = scheme
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
         self.idle_seconds = idle_seconds
@@ -78,8 +77,6 @@ class RangeClient:
         self._ssl = (ssl_context or ssl.create_default_context()) if scheme == "https" else None
         self._slots = asyncio.Semaphore(max_connections)  # made on first use's loop (3.10+)
         self._idle: dict[str, deque[tuple[Connection, float]]] = {}
-        self._buffers = Buffers()
-        self.connections = 0  # opened so far
 
     async def get(self, host: str, target: str, headers: dict[str, str], *,
                   read_timeout: float | None = None) -> RangeResponse:
@@ -96,11 +93,11 @@ class RangeClient:
                 connection.read_timeout = self.read_timeout if read_timeout is None else read_timeout
                 try:
                     status, items = await connection.exchange(request)
-                except ConnectionError as exc:
+                except ConnectionError:
                     connection.drop()
                     if reused and connection.nothing_received:  # closed by the server while idle
                         continue
-                    raise exc
+                    raise
                 except BaseException:
                     connection.drop()
                     raise
@@ -144,18 +141,18 @@ class RangeClient:
         loop = asyncio.get_running_loop()
 
         def protocol() -> Connection:
-            return Connection(host, self.read_timeout, self._buffers)
+            return Connection(host, self.read_timeout)
 
         connecting = (loop.create_unix_connection(protocol, self._unix_socket) if self._unix_socket else
                       loop.create_connection(protocol, name, port, ssl=self._ssl,
                                              server_hostname=name if self._ssl is not None else None))
-        try:
-            _, connection = await asyncio.wait_for(connecting, self.connect_timeout)
-        except asyncio.TimeoutError as exc:
+        try:  # asyncio.timeout, not wait_for, which on 3.11 can drop a cancellation (cluster/periodic.py)
+            async with asyncio.timeout(self.connect_timeout):
+                _, connection = await connecting
+        except TimeoutError as exc:
             raise TimeoutError(f"connecting to {host} took over {self.connect_timeout:g}s") from exc
         except OSError as exc:
             raise ConnectionError(f"connecting to {host}: {exc}") from exc
-        self.connections += 1
         return connection
 
 

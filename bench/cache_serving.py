@@ -1173,7 +1173,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"costs):  {x.cpu_us_per_request:,.1f} / {nx1.cpu_us_per_request:,.1f} us = "
                   f"{x.cpu_us_per_request / nx1.cpu_us_per_request:.2f}x; req/s {x.rps / nx1.rps:.2f}x")
     print("  peak RSS (VmHWM over the whole run; a node's workers summed) vs memory-tier quota + 200 MB "
-          "(with workers: + 150 MB per worker, and the memory tier's files on tmpfs counted):")
+          "(with workers: + 150 MB per worker, and the memory tier's files on tmpfs counted; the pages of those files "
+          "a worker keeps mapped, store.mapped, are counted twice, in its RSS and on tmpfs):")
     for gw in gateways:
         q = 0 if gw is gw_disk else quota
         workers = gw.workers

@@ -13,6 +13,7 @@ Imports nothing of the gateway, so every layer may take a WorkerSet.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from dataclasses import dataclass
@@ -50,8 +51,7 @@ class WorkerSet:
     def owner(self, bucket: str, key: str, index: int) -> int:
         """The worker that owns block `index` of the object, whatever its version: a cold
         read, which does not know the version yet, asks the worker that will keep the block."""
-        name = f"{bucket}\0{key}\0{index}".encode("utf-8", "surrogateescape")
-        return int.from_bytes(hashlib.blake2b(name, digest_size=8).digest(), "big") % self.count
+        return _placement(bucket, key, index) % self.count
 
     def owns(self, bucket: str, key: str, index: int) -> bool:
         return self.count == 1 or self.owner(bucket, key, index) == self.index
@@ -83,3 +83,9 @@ class WorkerSet:
     def from_env(cls) -> WorkerSet:
         value = os.environ.get(ENV)
         return cls.decode(value) if value else cls()
+
+
+@functools.lru_cache(maxsize=4096)  # asked on every hit of a node of several workers: the hot blocks' are kept
+def _placement(bucket: str, key: str, index: int) -> int:
+    name = f"{bucket}\0{key}\0{index}".encode("utf-8", "surrogateescape")
+    return int.from_bytes(hashlib.blake2b(name, digest_size=8).digest(), "big")

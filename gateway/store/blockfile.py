@@ -23,6 +23,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import mmap
 import os
 import secrets
 import struct
@@ -55,7 +56,7 @@ def encode_header(block_id: BlockId, data_length: int, crc: int) -> bytes:
     return FIXED_HEADER.pack(MAGIC, FORMAT_VERSION, FIXED_HEADER.size + len(meta), data_length, crc) + meta
 
 
-def decode_fixed(raw: bytes) -> tuple[int, int, int]:
+def decode_fixed(raw: bytes | mmap.mmap) -> tuple[int, int, int]:
     """(header length, data length, crc) from the first bytes of a block file."""
     if len(raw) < FIXED_HEADER.size:
         raise BadBlockError("short header")
@@ -97,6 +98,15 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
         written = os.write(fd, view)
         view = view[written:]
 
+
+def unlink_quiet(path: str, tier: str) -> None:
+    """Delete a file, logging (not raising) any error but its absence."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning("disk tier %s: cannot delete %s: %s", tier, path, exc)
 
 
 def block_path(root: str, name: str) -> str:
@@ -186,6 +196,32 @@ def _read_block(path: str, block_id: BlockId, *, nowait: bool, largest: int = 0)
     if checksum(data) != crc:
         raise BadBlockError("checksum mismatch")
     return data
+
+
+def map_block(path: str, block_id: BlockId) -> tuple[mmap.mmap, memoryview, tuple[int, int]]:
+    """A block file mapped read-only and checked as `read_block` checks it: (the mapping, the
+    block's bytes within it, the file's (device, inode)). For files on tmpfs (store.mapped)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        status = os.fstat(fd)
+        if status.st_size < FIXED_HEADER.size:
+            raise BadBlockError("short header")
+        mapping = mmap.mmap(fd, status.st_size, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    try:
+        header_length, data_length, crc = decode_fixed(mapping)
+        _check_length(status.st_size, header_length, data_length)
+        if not _names(mapping[FIXED_HEADER.size : header_length], block_id):
+            raise BadBlockError("the header names another block")
+        data = memoryview(mapping)[header_length:]
+        if checksum(data) != crc:
+            data.release()
+            raise BadBlockError("checksum mismatch")
+    except BaseException:
+        mapping.close()
+        raise
+    return mapping, data, (status.st_dev, status.st_ino)
 
 
 def _pread_nowait(fd: int, size: int, offset: int) -> bytes:

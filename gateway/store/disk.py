@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from gateway.store import blockfile
 from gateway.store.blockfile import BadBlockError, encode_header
 from gateway.store.blocks import BlockId, checksum
+from gateway.store.mapped import MappedBlocks
 from gateway.store.policy import EvictionPolicy
 from gateway.store.stats import TierStats
 
@@ -31,10 +32,7 @@ __all__ = ["BadBlockError", "DiskTier"]
 
 _CACHED_SIZE = 4 * 1024 * 1024  # read on the loop when cached (_read_cached): ~0.25 ms per MiB, as tmpfs
 _WARM = 60.0  # seconds after its last use that a block file's inode is taken to be in memory
-
-
-def _always(block_id: BlockId) -> bool:
-    return True
+_MAPPED = 64 * 1024 * 1024  # the most bytes a tier on tmpfs keeps mapped (store.mapped), at most 1/8 of its quota
 
 
 @dataclass(slots=True)
@@ -83,7 +81,7 @@ class DiskTier:
         self.fsync = fsync
         self.backoff = backoff
         self.stats = TierStats()
-        self.evictable: Callable[[BlockId], bool] = _always
+        self.evictable: Callable[[BlockId], bool] = lambda block_id: True
         self._clock = clock
         # The folder may be shared by the workers of a node (store.shared): the index then
         # takes only the blocks this worker `keeps`, and leaves the others' files alone.
@@ -96,6 +94,8 @@ class DiskTier:
         self._unhealthy_until: float | None = None
         self._opened = False
         self._closed = False
+        # On tmpfs a block is read on the event loop, through a mapping of its file kept open.
+        self.mapped = MappedBlocks(min(_MAPPED, quota // 8)) if medium == "memory" else None
 
     # --- state ------------------------------------------------------------------------------
 
@@ -195,9 +195,11 @@ class DiskTier:
         entry = self._index.get(block_id.name)
         if entry is None or self._closed:
             return None
+        if self.mapped is not None and (data := self.mapped.held(block_id.name)) is not None:
+            return self._hit(entry, data)
         path = self.block_path(block_id.name)
         try:
-            data = self._fetch(path, block_id) if self.medium == "memory" else self._read_cached(path, entry)
+            data = self._fetch(path, block_id, self.mapped.read) if self.mapped is not None else self._read_cached(path, entry)
         except Exception as exc:  # noqa: BLE001 -- as in get
             self._read_failed(block_id, entry, exc)
             return None
@@ -255,7 +257,7 @@ class DiskTier:
         name = block_id.name
         entry = self._index.pop(name, None)
         if entry is not None:
-            self._used -= entry.size
+            self._forget(name, entry.size)
             self.policy.remove(name)
         pending = name in self._pending
         if pending:
@@ -361,7 +363,7 @@ class DiskTier:
             if victim is None:
                 break
             entry = self._index.pop(victim)
-            self._used -= entry.size
+            self._forget(victim, entry.size)
             self.stats.evictions += 1
             evicted.append(entry)
         return evicted
@@ -372,8 +374,13 @@ class DiskTier:
     def _drop(self, name: str, entry: _Entry) -> None:
         if self._index.get(name) is entry:
             del self._index[name]
-            self._used -= entry.size
+            self._forget(name, entry.size)
             self.policy.remove(name)
+
+    def _forget(self, name: str, size: int) -> None:  # a block out of the index
+        self._used -= size
+        if self.mapped is not None:
+            self.mapped.forget(name)
 
     def _run(self, func: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         return asyncio.get_running_loop().run_in_executor(self._executor, func, *args)
@@ -414,18 +421,16 @@ class DiskTier:
             return taken, bad, exc
         return taken, bad, None
 
-
     def _write_file(self, path: str, header: bytes, data: bytes) -> None:
         blockfile.write_file(path, header, data, fsync=self.fsync, unlink=self._unlink_quiet)
 
-    def _fetch(self, path: str, block_id: BlockId) -> bytes:
+    def _fetch(self, path: str, block_id: BlockId, read: Callable[[str, BlockId], bytes] | None = None) -> bytes:
         """Read and verify one block; a bad file is deleted before BadBlockError is raised."""
         try:
-            return self._read_block(path, block_id)
+            return (read or self._read_block)(path, block_id)
         except BadBlockError:
             self._unlink_quiet(path)
             raise
-
 
     def _read_block(self, path: str, block_id: BlockId) -> bytes:
         return blockfile.read_block(path, block_id)
@@ -440,10 +445,5 @@ class DiskTier:
             self._unlink_quiet(path)
 
     def _unlink_quiet(self, path: str) -> None:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            log.warning("disk tier %s: cannot delete %s: %s", self.name, path, exc)
+        blockfile.unlink_quiet(path, self.name)
 

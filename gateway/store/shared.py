@@ -141,8 +141,12 @@ class SharedTier:
     def read_other(self, block_id: BlockId) -> bytes | None:
         """The block another worker owns, from its file, or None. A bad file is left to its
         owner (which deletes it when it next reads it): this worker never changes another's part."""
+        mapped = self.own.mapped if self._inline else None  # on the event loop: through the file's mapping
+        if mapped is not None and (data := mapped.held(block_id.name)) is not None:
+            return data
+        path = self.own.block_path(block_id.name)
         try:
-            return blockfile.read_block(self.own.block_path(block_id.name), block_id)
+            return blockfile.read_block(path, block_id) if mapped is None else mapped.read(path, block_id)
         except FileNotFoundError:
             return None
         except (BadBlockError, OSError) as exc:

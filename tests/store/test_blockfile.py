@@ -1,5 +1,6 @@
 """A block file read back is its block or BadBlockError, whatever happened to the file:
-one read of a small file (header and data together) and two of a large one alike."""
+one read of a small file (header and data together), two of a large one, and a mapping of
+either (the tmpfs read) alike."""
 
 from __future__ import annotations
 
@@ -40,21 +41,33 @@ def test_a_read_is_the_block_or_bad(tmp_path: Path, size: int, key: str, where: 
     elif damage == "append":
         raw += b"x"
     Path(path).write_bytes(bytes(raw))
+    for read in (blockfile.read_block, mapped):
+        try:
+            got = read(path, block)
+        except BadBlockError:
+            assert damage != "none"
+            continue
+        assert got == data  # never other bytes (a flip in the header's reserved bytes changes nothing read)
+
+
+def mapped(path: str, block: BlockId) -> bytes:
+    """The block's bytes as blockfile.map_block checks them (the tmpfs read, store.mapped)."""
+    mapping, data, _ = blockfile.map_block(path, block)
     try:
-        got = blockfile.read_block(path, block)
-    except BadBlockError:
-        assert damage != "none"
-        return
-    assert got == data  # never other bytes (a flip in the header's reserved bytes changes nothing read)
+        return data.tobytes()
+    finally:
+        data.release()
+        mapping.close()
 
 
 def test_a_file_of_another_block_is_refused(tmp_path: Path) -> None:
     for size in (10, 100_000):  # read in one go, and header then data
         mine, other = BlockId("bkt", "k", "e", 0), BlockId("bkt", "k", "e", 1)
         path = write(tmp_path, other, os.urandom(size))
-        try:
-            blockfile.read_block(path, mine)
-        except BadBlockError as exc:
-            assert "another block" in str(exc)
-        else:
-            raise AssertionError("read a block under another block's name")
+        for read in (blockfile.read_block, mapped):
+            try:
+                read(path, mine)
+            except BadBlockError as exc:
+                assert "another block" in str(exc)
+            else:
+                raise AssertionError("read a block under another block's name")

@@ -3,6 +3,7 @@ its quota; each reads the other's blocks from their files; on tmpfs every read i
 
 from __future__ import annotations
 
+import mmap
 import threading
 from pathlib import Path
 
@@ -68,16 +69,17 @@ async def test_a_part_stays_within_its_quota_and_a_restart_finds_its_own(tmp_pat
         await b.aclose()
 
 
-async def test_reads_on_tmpfs_run_on_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_reads_on_tmpfs_run_on_the_loop_and_map_each_file_once(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     threads: list[threading.Thread] = []
-    read = blockfile.read_block
+    map_block = blockfile.map_block
 
-    def recording(path: str, block: BlockId) -> bytes:
+    def recording(path: str, block: BlockId) -> tuple[mmap.mmap, memoryview, tuple[int, int]]:
         threads.append(threading.current_thread())
-        return read(path, block)
+        return map_block(path, block)
 
-    monkeypatch.setattr(blockfile, "read_block", recording)
-    a, b = parts(tmp_path, 1000)
+    monkeypatch.setattr(blockfile, "map_block", recording)
+    a, b = parts(tmp_path, 8000)  # each keeps up to 1/8 of its quota mapped
     await a.open()
     await b.open()
     try:
@@ -85,9 +87,10 @@ async def test_reads_on_tmpfs_run_on_the_loop(tmp_path: Path, monkeypatch: pytes
         await a.put(own, payload(own, 100))
         await b.put(other, payload(other, 100))
         threads.clear()
-        assert await a.get(own) is not None and await a.get(other) is not None
-        assert a.get_now(own) is not None and a.get_now(other) is not None
-        assert threads == [threading.current_thread()] * 4
+        assert await a.get(own) == payload(own, 100) and await a.get(other) == payload(other, 100)
+        assert a.get_now(own) == payload(own, 100) and a.get_now(other) == payload(other, 100)
+        assert threads == [threading.current_thread()] * 2  # mapped by the first reads, read from the maps after
+        assert (a.stats.hits, len(a.own.mapped or ())) == (4, 2)
     finally:
         await a.aclose()
         await b.aclose()

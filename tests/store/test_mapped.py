@@ -1,0 +1,140 @@
+"""store.mapped: block files on tmpfs read through mappings kept open. A read is the block's
+bytes or an error, never another block's or a damaged file's; a file is mapped once; a
+mapping whose file is deleted or replaced is dropped at the next check; the mappings stay
+within their bytes and their count."""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.store import blockfile
+from gateway.store.blockfile import BadBlockError
+from gateway.store.blocks import BlockId, checksum
+from gateway.store.disk import DiskTier
+from gateway.store.mapped import MappedBlocks
+from gateway.store.policy import make_policy
+from tests.store.helpers import Clock, bid, payload
+
+
+def write(root: Path, block: BlockId, data: bytes) -> str:
+    path = blockfile.block_path(str(root), block.name)
+    blockfile.write_file(path, blockfile.encode_header(block, len(data), checksum(data)), data, fsync=False,
+                         unlink=os.unlink)
+    return path
+
+
+def counting_maps(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    mapped: list[str] = []
+    map_block = blockfile.map_block
+
+    def recording(path: str, block: BlockId) -> tuple[mmap.mmap, memoryview, tuple[int, int]]:
+        mapped.append(path)
+        return map_block(path, block)
+
+    monkeypatch.setattr(blockfile, "map_block", recording)
+    return mapped
+
+
+def test_a_file_is_mapped_once_and_read_from_its_mapping(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mapped = counting_maps(monkeypatch)
+    blocks = MappedBlocks(1 << 20)
+    block = bid("k")
+    path = write(tmp_path, block, payload(block, 5000))
+    assert [blocks.read(path, block) for _ in range(3)] == [payload(block, 5000)] * 3
+    assert mapped == [path] and blocks.held(block.name) == payload(block, 5000)
+    assert (len(blocks), blocks.bytes) == (1, 5000)
+
+
+def test_a_deleted_or_replaced_file_is_dropped_at_the_next_check(tmp_path: Path) -> None:
+    clock = Clock()
+    blocks = MappedBlocks(1 << 20, recheck=1.0, clock=clock)
+    block = bid("k")
+    path = write(tmp_path, block, payload(block, 100))
+    blocks.read(path, block)
+    os.unlink(path)
+    assert blocks.held(block.name) == payload(block, 100)  # the same bytes, until the check is due
+    clock.now += 1.0
+    assert blocks.held(block.name) is None and len(blocks) == 0 and blocks.bytes == 0
+    with pytest.raises(FileNotFoundError):
+        blocks.read(path, block)
+    write(tmp_path, block, payload(block, 100))
+    assert blocks.read(path, block) == payload(block, 100)
+    os.replace(write(tmp_path, bid("other"), payload(block, 100)), path)  # another inode at the name
+    clock.now += 1.0
+    assert blocks.held(block.name) is None  # dropped: the next read maps (and checks) the new file
+    with pytest.raises(BadBlockError):
+        blocks.read(path, block)
+
+
+def test_the_mappings_stay_within_their_bytes_and_count(tmp_path: Path) -> None:
+    blocks = MappedBlocks(1000, most=3)
+    ids = [bid(f"k{i}") for i in range(6)]
+    paths = {block: write(tmp_path, block, payload(block, 300)) for block in ids}
+    for block in ids[:4]:  # 1200 bytes: the first one goes
+        blocks.read(paths[block], block)
+    assert blocks.bytes == 900 and [blocks.held(b.name) is not None for b in ids[:4]] == [False, True, True, True]
+    blocks.read(paths[ids[1]], ids[1])  # read lately: kept over ids[2]
+    small = bid("small")
+    blocks.read(write(tmp_path, small, b"x"), small)  # a fourth file: over `most`
+    assert len(blocks) == 3 and blocks.held(ids[2].name) is None and blocks.held(ids[1].name) is not None
+    big = bid("big")
+    assert blocks.read(write(tmp_path, big, payload(big, 2000)), big) == payload(big, 2000)  # over the budget
+    assert blocks.held(big.name) is None and blocks.bytes <= 1000
+
+
+async def test_a_block_the_tier_evicts_or_removes_is_unmapped(tmp_path: Path) -> None:
+    tier = DiskTier(str(tmp_path), 800, make_policy("lru", 800), medium="memory", name="mem")
+    await tier.open()
+    try:
+        ids = [bid(f"k{i}") for i in range(3)]
+        for block in ids[:2]:
+            await tier.put(block, payload(block, 300))
+            assert tier.get_now(block) == payload(block, 300)
+        assert tier.mapped is not None and tier.mapped.bytes == 0  # 300 bytes are over 1/8 of the quota
+        tier.mapped.budget = 800
+        assert [tier.get_now(block) for block in ids[:2]] == [payload(block, 300) for block in ids[:2]]
+        assert len(tier.mapped) == 2
+        await tier.put(ids[2], payload(ids[2], 300))  # evicts ids[0]
+        assert tier.mapped.held(ids[0].name) is None and tier.get_now(ids[0]) is None
+        await tier.remove(ids[1])
+        assert len(tier.mapped) == 0 and tier.get_now(ids[1]) is None
+    finally:
+        await tier.aclose()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.tuples(st.sampled_from(["read", "delete", "write", "swap", "tick"]), st.integers(0, 3)),
+                      max_size=40))
+def test_a_read_is_its_block_or_an_error(tmp_path: Path, steps: list[tuple[str, int]]) -> None:
+    """Whatever happens to the files between reads (deleted, written again, another block's
+    file renamed over one), a read returns that block's bytes or raises."""
+    clock = Clock()
+    blocks = MappedBlocks(700, most=2, recheck=1.0, clock=clock)
+    root = tmp_path / os.urandom(4).hex()
+    ids = [bid(f"k{i}") for i in range(4)]
+    data = {block: payload(block, 100 + 50 * i) for i, block in enumerate(ids)}
+    paths = {block: blockfile.block_path(str(root), block.name) for block in ids}
+    for action, i in steps:
+        block = ids[i]
+        if action == "read":
+            try:
+                assert blocks.read(paths[block], block) == data[block]
+            except (FileNotFoundError, BadBlockError):
+                pass
+        elif action == "delete" and os.path.exists(paths[block]):
+            os.unlink(paths[block])
+        elif action == "write":
+            write(root, block, data[block])
+        elif action == "swap":
+            other = ids[(i + 1) % 4]
+            os.makedirs(os.path.dirname(paths[block]), exist_ok=True)
+            os.replace(write(root, other, data[other]), paths[block])
+        else:
+            clock.now += 0.6
+        assert blocks.bytes <= 700 and len(blocks) <= 2

@@ -1,0 +1,93 @@
+"""Cold 1 MiB reads while the memory tier fills, and once it is full, against the origin directly,
+in one run.
+
+One gateway process (memory tier `--quota`) in front of bench/shaped_origin.py; every request
+is a first read of its key (distinct keys, hard links of one file at the origin). Pass 1 starts
+on the empty cache: each block the cache keeps is memory the process never had, and the kernel
+faults it in page by page. Pass 2 goes on with new keys on the same process: once the cache is
+full every block kept evicts one, whose memory malloc gives to the next. Printed per pass: req/s,
+the gateway's user and system CPU per request, its page faults per request and its RSS; and the
+origin's req/s to the same wrk, for the ratio. bench/cache_serving.py's cold cells restart the
+gateway for each cell, so they measure pass 1.
+
+    .venv/bin/python bench/cold_steady.py --shaped-latency 20ms --shaped-rate 80MB
+
+Needs: apt-get install -y wrk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import cache_serving as cs  # noqa: E402
+from ab_hits import user_system_ticks  # noqa: E402
+
+
+def minor_faults(pid: int) -> int:
+    return sum(int(Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split()[7]) for p in cs.tree(pid))
+
+
+def rss_mib(pid: int) -> int:
+    return sum(int(Path(f"/proc/{p}/statm").read_text().split()[1]) * 4096 for p in cs.tree(pid)) >> 20
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quota-mib", type=int, default=1024, help="cache.memory_quota, in MiB")
+    parser.add_argument("--seconds", type=float, default=2.0, help="length of each pass (pass 1 must not fill the quota)")
+    parser.add_argument("--keys", type=int, default=4000, help="distinct keys per wrk run (more than it reads)")
+    parser.add_argument("--shaped-latency", default="20ms", help="the origin's delay before each first byte")
+    parser.add_argument("--shaped-rate", default="80MB", help="the origin's bytes/s per connection (0: no cap)")
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="cold-steady-"))
+    root = tmp / "objects"
+    (root / cs.BUCKET).mkdir(parents=True)
+    keys = cs.link_objects(root, "cold", cs.MiB, args.keys * (3 + args.quota_mib // 256))
+    print(f"cold 1 MiB reads, 32 connections, memory tier {args.quota_mib} MiB; origin delay {args.shaped_latency}, "
+          f"rate {args.shaped_rate}; gateway at {cs.code_version()}")
+    ticks = 100  # os.sysconf("SC_CLK_TCK") on Linux
+    try:
+        with cs.shaped_origin_process(root, tmp, args.shaped_latency, args.shaped_rate) as origin:
+            direct = cs.run_wrk("origin", origin, cs.presigned_paths(origin, keys[:args.keys]), cs.MiB, 32,
+                                args.seconds, tmp, distinct=True)
+            print(f"  origin directly      {direct.rps:6,.0f} req/s   errors {direct.errors}", flush=True)
+            gateway = cs.Gateway("gateway", origin, {"GATEWAY_SERVER_WORKERS": "1",
+                                                     "GATEWAY_CACHE_MEMORY_QUOTA": f"{args.quota_mib}MiB"}, tmp, ROOT)
+            gateway.start()
+            start_rss = rss_mib(gateway.pid)
+            unread = iter(keys[args.keys:])
+            try:
+                for number in (1, 2):
+                    while number == 2 and rss_mib(gateway.pid) < start_rss + args.quota_mib:
+                        # the rest of the quota filled, unmeasured, with more first reads
+                        filling = [next(unread) for _ in range(args.keys)]
+                        cs.run_wrk("filling", gateway.endpoint, cs.presigned_paths(gateway.endpoint, filling), cs.MiB,
+                                   32, 2, tmp, distinct=True)
+                    part = [next(unread) for _ in range(args.keys)]
+                    paths = cs.presigned_paths(gateway.endpoint, part)
+                    faults, cpu = minor_faults(gateway.pid), user_system_ticks(gateway)
+                    cell = cs.run_wrk(f"pass {number}", gateway.endpoint, paths, cs.MiB, 32, args.seconds, tmp,
+                                      distinct=True)
+                    faults, cpu_after = minor_faults(gateway.pid) - faults, user_system_ticks(gateway)
+                    ok = max(1, cell.ok)
+                    per = 1e6 / ticks / ok
+                    print(f"  pass {number} ({'filling' if number == 1 else 'full'})   {cell.rps:6,.0f} req/s"
+                          f" ({cell.rps / direct.rps:.2f}x the origin)   CPU per request: user"
+                          f" {(cpu_after[0] - cpu[0]) * per:5.0f} us, system {(cpu_after[1] - cpu[1]) * per:5.0f} us"
+                          f"   page faults per request {faults / ok:5.1f}   RSS {rss_mib(gateway.pid)} MiB"
+                          f"   errors {cell.errors}{'   ' + cell.note if cell.note else ''}", flush=True)
+            finally:
+                gateway.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -12,6 +12,7 @@ work tree's in the same rounds.
 
     .venv/bin/python bench/workers_hits.py --pin
     .venv/bin/python bench/workers_hits.py --baseline 5701a06 --rounds 2
+    .venv/bin/python bench/workers_hits.py --tier disk     # no memory tier: hits from one disk folder
 
 Needs: apt-get install -y wrk; taskset (util-linux) for --pin; git for --baseline.
 """
@@ -19,6 +20,7 @@ Needs: apt-get install -y wrk; taskset (util-linux) for --pin; git for --baselin
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -51,6 +53,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--tier", choices=("memory", "disk"), default="memory", help="where the hits come from")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="workers-hits-"))
     trees = {"work tree": code_tree(tmp / "work", None)}
@@ -68,7 +71,8 @@ def main() -> None:
     root = tmp / "objects"
     (root / cs.BUCKET).mkdir(parents=True)
     keys = cs.link_objects(root, "warm", 4096, 256)
-    print(f"4 KiB hits, {args.connections} connections, {'node on core 0, wrk on core 1' if args.pin else 'unpinned'};"
+    print(f"4 KiB hits from the {args.tier} tier, {args.connections} connections, "
+          f"{'node on core 0, wrk on core 1' if args.pin else 'unpinned'};"
           f" work tree at {cs.code_version()}")
     ticks = 100  # os.sysconf("SC_CLK_TCK") on Linux
     try:
@@ -76,8 +80,13 @@ def main() -> None:
             for round_ in range(args.rounds):
                 for name, code in trees.items():
                     for workers in (1, 2):
+                        tier = {"GATEWAY_CACHE_MEMORY_QUOTA": "1GiB"}
+                        if args.tier == "disk":
+                            folder = tmp / f"disk-{round_}-{len(trees)}-{workers}-{name.replace(' ', '-')}"
+                            tier = {"GATEWAY_CACHE_MEMORY_QUOTA": "0",
+                                    "GATEWAY_CACHE_DISK": json.dumps([{"path": str(folder), "quota": "4GiB"}])}
                         gateway = cs.Gateway(f"{name}-{workers}w", origin, {
-                            "GATEWAY_SERVER_WORKERS": str(workers), "GATEWAY_CACHE_MEMORY_QUOTA": "1GiB"}, tmp, code)
+                            "GATEWAY_SERVER_WORKERS": str(workers), **tier}, tmp, code)
                         gateway.start()
                         try:
                             if args.pin:

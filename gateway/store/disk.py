@@ -30,8 +30,8 @@ T = TypeVar("T")
 
 __all__ = ["BadBlockError", "DiskTier"]
 
-_CACHED_SIZE = 4 * 1024 * 1024  # read on the loop when cached (_read_cached): ~0.25 ms per MiB, as tmpfs
-_WARM = 60.0  # seconds after its last use that a block file's inode is taken to be in memory
+CACHED_SIZE = 4 * 1024 * 1024  # read on the loop when cached (_read_cached): ~0.25 ms per MiB, as tmpfs
+WARM = 60.0  # seconds after its last use that a block file's inode is taken to be in memory
 _MAPPED = 64 * 1024 * 1024  # the most bytes a tier on tmpfs keeps mapped (store.mapped), at most 1/8 of its quota
 
 
@@ -209,10 +209,10 @@ class DiskTier:
         """A block of a disk read on the event loop when the page cache holds it all
         (RWF_NOWAIT) and its file was used lately (so opening it finds its inode in memory);
         None when it is for the thread pool, which also deals with a bad file."""
-        if self.medium == "memory" or entry.size > _CACHED_SIZE or self._clock() - entry.warm > _WARM:
+        if self.medium == "memory" or entry.size > CACHED_SIZE or self._clock() - entry.warm > WARM:
             return None
         try:
-            data = blockfile.read_cached_block(path, entry.block_id, _CACHED_SIZE + blockfile.MAX_HEADER)
+            data = blockfile.read_cached_block(path, entry.block_id, CACHED_SIZE + blockfile.MAX_HEADER)
         except (BlockingIOError, BadBlockError, OSError):
             return None
         self.stats.page_cache_hits += 1

@@ -8,6 +8,11 @@ so a reader only ever finds whole blocks; an eviction unlinks it, and a reader t
 opened it first still reads it whole. Every read verifies the block's checksum and
 header (store.blockfile), so a file caught in any state is a whole block or a miss.
 
+On a disk, another worker's block is read in this worker's threads the first time, and on the
+event loop after that while its file was read lately (its inode is then in memory) and the page
+cache holds all of it (RWF_NOWAIT), as the worker's own blocks are (store.disk): a hit of a node
+of several workers is then answered below ASGI whichever worker owns the block.
+
 What a worker does not see: the reads other workers serve from its blocks do not reach
 its eviction policy, which so learns recency and frequency from its own share of the
 traffic (a uniform sample when connections spread evenly).
@@ -18,18 +23,21 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
 from gateway.store import blockfile
 from gateway.store.blockfile import BadBlockError
 from gateway.store.blocks import BlockId
-from gateway.store.disk import DiskTier
+from gateway.store.disk import CACHED_SIZE, WARM, DiskTier
 from gateway.store.policy import EvictionPolicy
 from gateway.store.stats import TierStats
 
 log = logging.getLogger("gateway.store")
 
 __all__ = ["SharedTier"]
+
+_WARM_FILES = 65536  # other workers' block files remembered as read lately (names and times)
 
 
 class SharedTier:
@@ -50,6 +58,8 @@ class SharedTier:
         self.quota = quota
         self.stats: TierStats = self.own.stats
         self._inline = medium == "memory"
+        self._clock = time.monotonic
+        self._read_lately: OrderedDict[str, float] = OrderedDict()  # others' files on a disk: name -> when read
 
     # --- what the own part answers ----------------------------------------------------------
 
@@ -110,8 +120,10 @@ class SharedTier:
             return self.own.get_now(block_id)  # on tmpfs a read is a copy from memory: no thread hop
         if self._inline:
             data = self.read_other(block_id)
-        else:
+        elif (data := self._read_other_cached(block_id)) is None:
             data = await self.own.in_thread(self.read_other, block_id)
+            if data is not None:
+                self._note_read(block_id.name)
         if data is not None:  # a miss is the owner's to count, when it is asked for the block
             self.stats.hits += 1
         return data
@@ -121,9 +133,7 @@ class SharedTier:
         disk one this worker keeps, from the page cache (DiskTier.get_now)."""
         if self.owns(block_id):
             return self.own.get_now(block_id)
-        if not self._inline:
-            return None  # whether opening another worker's file would wait for the disk is not known
-        data = self.read_other(block_id)
+        data = self.read_other(block_id) if self._inline else self._read_other_cached(block_id)
         if data is not None:
             self.stats.hits += 1
         return data
@@ -152,6 +162,27 @@ class SharedTier:
         except (BadBlockError, OSError) as exc:
             log.info("tier %s: block %s of another worker unreadable: %s", self.name, block_id.name, exc)
             return None
+
+    def _read_other_cached(self, block_id: BlockId) -> bytes | None:
+        """Another worker's block on a disk, read on the event loop if its file was read lately
+        and the page cache holds it all; else None (for the threads, which also see a bad file)."""
+        name = block_id.name
+        read = self._read_lately.get(name)
+        if read is None or self._clock() - read > WARM:
+            return None
+        try:
+            data = blockfile.read_cached_block(self.own.block_path(name), block_id, CACHED_SIZE + blockfile.MAX_HEADER)
+        except (BlockingIOError, BadBlockError, OSError):
+            return None
+        self.stats.page_cache_hits += 1
+        self._note_read(name)
+        return data
+
+    def _note_read(self, name: str) -> None:
+        self._read_lately[name] = self._clock()
+        self._read_lately.move_to_end(name)
+        if len(self._read_lately) > _WARM_FILES:
+            self._read_lately.popitem(last=False)
 
     def __repr__(self) -> str:
         return f"SharedTier({self.own!r})"

@@ -4,6 +4,7 @@ its quota; each reads the other's blocks from their files; on tmpfs every read i
 from __future__ import annotations
 
 import mmap
+import os
 import threading
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from gateway.store.blocks import BlockId
 from gateway.store.policy import make_policy
 from gateway.store.shared import SharedTier
 from tests.store.helpers import bid, payload
+from tests.store.test_disk import flip_last_byte
 
 
 def even(block: BlockId) -> bool:
@@ -98,6 +100,30 @@ async def test_reads_on_tmpfs_run_on_the_loop_and_map_each_file_once(tmp_path: P
         loop = threading.current_thread()  # read by the first reads, mapped by the second, from the maps after
         assert threads == [("read", loop), ("read", loop), ("map", loop), ("map", loop)]
         assert (a.stats.hits, len(a.own.mapped or ())) == (6, 2)
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_another_workers_disk_block_read_lately_is_read_on_the_loop(tmp_path: Path) -> None:
+    """On a disk, another worker's block is read in a thread the first time; after that, while
+    the page cache holds it, on the event loop (get_now answers it, so the hit path can)."""
+    a, b = parts(tmp_path, 1 << 24, "ssd")
+    await a.open()
+    await b.open()
+    try:
+        other, large = bid("k", 1), bid("large", 1)  # b's
+        await b.put(other, payload(other, 4096))
+        await b.put(large, payload(large, 5 << 20))
+        assert a.get_now(other) is None  # not read yet: whether opening it waits for the disk is not known
+        assert await a.get(other) == payload(other, 4096) and a.stats.page_cache_hits == 0  # in a thread
+        assert a.get_now(other) == payload(other, 4096) and await a.get(other) == payload(other, 4096)
+        assert a.stats.page_cache_hits == 2 and a.stats.hits == 3
+        assert await a.get(large) == payload(large, 5 << 20)
+        assert a.get_now(large) is None  # over 4 MiB: always in a thread
+        flip_last_byte(b.own.block_path(other.name))
+        assert a.get_now(other) is None and await a.get(other) is None  # refused on the loop, and in the thread
+        assert os.path.exists(b.own.block_path(other.name))  # left to its owner
     finally:
         await a.aclose()
         await b.aclose()

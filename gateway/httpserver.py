@@ -55,7 +55,7 @@ __all__ = ["GuardedProtocol", "Limits", "protocol_factory", "raise_open_files_li
 
 WRITE_HIGH_WATER = 64 * 1024  # the transport's write buffer: writing pauses above it ...
 WRITE_LOW_WATER = 16 * 1024  # ... and resumes below this
-_MARGIN_FILES = 1024  # open files besides client connections: origin and peer pools, Redis, disk blocks
+_MARGIN_FILES = 1024  # open files besides clients': origin and peer pools, Redis, disk blocks (256 kept per tier)
 logger = logging.getLogger("gateway.server")
 
 

@@ -171,7 +171,7 @@ def read_cached_block(path: str, block_id: BlockId, largest: int) -> bytes:
 
 
 def _read_block(path: str, block_id: BlockId, *, nowait: bool, largest: int = 0) -> bytes:
-    read = _pread_nowait if nowait else os.pread
+    read = pread_nowait if nowait else os.pread
     fd = os.open(path, os.O_RDONLY)
     try:
         file_size = os.fstat(fd).st_size
@@ -224,7 +224,29 @@ def map_block(path: str, block_id: BlockId) -> tuple[mmap.mmap, memoryview, tupl
     return mapping, data, (status.st_dev, status.st_ino)
 
 
-def _pread_nowait(fd: int, size: int, offset: int) -> bytes:
+def open_block(path: str, block_id: BlockId, largest: int) -> tuple[int, int, int, int]:
+    """A block file opened and its header checked, read from the page cache only (RWF_NOWAIT):
+    (fd, header length, data length, crc). The caller closes the fd, and reads and checks the
+    data (store.openfiles). Raises as `read_cached_block` does."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        file_size = os.fstat(fd).st_size
+        if file_size > largest:
+            raise BlockingIOError("a block this large is read in a thread")
+        head = pread_nowait(fd, min(_PROBE, file_size), 0)
+        header_length, data_length, crc = decode_fixed(head)
+        _check_length(file_size, header_length, data_length)
+        if header_length > len(head):
+            head = pread_nowait(fd, header_length, 0)
+        if not _names(head[FIXED_HEADER.size : header_length], block_id):
+            raise BadBlockError("the header names another block")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, header_length, data_length, crc
+
+
+def pread_nowait(fd: int, size: int, offset: int) -> bytes:
     """os.pread of `size` bytes the page cache holds all of; else BlockingIOError (a read
     that would wait for the disk, or runs past the end of the file)."""
     buffer = bytearray(size)

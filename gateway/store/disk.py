@@ -21,6 +21,7 @@ from gateway.store import blockfile
 from gateway.store.blockfile import BadBlockError, encode_header
 from gateway.store.blocks import BlockId, checksum
 from gateway.store.mapped import MappedBlocks
+from gateway.store.openfiles import OpenBlockFiles
 from gateway.store.policy import EvictionPolicy
 from gateway.store.stats import TierStats
 
@@ -94,8 +95,8 @@ class DiskTier:
         self._unhealthy_until: float | None = None
         self._opened = False
         self._closed = False
-        # On tmpfs a block is read on the event loop, through a mapping of its file kept open.
-        self.mapped = MappedBlocks(min(_MAPPED, quota // 8)) if medium == "memory" else None
+        # Read on the event loop: on tmpfs through mappings of the files, on a disk through files kept open.
+        self.files = MappedBlocks(min(_MAPPED, quota // 8)) if medium == "memory" else OpenBlockFiles()
 
     # --- state ------------------------------------------------------------------------------
 
@@ -168,6 +169,7 @@ class DiskTier:
         if self._closed:
             return
         self._closed = True
+        self.files.close()
         await asyncio.get_running_loop().run_in_executor(None, functools.partial(self._executor.shutdown, wait=True))
 
     # --- the tier ---------------------------------------------------------------------------
@@ -195,24 +197,24 @@ class DiskTier:
         entry = self._index.get(block_id.name)
         if entry is None or self._closed:
             return None
-        if self.mapped is not None and (data := self.mapped.held(block_id.name)) is not None:
+        mapped = self.files if isinstance(self.files, MappedBlocks) else None
+        if mapped is not None and (data := mapped.held(block_id.name)) is not None:
             return self._hit(entry, data)
         path = self.block_path(block_id.name)
         try:
-            data = self._fetch(path, block_id, self.mapped.read) if self.mapped is not None else self._read_cached(path, entry)
+            data = self._fetch(path, block_id, mapped.read) if mapped is not None else self._read_cached(path, entry)
         except Exception as exc:  # noqa: BLE001 -- as in get
             self._read_failed(block_id, entry, exc)
             return None
         return None if data is None else self._hit(entry, data)
 
     def _read_cached(self, path: str, entry: _Entry) -> bytes | None:
-        """A block of a disk read on the event loop when the page cache holds it all
-        (RWF_NOWAIT) and its file was used lately (so opening it finds its inode in memory);
-        None when it is for the thread pool, which also deals with a bad file."""
-        if self.medium == "memory" or entry.size > CACHED_SIZE or self._clock() - entry.warm > WARM:
+        """A disk block read on the loop through its file kept open, when the page cache holds
+        it all (RWF_NOWAIT) and the file was used lately; else None (for the threads)."""
+        if not isinstance(self.files, OpenBlockFiles) or entry.size > CACHED_SIZE or self._clock() - entry.warm > WARM:
             return None
         try:
-            data = blockfile.read_cached_block(path, entry.block_id, CACHED_SIZE + blockfile.MAX_HEADER)
+            data = self.files.read_cached(path, entry.block_id, CACHED_SIZE + blockfile.MAX_HEADER)
         except (BlockingIOError, BadBlockError, OSError):
             return None
         self.stats.page_cache_hits += 1
@@ -379,8 +381,7 @@ class DiskTier:
 
     def _forget(self, name: str, size: int) -> None:  # a block out of the index
         self._used -= size
-        if self.mapped is not None:
-            self.mapped.forget(name)
+        self.files.forget(name)
 
     def _run(self, func: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         return asyncio.get_running_loop().run_in_executor(self._executor, func, *args)

@@ -103,6 +103,10 @@ class MappedBlocks:
             self._drop(next(iter(self._maps)))
         return block
 
+    def close(self) -> None:
+        while self._maps:
+            self._drop(next(iter(self._maps)))
+
     def forget(self, name: str) -> None:
         """Drop the mapping of a block whose file is deleted (its pages are then freed)."""
         if name in self._maps:

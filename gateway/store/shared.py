@@ -30,6 +30,7 @@ from gateway.store import blockfile
 from gateway.store.blockfile import BadBlockError
 from gateway.store.blocks import BlockId
 from gateway.store.disk import CACHED_SIZE, WARM, DiskTier
+from gateway.store.mapped import MappedBlocks
 from gateway.store.policy import EvictionPolicy
 from gateway.store.stats import TierStats
 
@@ -151,7 +152,8 @@ class SharedTier:
     def read_other(self, block_id: BlockId) -> bytes | None:
         """The block another worker owns, from its file, or None. A bad file is left to its
         owner (which deletes it when it next reads it): this worker never changes another's part."""
-        mapped = self.own.mapped if self._inline else None  # on the event loop: through the file's mapping
+        files = self.own.files
+        mapped = files if isinstance(files, MappedBlocks) else None  # on tmpfs: through the file's mapping
         if mapped is not None and (data := mapped.held(block_id.name)) is not None:
             return data
         path = self.own.block_path(block_id.name)

@@ -106,15 +106,16 @@ async def test_a_block_the_tier_evicts_or_removes_is_unmapped(tmp_path: Path) ->
         for block in ids[:2]:
             await tier.put(block, payload(block, 300))
             assert tier.get_now(block) == payload(block, 300)
-        assert tier.mapped is not None and tier.mapped.bytes == 0  # 300 bytes are over 1/8 of the quota
-        tier.mapped.budget = 800
+        mapped = tier.files
+        assert isinstance(mapped, MappedBlocks) and mapped.bytes == 0  # 300 bytes are over 1/8 of the quota
+        mapped.budget = 800
         for _ in range(2):  # mapped at the second read
             assert [tier.get_now(block) for block in ids[:2]] == [payload(block, 300) for block in ids[:2]]
-        assert len(tier.mapped) == 2
+        assert len(mapped) == 2
         await tier.put(ids[2], payload(ids[2], 300))  # evicts ids[0]
-        assert tier.mapped.held(ids[0].name) is None and tier.get_now(ids[0]) is None
+        assert mapped.held(ids[0].name) is None and tier.get_now(ids[0]) is None
         await tier.remove(ids[1])
-        assert len(tier.mapped) == 0 and tier.get_now(ids[1]) is None
+        assert len(mapped) == 0 and tier.get_now(ids[1]) is None
     finally:
         await tier.aclose()
 

@@ -99,7 +99,7 @@ async def test_reads_on_tmpfs_run_on_the_loop_and_map_each_file_once(tmp_path: P
             assert a.get_now(own) == payload(own, 100) and a.get_now(other) == payload(other, 100)
         loop = threading.current_thread()  # read by the first reads, mapped by the second, from the maps after
         assert threads == [("read", loop), ("read", loop), ("map", loop), ("map", loop)]
-        assert (a.stats.hits, len(a.own.mapped or ())) == (6, 2)
+        assert (a.stats.hits, len(a.own.files)) == (6, 2)
     finally:
         await a.aclose()
         await b.aclose()

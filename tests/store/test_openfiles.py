@@ -1,0 +1,105 @@
+"""store.openfiles: a disk tier's block files kept open. A read through an open file is the
+block's bytes, checked against its CRC every time (a byte changed after the file was opened is
+caught); a file is opened once; the tier closes a block's file when the block leaves its index
+and all of them when it closes; at most `most` are open."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from gateway.store import blockfile
+from gateway.store.blockfile import BadBlockError
+from gateway.store.blocks import BlockId, checksum
+from gateway.store.disk import DiskTier
+from gateway.store.openfiles import OpenBlockFiles
+from gateway.store.policy import make_policy
+from tests.store.helpers import bid, payload
+from tests.store.test_disk import flip_last_byte
+
+LARGEST = 4 * 1024 * 1024 + blockfile.MAX_HEADER
+
+
+def write(root: Path, block: BlockId, data: bytes) -> str:
+    path = blockfile.block_path(str(root), block.name)
+    blockfile.write_file(path, blockfile.encode_header(block, len(data), checksum(data)), data, fsync=False,
+                         unlink=os.unlink)
+    return path
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def counting_opens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    opened: list[str] = []
+    open_block = blockfile.open_block
+
+    def recording(path: str, block: BlockId, largest: int) -> tuple[int, int, int, int]:
+        opened.append(path)
+        return open_block(path, block, largest)
+
+    monkeypatch.setattr(blockfile, "open_block", recording)
+    return opened
+
+
+@pytest.mark.parametrize("size", [0, 100, 4096, 100_000])
+def test_a_file_is_opened_once_and_every_read_is_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          size: int) -> None:
+    opened = counting_opens(monkeypatch)
+    files = OpenBlockFiles()
+    block = bid("k")
+    path = write(tmp_path, block, payload(block, size))
+    assert [files.read_cached(path, block, LARGEST) for _ in range(3)] == [payload(block, size)] * 3
+    assert opened == [path] and len(files) == 1
+    if size:
+        flip_last_byte(path)  # after it was opened: the next read is checked all the same
+        with pytest.raises(BadBlockError):
+            files.read_cached(path, block, LARGEST)
+    files.close()
+    assert len(files) == 0
+
+
+def test_a_file_of_another_block_or_too_large_is_not_kept_open(tmp_path: Path) -> None:
+    files = OpenBlockFiles()
+    mine, other = bid("mine"), bid("other")
+    before = open_fds()
+    with pytest.raises(BadBlockError):
+        files.read_cached(write(tmp_path, other, b"x" * 10), mine, LARGEST)
+    big = bid("big")
+    with pytest.raises(BlockingIOError):
+        files.read_cached(write(tmp_path, big, payload(big, 1000)), big, 500)
+    assert len(files) == 0 and open_fds() == before
+
+
+def test_at_most_most_files_are_open(tmp_path: Path) -> None:
+    files = OpenBlockFiles(most=3)
+    before = open_fds()
+    blocks = [bid(f"k{i}") for i in range(5)]
+    for block in blocks:
+        assert files.read_cached(write(tmp_path, block, payload(block, 10)), block, LARGEST) == payload(block, 10)
+    assert len(files) == 3 and open_fds() == before + 3
+    files.close()
+    assert open_fds() == before
+
+
+async def test_the_tier_closes_a_blocks_file_when_the_block_goes(tmp_path: Path) -> None:
+    tier = DiskTier(str(tmp_path), 800, make_policy("lru", 800), name="ssd")
+    await tier.open()
+    before = open_fds()
+    try:
+        ids = [bid(f"k{i}") for i in range(4)]
+        for block in ids[:2]:
+            await tier.put(block, payload(block, 300))
+            assert tier.get_now(block) == payload(block, 300)  # on the loop, through the open file
+        assert isinstance(tier.files, OpenBlockFiles) and len(tier.files) == 2 and open_fds() == before + 2
+        await tier.put(ids[2], payload(ids[2], 300))  # evicts ids[0]
+        assert len(tier.files) == 1 and tier.get_now(ids[0]) is None
+        await tier.remove(ids[1])
+        assert len(tier.files) == 0 and open_fds() == before
+        assert tier.get_now(ids[2]) == payload(ids[2], 300) and len(tier.files) == 1
+    finally:
+        await tier.aclose()
+    assert len(tier.files) == 0 and open_fds() == before

@@ -5,17 +5,21 @@ closing it again (three system calls and a JSON parse more, which cost a 4 KiB d
 as much as all the rest of it).
 
 A file is opened and its header checked (it names the block; the lengths add up) once; the
-data is read and checked on every read. Only the worker's own blocks are kept open, and the
-tier closes a block's file when the block leaves its index (evicted, removed, found bad), so
-an open file never holds a deleted block's disk space. At most `most` files, least recently
-read closed first. Event loop only.
+data is read and checked on every read. A tier closes its own block's file when the block
+leaves its index (evicted, removed, found bad), so such a file never holds a deleted block's
+disk space. Another worker's blocks (store.shared), whose evictions this worker does not see,
+are kept open with `recheck`: the file is compared with its path (device and inode) again
+that many seconds after it was last compared, and closed when gone or replaced. At most
+`most` files, least recently read closed first. Event loop only.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from gateway.store import blockfile
 from gateway.store.blockfile import BadBlockError
@@ -30,13 +34,18 @@ class _Open:
     offset: int  # where the data starts: the header's length
     length: int
     crc: int
+    inode: tuple[int, int] = (0, 0)  # (st_dev, st_ino), with `recheck`
+    checked: float = field(default=0.0)  # monotonic: when the path was last found to be this file
 
 
 class OpenBlockFiles:
     """Open block files by block name, least recently read first."""
 
-    def __init__(self, most: int = 256) -> None:
+    def __init__(self, most: int = 256, *, recheck: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.most = most
+        self.recheck = recheck
+        self._clock = clock
         self._files: OrderedDict[str, _Open] = OrderedDict()
 
     def __len__(self) -> int:
@@ -48,8 +57,14 @@ class OpenBlockFiles:
         wait for the disk, or a block larger than `largest`), BadBlockError, OSError."""
         name = block_id.name
         held = self._files.get(name)
+        if held is not None and self.recheck is not None and not self._still_there(held, path):
+            self.forget(name)
+            held = None
         if held is None:
             held = _Open(*blockfile.open_block(path, block_id, largest))
+            if self.recheck is not None:
+                status = os.fstat(held.fd)
+                held.inode, held.checked = (status.st_dev, status.st_ino), self._clock()
             self._files[name] = held
             while len(self._files) > self.most:
                 self.forget(next(iter(self._files)))
@@ -59,6 +74,17 @@ class OpenBlockFiles:
         if len(data) != held.length or checksum(data) != held.crc:
             raise BadBlockError("checksum mismatch")
         return data
+
+    def _still_there(self, held: _Open, path: str) -> bool:
+        now = self._clock()
+        if self.recheck is None or now - held.checked < self.recheck:
+            return True
+        try:
+            status = os.stat(path)
+        except OSError:
+            return False
+        held.checked = now
+        return (status.st_dev, status.st_ino) == held.inode
 
     def forget(self, name: str) -> None:
         """Close a block's file (if open)."""

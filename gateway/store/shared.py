@@ -10,8 +10,9 @@ header (store.blockfile), so a file caught in any state is a whole block or a mi
 
 On a disk, another worker's block is read in this worker's threads the first time, and on the
 event loop after that while its file was read lately (its inode is then in memory) and the page
-cache holds all of it (RWF_NOWAIT), as the worker's own blocks are (store.disk): a hit of a node
-of several workers is then answered below ASGI whichever worker owns the block.
+cache holds all of it (RWF_NOWAIT), through its file kept open (store.openfiles, compared with
+its path once a second), as the worker's own blocks are (store.disk): a hit of a node of several
+workers is then answered below ASGI whichever worker owns the block.
 
 What a worker does not see: the reads other workers serve from its blocks do not reach
 its eviction policy, which so learns recency and frequency from its own share of the
@@ -31,6 +32,7 @@ from gateway.store.blockfile import BadBlockError
 from gateway.store.blocks import BlockId
 from gateway.store.disk import CACHED_SIZE, WARM, DiskTier
 from gateway.store.mapped import MappedBlocks
+from gateway.store.openfiles import OpenBlockFiles
 from gateway.store.policy import EvictionPolicy
 from gateway.store.stats import TierStats
 
@@ -61,6 +63,7 @@ class SharedTier:
         self._inline = medium == "memory"
         self._clock = time.monotonic
         self._read_lately: OrderedDict[str, float] = OrderedDict()  # others' files on a disk: name -> when read
+        self._others_open = OpenBlockFiles(recheck=1.0)  # and kept open, as the own part keeps its own
 
     # --- what the own part answers ----------------------------------------------------------
 
@@ -99,6 +102,7 @@ class SharedTier:
         await self.own.open()
 
     async def aclose(self) -> None:
+        self._others_open.close()
         await self.own.aclose()
 
     def __contains__(self, block_id: object) -> bool:
@@ -173,8 +177,12 @@ class SharedTier:
         if read is None or self._clock() - read > WARM:
             return None
         try:
-            data = blockfile.read_cached_block(self.own.block_path(name), block_id, CACHED_SIZE + blockfile.MAX_HEADER)
-        except (BlockingIOError, BadBlockError, OSError):
+            data = self._others_open.read_cached(self.own.block_path(name), block_id,
+                                                 CACHED_SIZE + blockfile.MAX_HEADER)
+        except BlockingIOError:
+            return None
+        except (BadBlockError, OSError):  # and the threads' read leaves a bad file to its owner
+            self._others_open.forget(name)
             return None
         self.stats.page_cache_hits += 1
         self._note_read(name)

@@ -16,7 +16,7 @@ from gateway.store.blocks import BlockId, checksum
 from gateway.store.disk import DiskTier
 from gateway.store.openfiles import OpenBlockFiles
 from gateway.store.policy import make_policy
-from tests.store.helpers import bid, payload
+from tests.store.helpers import Clock, bid, payload
 from tests.store.test_disk import flip_last_byte
 
 LARGEST = 4 * 1024 * 1024 + blockfile.MAX_HEADER
@@ -103,3 +103,25 @@ async def test_the_tier_closes_a_blocks_file_when_the_block_goes(tmp_path: Path)
     finally:
         await tier.aclose()
     assert len(tier.files) == 0 and open_fds() == before
+
+
+def test_with_recheck_a_deleted_or_replaced_file_is_closed_at_the_next_check(tmp_path: Path) -> None:
+    clock = Clock()
+    files = OpenBlockFiles(recheck=1.0, clock=clock)
+    block = bid("k")
+    path = write(tmp_path, block, payload(block, 100))
+    before = open_fds()
+    assert files.read_cached(path, block, LARGEST) == payload(block, 100)
+    os.unlink(path)
+    assert files.read_cached(path, block, LARGEST) == payload(block, 100)  # the same bytes, until the check
+    clock.now += 1.0
+    with pytest.raises(FileNotFoundError):
+        files.read_cached(path, block, LARGEST)
+    assert len(files) == 0 and open_fds() == before  # the deleted file's descriptor is closed
+    write(tmp_path, block, payload(block, 100))
+    assert files.read_cached(path, block, LARGEST) == payload(block, 100)
+    os.replace(write(tmp_path, bid("other"), payload(block, 100)), path)  # another file at the name
+    clock.now += 1.0
+    with pytest.raises(BadBlockError):
+        files.read_cached(path, block, LARGEST)
+    files.close()

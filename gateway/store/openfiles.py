@@ -19,7 +19,7 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gateway.store import blockfile
 from gateway.store.blockfile import BadBlockError
@@ -35,7 +35,7 @@ class _Open:
     length: int
     crc: int
     inode: tuple[int, int] = (0, 0)  # (st_dev, st_ino), with `recheck`
-    checked: float = field(default=0.0)  # monotonic: when the path was last found to be this file
+    checked: float = 0.0  # monotonic: when the path was last found to be this file
 
 
 class OpenBlockFiles:
@@ -61,13 +61,12 @@ class OpenBlockFiles:
             self.forget(name)
             held = None
         if held is None:
-            held = _Open(*blockfile.open_block(path, block_id, largest))
-            if self.recheck is not None:
-                status = os.fstat(held.fd)
-                held.inode, held.checked = (status.st_dev, status.st_ino), self._clock()
-            self._files[name] = held
+            held = self._files[name] = _Open(*blockfile.open_block(path, block_id, largest))
             while len(self._files) > self.most:
                 self.forget(next(iter(self._files)))
+            if self.recheck is not None:  # (kept first: `forget` closes it whatever happens next)
+                status = os.fstat(held.fd)
+                held.inode, held.checked = (status.st_dev, status.st_ino), self._clock()
         else:
             self._files.move_to_end(name)
         data = blockfile.pread_nowait(held.fd, held.length, held.offset)

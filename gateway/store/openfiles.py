@@ -94,3 +94,11 @@ class OpenBlockFiles:
     def close(self) -> None:
         while self._files:
             self.forget(next(iter(self._files)))
+
+    def __del__(self) -> None:
+        # A tier dropped without being closed (a failed start, a test) leaves no descriptor open.
+        for held in self._files.values():
+            try:
+                os.close(held.fd)
+            except Exception:  # noqa: BLE001 -- closed already, or the interpreter is shutting down
+                pass

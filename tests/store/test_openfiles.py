@@ -125,3 +125,13 @@ def test_with_recheck_a_deleted_or_replaced_file_is_closed_at_the_next_check(tmp
     with pytest.raises(BadBlockError):
         files.read_cached(path, block, LARGEST)
     files.close()
+
+
+def test_files_left_open_are_closed_with_their_cache(tmp_path: Path) -> None:
+    files = OpenBlockFiles()
+    before = open_fds()
+    block = bid("k")
+    files.read_cached(write(tmp_path, block, payload(block, 10)), block, LARGEST)
+    assert open_fds() == before + 1
+    del files  # never closed: a tier dropped without aclose
+    assert open_fds() == before

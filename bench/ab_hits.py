@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -56,6 +57,12 @@ def user_system_ticks(gateway: cs.Gateway) -> tuple[int, int]:
     return user, system
 
 
+def cpu_us_per_request(before: tuple[int, int], after: tuple[int, int], requests: int) -> tuple[float, float]:
+    """(user, system) microseconds of CPU per request between two user_system_ticks."""
+    per = 1e6 / os.sysconf("SC_CLK_TCK") / max(1, requests)
+    return (after[0] - before[0]) * per, (after[1] - before[1]) * per
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", required=True, help="the commit to compare with (e.g. 34307e8)")
@@ -77,7 +84,6 @@ def main() -> None:
         keys = cs.link_objects(root, "cold", size, int(args.seconds * (8000 if size == 4096 else 2500)))
     print(f"{args.size} hits from the {args.tier} tier; baseline {args.baseline} against the work tree at "
           f"{cs.code_version()}")
-    ticks = 100  # os.sysconf("SC_CLK_TCK") on Linux
     rates: dict[str, list[float]] = {name: [] for name in trees}
     try:
         with cs.shaped_origin_process(root, tmp, args.shaped_latency, args.shaped_rate) as origin:
@@ -100,9 +106,9 @@ def main() -> None:
                         after = user_system_ticks(gateway)
                     finally:
                         gateway.stop()
-                    per = 1e6 / ticks / max(1, cell.ok)
-                    print(f"  round {round_ + 1} {name:9s} {cell.rps:9,.0f} req/s   user {(after[0] - before[0]) * per:6.0f} "
-                          f"us/req   system {(after[1] - before[1]) * per:6.0f} us/req   errors {cell.errors}"
+                    user, system = cpu_us_per_request(before, after, cell.ok)
+                    print(f"  round {round_ + 1} {name:9s} {cell.rps:9,.0f} req/s   user {user:6.0f} "
+                          f"us/req   system {system:6.0f} us/req   errors {cell.errors}"
                           f"{'   ' + cell.note if cell.note else ''}", flush=True)
                     rates[name].append(cell.rps)
     finally:

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 import cache_serving as cs  # noqa: E402
-from ab_hits import user_system_ticks  # noqa: E402
+from ab_hits import cpu_us_per_request, user_system_ticks  # noqa: E402
 
 
 def minor_faults(pid: int) -> int:
@@ -52,7 +52,6 @@ def main() -> None:
     keys = cs.link_objects(root, "cold", cs.MiB, args.keys * (3 + args.quota_mib // 256))
     print(f"cold 1 MiB reads, 32 connections, memory tier {args.quota_mib} MiB; origin delay {args.shaped_latency}, "
           f"rate {args.shaped_rate}; gateway at {cs.code_version()}")
-    ticks = 100  # os.sysconf("SC_CLK_TCK") on Linux
     try:
         with cs.shaped_origin_process(root, tmp, args.shaped_latency, args.shaped_rate) as origin:
             direct = cs.run_wrk("origin", origin, cs.presigned_paths(origin, keys[:args.keys]), cs.MiB, 32,
@@ -76,12 +75,10 @@ def main() -> None:
                     cell = cs.run_wrk(f"pass {number}", gateway.endpoint, paths, cs.MiB, 32, args.seconds, tmp,
                                       distinct=True)
                     faults, cpu_after = minor_faults(gateway.pid) - faults, user_system_ticks(gateway)
-                    ok = max(1, cell.ok)
-                    per = 1e6 / ticks / ok
+                    user, system = cpu_us_per_request(cpu, cpu_after, cell.ok)
                     print(f"  pass {number} ({'filling' if number == 1 else 'full'})   {cell.rps:6,.0f} req/s"
-                          f" ({cell.rps / direct.rps:.2f}x the origin)   CPU per request: user"
-                          f" {(cpu_after[0] - cpu[0]) * per:5.0f} us, system {(cpu_after[1] - cpu[1]) * per:5.0f} us"
-                          f"   page faults per request {faults / ok:5.1f}   RSS {rss_mib(gateway.pid)} MiB"
+                          f" ({cell.rps / direct.rps:.2f}x the origin)   CPU per request: user {user:5.0f} us,"
+                          f" system {system:5.0f} us   page faults per request {faults / max(1, cell.ok):5.1f}   RSS {rss_mib(gateway.pid)} MiB"
                           f"   errors {cell.errors}{'   ' + cell.note if cell.note else ''}", flush=True)
             finally:
                 gateway.stop()

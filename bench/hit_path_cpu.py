@@ -125,7 +125,8 @@ def steps(s3app: Any, scope: dict[str, Any], calls: int) -> None:
     req = identified()
     meta = engine.fresh_now(req.bucket, req.key, version_id=None, checksums=reads.wants_whole_checksums(req))
     answer = reads.object_answer(req, meta, {})
-    hit = engine.read_now(req.bucket, req.key, meta, answer.start, answer.end)
+    read = engine.one_block(req.bucket, req.key, meta, answer.start, answer.end)
+    hit = engine.read_block_now(read, meta)
     outcome = {"bytes": len(hit[0]), "cache": hit[1], "status": answer.status}
     parse = cpu_per_call(calls, parsed)
     figures = {
@@ -137,8 +138,8 @@ def steps(s3app: Any, scope: dict[str, Any], calls: int) -> None:
         "metadata (fresh_now)": cpu_per_call(calls, lambda: engine.fresh_now(req.bucket, req.key, version_id=None,
                                                                               checksums=False)),
         "object_answer": cpu_per_call(calls, lambda: reads.object_answer(req, meta, {})),
-        "bytes (read_now)": cpu_per_call(calls, lambda: engine.read_now(req.bucket, req.key, meta, answer.start,
-                                                                        answer.end)),
+        "bytes (one_block, read_block_now)": cpu_per_call(calls, lambda: engine.read_block_now(
+            engine.one_block(req.bucket, req.key, meta, answer.start, answer.end), meta)),
         "headers (body_response)": cpu_per_call(calls, lambda: body_response(hit[0], "0", status=200,
                                                                              headers=answer.headers)),
         "stats and access log (finished)": cpu_per_call(calls, lambda: s3app.finished(req, scope, "0", dict(outcome),

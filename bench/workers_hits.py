@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 import cache_serving as cs  # noqa: E402
-from ab_hits import code_tree, user_system_ticks  # noqa: E402
+from ab_hits import code_tree, cpu_us_per_request, user_system_ticks  # noqa: E402
 
 
 def switches(pid: int) -> tuple[int, int]:
@@ -74,7 +74,6 @@ def main() -> None:
     print(f"4 KiB hits from the {args.tier} tier, {args.connections} connections, "
           f"{'node on core 0, wrk on core 1' if args.pin else 'unpinned'};"
           f" work tree at {cs.code_version()}")
-    ticks = 100  # os.sysconf("SC_CLK_TCK") on Linux
     try:
         with cs.shaped_origin_process(root, tmp, "0", "0") as origin:
             for round_ in range(args.rounds):
@@ -101,10 +100,10 @@ def main() -> None:
                         finally:
                             gateway.stop()
                         ok = max(1, cell.ok)
-                        per = 1e6 / ticks / ok
+                        user, system = cpu_us_per_request(cpu, cpu_after, ok)
                         print(f"  round {round_ + 1} {name:>9} {workers} worker{'s' if workers > 1 else ' '}"
-                              f" {cell.rps:9,.0f} req/s   CPU per request: user {(cpu_after[0] - cpu[0]) * per:5.1f}"
-                              f" us, system {(cpu_after[1] - cpu[1]) * per:5.1f} us   switches per request:"
+                              f" {cell.rps:9,.0f} req/s   CPU per request: user {user:5.1f}"
+                              f" us, system {system:5.1f} us   switches per request:"
                               f" voluntary {(context_after[0] - context[0]) / ok:.3f},"
                               f" involuntary {(context_after[1] - context[1]) / ok:.3f}   errors {cell.errors}",
                               flush=True)

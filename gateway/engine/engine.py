@@ -217,16 +217,8 @@ class Engine:
     def fresh_now(self, bucket: str, key: str, *, version_id: str | None = None,
                   checksums: bool = False) -> ObjectMeta | None:
         """The metadata open_object would find in memory, fresh and trusted, or None.
-        Counts nothing: the answer counts itself (read_now, head_answered_now)."""
+        Counts nothing: the answer counts itself (read_block_now, head_answered_now)."""
         return self.metadata.fresh_now(bucket, key, version_id, checksums=checksums)
-
-    def read_now(self, bucket: str, key: str, meta: ObjectMeta, start: int | None = None,
-                 end: int | None = None) -> tuple[bytes, str] | None:
-        """(a GET's bytes, x-cache source) when one block holds them that a tier answers at once
-        (Reads.read_now), counted as get_object counts that hit (the metadata hit, the block
-        hit, the object's heat); None, counting nothing, otherwise."""
-        read = self.reads.one_block(bucket, key, meta, start, end)
-        return None if read is None else self.read_block_now(read, meta)
 
     def one_block(self, bucket: str, key: str, meta: ObjectMeta, start: int | None = None,
                   end: int | None = None) -> OneBlock | None:
@@ -235,7 +227,10 @@ class Engine:
         return self.reads.one_block(bucket, key, meta, start, end)
 
     def read_block_now(self, read: OneBlock, meta: ObjectMeta) -> tuple[bytes, str] | None:
-        """read_now of a range one_block found (a request sent again keeps it: s3api.replays)."""
+        """(a GET's bytes, x-cache source) of a range one_block found, when a tier answers its
+        block at once (Reads.read_block_now), counted as get_object counts that hit (the
+        metadata hit, the block hit, the object's heat); None, counting nothing, otherwise.
+        The hit path asks this way, and a request sent again with the block it kept."""
         hit = self.reads.read_block_now(read, meta)
         if hit is not None:
             self.metadata.stats["meta_hit"] += 1

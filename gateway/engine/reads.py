@@ -17,7 +17,7 @@ from gateway.store.blocks import BlockId, block_span, slice_for
 
 _FOOTER_FIRST_SUFFIXES = (".parquet", ".orc")
 _SEQUENTIAL_READERS = 4096  # objects whose last read end is remembered
-_NAMED_BLOCKS = 4096  # blocks of read_now whose BlockId is kept (naming one is a digest, a few us)
+_NAMED_BLOCKS = 4096  # blocks of one_block whose BlockId is kept (naming one is a digest, a few us)
 
 Ahead = deque[tuple[asyncio.Future[bytes], int]]  # blocks being fetched ahead, with the budget each holds
 
@@ -141,15 +141,6 @@ class Reads:
         head = await anext(chunks)
         return ObjectRead(source, chunks=_prepend(head, chunks), close=chunks.aclose)
 
-    def read_now(self, bucket: str, key: str, meta: ObjectMeta, start: int | None = None,
-                 end: int | None = None) -> tuple[bytes, str] | None:
-        """(bytes [start, end] of exactly `meta`'s version, x-cache source) when one block holds
-        them that a tier can answer at once (memory: hit-mem; a disk's page cache: hit-disk),
-        read as read_object reads them (its counters, readahead); None, counting nothing,
-        otherwise. No await: the hit path below ASGI asks this way."""
-        read = self.one_block(bucket, key, meta, start, end)
-        return None if read is None else self.read_block_now(read, meta)
-
     def one_block(self, bucket: str, key: str, meta: ObjectMeta, start: int | None = None,
                   end: int | None = None) -> OneBlock | None:
         """The block of `meta`'s version that holds all of bytes [start, end] (None: the whole
@@ -167,7 +158,10 @@ class Reads:
                         *slice_for(index, size, start, end))
 
     def read_block_now(self, read: OneBlock, meta: ObjectMeta) -> tuple[bytes, str] | None:
-        """read_now of a range one_block found in one block of `meta`'s version."""
+        """(the bytes of a range one_block found, x-cache source) when a tier can answer the
+        block at once (memory: hit-mem; a disk's page cache: hit-disk), read as read_object
+        reads them (its counters, readahead); None, counting nothing, otherwise. No await: the
+        hit path below ASGI asks this way."""
         fetch = self.fetch
         assert fetch is not None  # one_block finds no block without a cache
         block, start, end, lo, hi = read

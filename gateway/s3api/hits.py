@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gateway.engine import ObjectMeta
+from gateway.engine import ObjectMeta, OneBlock
 from gateway.errors import S3Error
 from gateway.s3api import reads
 from gateway.s3api.context import Context
@@ -83,9 +83,10 @@ class HitPath:
             engine.head_answered_now()
             answer.headers[reads.X_CACHE] = "hit-mem"  # as the app says of metadata from memory
             response = empty_response(request_id, status=answer.status, headers=answer.headers)
-            body = b""
+            body, read = b"", None
         else:
-            hit = engine.read_now(bucket, key, meta, answer.start, answer.end)
+            read = engine.one_block(bucket, key, meta, answer.start, answer.end)
+            hit = None if read is None else engine.read_block_now(read, meta)
             if hit is None:
                 return None
             body, answer.headers[reads.X_CACHE] = hit
@@ -102,24 +103,20 @@ class HitPath:
         note_answer(outcome, answer.status, response.raw_headers)
         app.finished(req, scope, request_id, outcome, time.perf_counter() - started)
         app.stats.below_asgi += 1
-        return [b"".join(head), body], self._replay(req, scope, meta, answer, status_line, response.raw_headers,
+        return [b"".join(head), body], self._replay(req, scope, meta, read, status_line, response.raw_headers,
                                                      closing, keep_alive, outcome)
 
-    def _replay(self, req: S3Request, scope: dict[str, Any], meta: ObjectMeta, answer: reads.ObjectAnswer,
+    def _replay(self, req: S3Request, scope: dict[str, Any], meta: ObjectMeta, read: OneBlock | None,
                 status_line: bytes, raw_headers: list[tuple[bytes, bytes]], closing: bytes, keep_alive: bool,
                 outcome: dict[str, Any]) -> Replay | None:
-        """What answering the same request again takes, or None when it may not be kept."""
+        """What answering the same request again takes (`read`: the block a GET's bytes came
+        from), or None when it may not be kept."""
         identity = req.identity
         assert identity is not None
         secret = self.app.policy.secret_for(identity.access_key) if identity.access_key is not None else None
         times = keepable(req, identity, secret)
         if times is None:
             return None
-        read = None
-        if req.method != "HEAD":
-            read = self.app.engine.one_block(req.bucket or "", req.key or "", meta, answer.start, answer.end)
-            if read is None:  # not so: read_now answered from one block
-                return None
         return Replay(req, identity.access_key, secret, *times, req.query.get("versionId"),
                       reads.wants_whole_checksums(req), meta, read, status_line, raw_headers,
                       closing, keep_alive, answered_for(req, scope["method"], outcome))

@@ -380,4 +380,3 @@ def _access_log(entry: dict[str, Any], request_id: str, sent: int, cache: str | 
             log.s3api.exception("an access-log observer failed")
     if logged:
         log.access.info(orjson.dumps(entry).decode())
-

@@ -141,12 +141,12 @@ def write_file(path: str, header: bytes, data: bytes, *, fsync: bool, unlink: Ca
             os.close(dir_fd)
 
 
-def _read_header(fd: int, read: Callable[[int, int, int], bytes] = os.pread) -> tuple[bytes, int, int, int]:
+def _read_header(fd: int) -> tuple[bytes, int, int, int]:
     """(the header's bytes, header length, data length, crc) of an open block file."""
-    head = read(fd, _PROBE, 0)
+    head = os.pread(fd, _PROBE, 0)
     header_length, data_length, crc = decode_fixed(head)
     if header_length > len(head):
-        head = read(fd, header_length, 0)
+        head = os.pread(fd, header_length, 0)
         if len(head) < header_length:
             raise BadBlockError("truncated header")
     return head[:header_length], header_length, data_length, crc
@@ -160,35 +160,21 @@ def _check_length(file_size: int, header_length: int, data_length: int) -> None:
 def read_block(path: str, block_id: BlockId) -> bytes:
     """open + fstat + pread + verify, as one unit; a small block in one read with its header
     (7 us for 4 KiB on tmpfs here, against 21 us with two reads and a BlockId to compare)."""
-    return _read_block(path, block_id, nowait=False)
-
-
-def read_cached_block(path: str, block_id: BlockId, largest: int) -> bytes:
-    """`read_block` of a block file wholly in the page cache, never waiting for the disk
-    (RWF_NOWAIT): for the event loop. Raises BlockingIOError when a read would wait, the file
-    is larger than `largest` bytes, or the file system cannot tell (tmpfs)."""
-    return _read_block(path, block_id, nowait=True, largest=largest)
-
-
-def _read_block(path: str, block_id: BlockId, *, nowait: bool, largest: int = 0) -> bytes:
-    read = pread_nowait if nowait else os.pread
     fd = os.open(path, os.O_RDONLY)
     try:
         file_size = os.fstat(fd).st_size
         data: bytes | None = None
-        if nowait and file_size > largest:
-            raise BlockingIOError("a block this large is read in a thread")
         if file_size <= WHOLE:
-            raw = read(fd, file_size, 0)
+            raw = os.pread(fd, file_size, 0)
             header_length, data_length, crc = decode_fixed(raw)
             head, data = raw[:header_length], raw[header_length:]
         else:
-            head, header_length, data_length, crc = _read_header(fd, read)
+            head, header_length, data_length, crc = _read_header(fd)
         if not _names(head[FIXED_HEADER.size :], block_id):
             raise BadBlockError("the header names another block")
         _check_length(file_size, header_length, data_length)
         if data is None:
-            data = read(fd, data_length, header_length)
+            data = os.pread(fd, data_length, header_length)
     finally:
         os.close(fd)
     if len(data) != data_length:
@@ -227,7 +213,9 @@ def map_block(path: str, block_id: BlockId) -> tuple[mmap.mmap, memoryview, tupl
 def open_block(path: str, block_id: BlockId, largest: int) -> tuple[int, int, int, int]:
     """A block file opened and its header checked, read from the page cache only (RWF_NOWAIT):
     (fd, header length, data length, crc). The caller closes the fd, and reads and checks the
-    data (store.openfiles). Raises as `read_cached_block` does."""
+    data (store.openfiles). Raises BlockingIOError when a read would wait for the disk, the
+    file is larger than `largest` bytes, or the file system cannot tell (tmpfs); BadBlockError
+    for a file that is not this block's; OSError."""
     fd = os.open(path, os.O_RDONLY)
     try:
         file_size = os.fstat(fd).st_size

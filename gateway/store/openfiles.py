@@ -53,8 +53,8 @@ class OpenBlockFiles:
 
     def read_cached(self, path: str, block_id: BlockId, largest: int) -> bytes:
         """The block's checked bytes, from the page cache only (RWF_NOWAIT), through its open
-        file. Raises as blockfile.read_cached_block does: BlockingIOError (a read that would
-        wait for the disk, or a block larger than `largest`), BadBlockError, OSError."""
+        file. Raises as blockfile.open_block does: BlockingIOError (a read that would wait for
+        the disk, or a block larger than `largest`), BadBlockError, OSError."""
         name = block_id.name
         held = self._files.get(name)
         if held is not None and self.recheck is not None and not self._still_there(held, path):

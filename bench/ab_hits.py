@@ -57,6 +57,11 @@ def user_system_ticks(gateway: cs.Gateway) -> tuple[int, int]:
     return user, system
 
 
+def minor_faults(pid: int) -> int:
+    """Minor page faults of the gateway's processes so far (each is memory the kernel hands out)."""
+    return sum(int(Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split()[7]) for p in cs.tree(pid))
+
+
 def cpu_us_per_request(before: tuple[int, int], after: tuple[int, int], requests: int) -> tuple[float, float]:
     """(user, system) microseconds of CPU per request between two user_system_ticks."""
     per = 1e6 / os.sysconf("SC_CLK_TCK") / max(1, requests)
@@ -100,15 +105,16 @@ def main() -> None:
                         paths = cs.presigned_paths(gateway.endpoint, keys)
                         if args.tier != "cold":
                             cs.run_wrk("warm-up", gateway.endpoint, paths, size, 32, 2, tmp)
-                        before = user_system_ticks(gateway)
+                        before, faults = user_system_ticks(gateway), minor_faults(gateway.pid)
                         cell = cs.run_wrk(name, gateway.endpoint, paths, size, 32, args.seconds, tmp,
                                           distinct=args.tier == "cold")
-                        after = user_system_ticks(gateway)
+                        after, faults = user_system_ticks(gateway), minor_faults(gateway.pid) - faults
                     finally:
                         gateway.stop()
                     user, system = cpu_us_per_request(before, after, cell.ok)
                     print(f"  round {round_ + 1} {name:9s} {cell.rps:9,.0f} req/s   user {user:6.0f} "
-                          f"us/req   system {system:6.0f} us/req   errors {cell.errors}"
+                          f"us/req   system {system:6.0f} us/req   faults {faults / max(1, cell.ok):6.1f}/req   "
+                          f"errors {cell.errors}"
                           f"{'   ' + cell.note if cell.note else ''}", flush=True)
                     rates[name].append(cell.rps)
     finally:

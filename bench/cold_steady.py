@@ -27,11 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 import cache_serving as cs  # noqa: E402
-from ab_hits import cpu_us_per_request, user_system_ticks  # noqa: E402
-
-
-def minor_faults(pid: int) -> int:
-    return sum(int(Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split()[7]) for p in cs.tree(pid))
+from ab_hits import cpu_us_per_request, minor_faults, user_system_ticks  # noqa: E402
 
 
 def rss_mib(pid: int) -> int:

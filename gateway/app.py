@@ -152,7 +152,7 @@ class GatewayApp:
             await self.s3(scope, receive, send)
 
     def hit(self, scope: dict[str, Any], default_headers: list[tuple[bytes, bytes]],
-            keep_alive: bool) -> tuple[list[bytes], Replay | None] | None:
+            keep_alive: bool) -> tuple[list[bytes | memoryview], Replay | None] | None:
         """A cache hit answered below ASGI (gateway.httpserver.Hits), or None: __call__ answers."""
         hits, path = self.hits, scope["path"]
         if hits is None or (self.peer is not None and self.peer.handles(path)) or \
@@ -165,7 +165,8 @@ class GatewayApp:
         if self.hits is not None:
             self.hits.replays.keep(request, replay)
 
-    def replay(self, request: bytes, default_headers: list[tuple[bytes, bytes]]) -> tuple[list[bytes], bool] | None:
+    def replay(self, request: bytes,
+               default_headers: list[tuple[bytes, bytes]]) -> tuple[list[bytes | memoryview], bool] | None:
         """The answer to a kept request sent again byte for byte, or None: it is parsed as any other."""
         hits = self.hits
         return None if hits is None else hits.replays.answer(request, default_headers)

@@ -69,7 +69,7 @@ class Hits(Protocol):
     """What answers cache hits in the protocol (gateway.app.GatewayApp)."""
 
     def hit(self, scope: dict[str, Any], default_headers: list[tuple[bytes, bytes]],
-            keep_alive: bool) -> tuple[list[bytes], Any] | None:
+            keep_alive: bool) -> tuple[list[bytes | memoryview], Any] | None:
         """(ASGI HTTP scope of a request without a body, the server's default headers,
         keep-alive) -> (the whole HTTP answer as pieces to write, what answering the same
         request again takes, or None), or None: the app answers the request."""
@@ -77,7 +77,8 @@ class Hits(Protocol):
     def keep(self, request: bytes, replay: Any) -> None:
         """`request`, exactly as read, was answered by `hit`, which gave `replay`."""
 
-    def replay(self, request: bytes, default_headers: list[tuple[bytes, bytes]]) -> tuple[list[bytes], bool] | None:
+    def replay(self, request: bytes,
+               default_headers: list[tuple[bytes, bytes]]) -> tuple[list[bytes | memoryview], bool] | None:
         """(the whole answer, keep-alive) to a request kept before, or None: it is parsed and
         goes to `hit` as any other."""
 
@@ -292,7 +293,7 @@ class GuardedProtocol(HttpToolsProtocol):
         return (cycle is None or cycle.response_complete) and not self.pipeline and not self._over_cap \
             and not self.flow.write_paused and not self.transport.is_closing()
 
-    def _send_replayed(self, answer: list[bytes], keep_alive: bool) -> None:
+    def _send_replayed(self, answer: list[bytes | memoryview], keep_alive: bool) -> None:
         """A kept request's answer, sent as `_start_asgi_task` sends a hit's."""
         if self._head_timer is not None:  # the first request of the connection
             self._head_timer.cancel()

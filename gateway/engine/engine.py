@@ -226,7 +226,7 @@ class Engine:
         object), with the range, for read_block_now; None when no one block does."""
         return self.reads.one_block(bucket, key, meta, start, end)
 
-    def read_block_now(self, read: OneBlock, meta: ObjectMeta) -> tuple[bytes, str] | None:
+    def read_block_now(self, read: OneBlock, meta: ObjectMeta) -> tuple[bytes | memoryview, str] | None:
         """(a GET's bytes, x-cache source) of a range one_block found, when a tier answers its
         block at once (Reads.read_block_now), counted as get_object counts that hit (the
         metadata hit, the block hit, the object's heat); None, counting nothing, otherwise.

@@ -175,7 +175,7 @@ class BlockFetcher:
                             block.index, block.bucket, block.key, len(data), expected, attempt + 1)
         raise S3Error("ServiceUnavailable", "The origin sent a block of the wrong size; retry the request.")
 
-    def block_now(self, block: BlockId) -> tuple[bytes, str] | None:
+    def block_now(self, block: BlockId) -> tuple[bytes | memoryview, str] | None:
         """(data, tier name) of a block a tier can answer at once, counted as `block` counts
         that hit; None, counting nothing, otherwise (see TieredStore.get_now)."""
         hit = self.store.get_now(block)

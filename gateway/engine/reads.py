@@ -157,7 +157,7 @@ class Reads:
         return OneBlock(self._block_named(bucket, key, version_of(meta), index), start, end,
                         *slice_for(index, size, start, end))
 
-    def read_block_now(self, read: OneBlock, meta: ObjectMeta) -> tuple[bytes, str] | None:
+    def read_block_now(self, read: OneBlock, meta: ObjectMeta) -> tuple[bytes | memoryview, str] | None:
         """(the bytes of a range one_block found, x-cache source) when a tier can answer the
         block at once (memory: hit-mem; a disk's page cache: hit-disk), read as read_object
         reads them (its counters, readahead); None, counting nothing, otherwise. No await: the

@@ -46,7 +46,7 @@ class HitPath:
         self.replays = Replays(app)
 
     def answer(self, scope: dict[str, Any], default_headers: list[tuple[bytes, bytes]],
-               keep_alive: bool) -> tuple[list[bytes], Replay | None] | None:
+               keep_alive: bool) -> tuple[list[bytes | memoryview], Replay | None] | None:
         """The whole HTTP answer to the request of `scope` (an ASGI HTTP scope) when it is a
         hit, with what answering it again takes (None when it may not be kept), else None
         (nothing counted). `default_headers` are the server's (Date); `keep_alive` False
@@ -79,18 +79,18 @@ class HitPath:
             answer = reads.object_answer(req, meta, overrides)
         except S3Error:
             return None
-        if method == "HEAD":
-            engine.head_answered_now()
-            answer.headers[reads.X_CACHE] = "hit-mem"  # as the app says of metadata from memory
-            response = empty_response(request_id, status=answer.status, headers=answer.headers)
-            body, read = b"", None
-        else:
+        if method == "GET":
             read = engine.one_block(bucket, key, meta, answer.start, answer.end)
             hit = None if read is None else engine.read_block_now(read, meta)
             if hit is None:
                 return None
             body, answer.headers[reads.X_CACHE] = hit
             response = body_response(body, request_id, status=answer.status, headers=answer.headers)
+        else:
+            engine.head_answered_now()
+            answer.headers[reads.X_CACHE] = "hit-mem"  # as the app says of metadata from memory
+            response = empty_response(request_id, status=answer.status, headers=answer.headers)
+            body, read = b"", None
         status_line = _STATUS_LINES[answer.status]
         head = [status_line]
         for name, value in default_headers:

@@ -130,7 +130,8 @@ class Replays:
             del kept[next(iter(kept))]
         kept[request] = replay
 
-    def answer(self, request: bytes, default_headers: list[tuple[bytes, bytes]]) -> tuple[list[bytes], bool] | None:
+    def answer(self, request: bytes,
+               default_headers: list[tuple[bytes, bytes]]) -> tuple[list[bytes | memoryview], bool] | None:
         """(the whole HTTP answer, keep the connection open) to `request` sent again, or None
         (nothing counted): the hit path and the app take it as a new request."""
         replay = self._kept.get(request)
@@ -143,7 +144,8 @@ class Replays:
         app = self.app
         if replay.read is None:  # a HEAD
             app.engine.head_answered_now()
-            body, source = b"", "hit-mem"
+            body: bytes | memoryview = b""
+            source = "hit-mem"
         else:
             hit = app.engine.read_block_now(replay.read, replay.meta)
             if hit is None:

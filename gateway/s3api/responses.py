@@ -61,7 +61,7 @@ def empty_response(request_id: str, *, status: int = 200, headers: Mapping[str, 
     return response
 
 
-def body_response(body: bytes, request_id: str, *, status: int, headers: Mapping[str, str]) -> Response:
+def body_response(body: bytes | memoryview, request_id: str, *, status: int, headers: Mapping[str, str]) -> Response:
     """A body already in hand: no task to run, nothing to cancel."""
     out = dict(headers)
     out["x-amz-request-id"] = request_id

@@ -20,7 +20,6 @@ Every function here blocks: none is called on the event loop.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import mmap
@@ -184,69 +183,41 @@ def read_block(path: str, block_id: BlockId) -> bytes:
     return data
 
 
-def map_block(path: str, block_id: BlockId) -> tuple[mmap.mmap, memoryview, tuple[int, int]]:
-    """A block file mapped read-only and checked as `read_block` checks it: (the mapping, the
-    block's bytes within it, the file's (device, inode)). For files on tmpfs (store.mapped)."""
+def map_file(path: str) -> tuple[mmap.mmap, tuple[int, int, int]]:
+    """A block file mapped as a private copy (writable, for store.resident; written by no one),
+    none of it read yet: (the mapping, the file's (device, inode, ctime in ns))."""
     fd = os.open(path, os.O_RDONLY)
     try:
         status = os.fstat(fd)
         if status.st_size < FIXED_HEADER.size:
             raise BadBlockError("short header")
-        mapping = mmap.mmap(fd, status.st_size, prot=mmap.PROT_READ)
+        return mmap.mmap(fd, status.st_size, access=mmap.ACCESS_COPY), _identity(status)
     finally:
         os.close(fd)
-    try:
-        header_length, data_length, crc = decode_fixed(mapping)
-        _check_length(status.st_size, header_length, data_length)
-        if not _names(mapping[FIXED_HEADER.size : header_length], block_id):
-            raise BadBlockError("the header names another block")
-        data = memoryview(mapping)[header_length:]
-        if checksum(data) != crc:
-            data.release()
-            raise BadBlockError("checksum mismatch")
-    except BaseException:
-        mapping.close()
-        raise
-    return mapping, data, (status.st_dev, status.st_ino)
 
 
-def open_block(path: str, block_id: BlockId, largest: int) -> tuple[int, int, int, int]:
-    """A block file opened and its header checked, read from the page cache only (RWF_NOWAIT):
-    (fd, header length, data length, crc). The caller closes the fd, and reads and checks the
-    data (store.openfiles). Raises BlockingIOError when a read would wait for the disk, the
-    file is larger than `largest` bytes, or the file system cannot tell (tmpfs); BadBlockError
-    for a file that is not this block's; OSError."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        file_size = os.fstat(fd).st_size
-        if file_size > largest:
-            raise BlockingIOError("a block this large is read in a thread")
-        head = pread_nowait(fd, min(_PROBE, file_size), 0)
-        header_length, data_length, crc = decode_fixed(head)
-        _check_length(file_size, header_length, data_length)
-        if header_length > len(head):
-            head = pread_nowait(fd, header_length, 0)
-        if not _names(head[FIXED_HEADER.size : header_length], block_id):
-            raise BadBlockError("the header names another block")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, header_length, data_length, crc
+def identity(path: str) -> tuple[int, int, int]:
+    """(device, inode, ctime in ns) of the file at `path`: it changes when the file is replaced
+    or written to."""
+    return _identity(os.stat(path))
 
 
-def pread_nowait(fd: int, size: int, offset: int) -> bytes:
-    """os.pread of `size` bytes the page cache holds all of; else BlockingIOError (a read
-    that would wait for the disk, or runs past the end of the file)."""
-    buffer = bytearray(size)
-    try:
-        got = os.preadv(fd, [buffer], offset, os.RWF_NOWAIT)
-    except OSError as exc:
-        if exc.errno == errno.EOPNOTSUPP:
-            raise BlockingIOError("no RWF_NOWAIT here") from None
-        raise
-    if got != size:  # part of it is not in the page cache
-        raise BlockingIOError("not all in the page cache")
-    return bytes(buffer)
+def _identity(status: os.stat_result) -> tuple[int, int, int]:
+    return status.st_dev, status.st_ino, status.st_ctime_ns
+
+
+def check_mapped(mapping: mmap.mmap, block_id: BlockId) -> tuple[memoryview, int]:
+    """The block's bytes in a mapped file, read-only, and their CRC-32C, checked as `read_block`
+    checks them; BadBlockError (the mapping left to the caller to close) when they are not."""
+    header_length, data_length, crc = decode_fixed(mapping)
+    _check_length(len(mapping), header_length, data_length)
+    if not _names(mapping[FIXED_HEADER.size : header_length], block_id):
+        raise BadBlockError("the header names another block")
+    data = memoryview(mapping)[header_length:].toreadonly()
+    if checksum(data) != crc:
+        data.release()
+        raise BadBlockError("checksum mismatch")
+    return data, crc
 
 
 def _names(raw: bytes, block_id: BlockId) -> bool:

@@ -20,8 +20,7 @@ from typing import Any, TypeVar
 from gateway.store import blockfile
 from gateway.store.blockfile import BadBlockError, encode_header
 from gateway.store.blocks import BlockId, checksum
-from gateway.store.mapped import MappedBlocks
-from gateway.store.openfiles import OpenBlockFiles
+from gateway.store.mapped import CACHED_SIZE, MappedBlocks
 from gateway.store.policy import EvictionPolicy
 from gateway.store.stats import TierStats
 
@@ -31,9 +30,9 @@ T = TypeVar("T")
 
 __all__ = ["BadBlockError", "DiskTier"]
 
-CACHED_SIZE = 4 * 1024 * 1024  # read on the loop when cached (_read_cached): ~0.25 ms per MiB, as tmpfs
 WARM = 60.0  # seconds after its last use that a block file's inode is taken to be in memory
 _MAPPED = 64 * 1024 * 1024  # the most bytes a tier on tmpfs keeps mapped (store.mapped), at most 1/8 of its quota
+_MAPPED_DISK = 256 * 1024 * 1024  # and a tier on a disk: page cache, which the kernel may take back
 
 
 @dataclass(slots=True)
@@ -95,8 +94,9 @@ class DiskTier:
         self._unhealthy_until: float | None = None
         self._opened = False
         self._closed = False
-        # Read on the event loop: on tmpfs through mappings of the files, on a disk through files kept open.
-        self.files = MappedBlocks(min(_MAPPED, quota // 8)) if medium == "memory" else OpenBlockFiles()
+        # Read on the event loop through mappings of the files; on a disk only while the page cache holds them.
+        self.files = (MappedBlocks(min(_MAPPED, quota // 8)) if medium == "memory"
+                      else MappedBlocks(min(_MAPPED_DISK, quota), verify=True))
 
     # --- state ------------------------------------------------------------------------------
 
@@ -182,45 +182,44 @@ class DiskTier:
             return None
         path = self.block_path(block_id.name)
         try:
-            data = self._read_cached(path, entry)
-            if data is None:
-                data = await self._run(self._fetch, path, block_id)
+            cached = self._read_cached(path, entry)
+            data = bytes(cached) if cached is not None else await self._run(self._fetch, path, block_id,
+                                                                             self._read_block)
         except Exception as exc:  # noqa: BLE001 -- a cache failure never fails the read (STYLE.md)
             self._read_failed(block_id, entry, exc)
             return None
         return self._hit(entry, data)
 
-    def get_now(self, block_id: BlockId) -> bytes | None:
-        """`get` without an await: on tmpfs (medium "memory") a read is a copy from memory; on
-        a disk only a block of at most 4 MiB wholly in the page cache is read. None, counting
-        nothing, when the block is not held or would be read in a thread."""
+    def get_now(self, block_id: BlockId) -> bytes | memoryview | None:
+        """`get` without an await, through the files' mappings (store.mapped): on tmpfs (medium
+        "memory") any block; on a disk one of at most 4 MiB wholly in the page cache. None,
+        counting nothing, when the block is not held or would be read in a thread."""
         entry = self._index.get(block_id.name)
         if entry is None or self._closed:
             return None
-        mapped = self.files if isinstance(self.files, MappedBlocks) else None
-        if mapped is not None and (data := mapped.held(block_id.name)) is not None:
-            return self._hit(entry, data)
         path = self.block_path(block_id.name)
         try:
-            data = self._fetch(path, block_id, mapped.read) if mapped is not None else self._read_cached(path, entry)
+            data = self._fetch(path, block_id, self.files.read) if self.medium == "memory" else \
+                self._read_cached(path, entry)
         except Exception as exc:  # noqa: BLE001 -- as in get
             self._read_failed(block_id, entry, exc)
             return None
         return None if data is None else self._hit(entry, data)
 
-    def _read_cached(self, path: str, entry: _Entry) -> bytes | None:
-        """A disk block read on the loop through its file kept open, when the page cache holds
-        it all (RWF_NOWAIT) and the file was used lately; else None (for the threads)."""
-        if not isinstance(self.files, OpenBlockFiles) or entry.size > CACHED_SIZE or self._clock() - entry.warm > WARM:
+    def _read_cached(self, path: str, entry: _Entry) -> bytes | memoryview | None:
+        """A disk block read on the loop through its file's mapping, when the page cache holds it
+        all and the file was used lately; else None (for the threads, which deal with a bad file)."""
+        if self.medium == "memory" or entry.size > CACHED_SIZE or self._clock() - entry.warm > WARM:
             return None
         try:
-            data = self.files.read_cached(path, entry.block_id, CACHED_SIZE + blockfile.MAX_HEADER)
-        except (BlockingIOError, BadBlockError, OSError):
+            data = self.files.cached(path, entry.block_id)
+        except (BadBlockError, OSError):
             return None
-        self.stats.page_cache_hits += 1
+        if data is not None:
+            self.stats.page_cache_hits += 1
         return data
 
-    def _hit(self, entry: _Entry, data: bytes) -> bytes:
+    def _hit(self, entry: _Entry, data: T) -> T:
         entry.warm = self._clock()
         self.stats.hits += 1
         self.policy.access(entry.block_id.name)
@@ -386,7 +385,7 @@ class DiskTier:
     def _run(self, func: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         return asyncio.get_running_loop().run_in_executor(self._executor, func, *args)
 
-    async def in_thread(self, read: Callable[[BlockId], bytes | None], block_id: BlockId) -> bytes | None:
+    async def in_thread(self, read: Callable[[BlockId], T], block_id: BlockId) -> T | None:
         """`read(block_id)` in this tier's threads (store.shared: another worker's block); None once closed."""
         try:
             return await self._run(read, block_id)
@@ -406,7 +405,7 @@ class DiskTier:
             victim_data: bytes | None = None
             if take:
                 try:
-                    victim_data = self._fetch(path, victim)
+                    victim_data = self._fetch(path, victim, self._read_block)
                 except BadBlockError:
                     bad += 1  # already deleted; reported with None, not demoted
                 except OSError:
@@ -425,10 +424,10 @@ class DiskTier:
     def _write_file(self, path: str, header: bytes, data: bytes) -> None:
         blockfile.write_file(path, header, data, fsync=self.fsync, unlink=self._unlink_quiet)
 
-    def _fetch(self, path: str, block_id: BlockId, read: Callable[[str, BlockId], bytes] | None = None) -> bytes:
+    def _fetch(self, path: str, block_id: BlockId, read: Callable[[str, BlockId], T]) -> T:
         """Read and verify one block; a bad file is deleted before BadBlockError is raised."""
         try:
-            return (read or self._read_block)(path, block_id)
+            return read(path, block_id)
         except BadBlockError:
             self._unlink_quiet(path)
             raise

@@ -1,26 +1,44 @@
-"""Block files on tmpfs read through mappings kept open: the memory tier of a node of several
-workers (store.shared) is such files, and a hit then copies its block out of a mapping checked
-once, instead of opening, reading and closing the file and checking its CRC each time (four
-system calls and a checksum per hit, which cost a node of two workers more than half of its
-throughput on 4 KiB hits).
+"""Block files read through mappings kept open, as Varnish's file storage and nginx's
+`open_file_cache` keep theirs. Two kinds of tier use them:
 
-A file is mapped at its second read, as nginx caches a response at its `proxy_cache_min_uses`:
-a block read once (most blocks of a cold scan) costs one pread, not a mapping made and undone.
+- the memory tier of a node of several workers (store.shared), which is files on tmpfs: a
+  hit copies (or hands out a view of) its block, checked once when mapped, instead of opening,
+  reading and closing the file and checking its CRC each time (four system calls and a
+  checksum per hit, which cost a node of two workers more than half of its throughput on 4 KiB
+  hits). A file is memory there, and a block file is never written again once renamed into
+  place (store.blockfile), so what was checked when it was mapped stays true;
+- a disk tier (`verify`), whose page cache the kernel may drop and read again from the disk.
+  A block is checked against its CRC-32C when mapped, and again whenever its bytes may have
+  come from the disk since (docs/security.md, promise 2): when a page of it is no longer
+  mapped in the worker (store.resident), which is how the kernel takes a page back. While
+  every page stays mapped, the bytes are the memory that was checked, as the memory tier's
+  are (at 1 MiB, the CRC took a quarter of a disk hit's CPU; asking the page table, a
+  tenth of that). A block is read from its mapping only while the page cache holds all of it
+  (else a thread reads it: the event loop never waits for a disk).
 
-Checking once is enough: a file on tmpfs is memory, and a block file is never written again
-once renamed into place (store.blockfile), so what was checked when it was mapped stays true.
-Nor is one ever truncated: a mapped file cut short by hand would kill the worker (SIGBUS) when
-it reads past the new end; the node's run folder is the gateway user's alone (mode 0700).
+A block of VIEW_SIZE or more is handed out as a read-only view of its mapping: the answer is
+written to the socket from the page cache's pages, as nginx's sendfile would, with no copy in
+the worker. Smaller ones are copied (a copy costs less than a view kept alive).
+
+On tmpfs a file is mapped at its second read, as nginx caches a response at its
+`proxy_cache_min_uses`: a block read once (most blocks of a cold scan) costs one pread, not a
+mapping made and undone. A disk tier maps a file when it first reads it on the event loop,
+which it does only for a file it read or wrote lately (store.disk).
+
+Nor is a block file ever truncated: a mapped file cut short by hand would kill the worker
+(SIGBUS) when it reads past the new end; the cache folders are the gateway user's alone.
 
 A mapping outlives its file's deletion (an eviction), holding its pages and the same bytes,
 which stay right: a block's bytes never change under its name (BlockId). Two bounds keep that
 memory small:
 
-- a mapping is compared with its file (device and inode) again `recheck` seconds after it was
-  last compared, and dropped if the file is gone or another one;
+- a mapping is compared with its file (device, inode and ctime) again `recheck` seconds after
+  it was last compared (on a disk, on every read: one stat), and dropped if the file is gone,
+  another one, or was written to (the next read maps it again, and checks it);
 - the mappings of one tier hold at most `budget` bytes and `most` files (each is one memory
   area of the process), the least recently read dropped first.
 
+A mapping dropped while a view of it is still being sent is unmapped when that view is done.
 The worker's own blocks are answered from its index first (store.disk), so a block it evicted
 is never read from a mapping; another worker's block may be read from a mapping for up to
 `recheck` seconds after its owner evicted it. Event loop only.
@@ -29,35 +47,42 @@ is never read from a mapping; another worker's block may be read from a mapping 
 from __future__ import annotations
 
 import mmap
-import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.store import blockfile
-from gateway.store.blocks import BlockId
+from gateway.store.blockfile import BadBlockError
+from gateway.store.blocks import BlockId, checksum
+from gateway.store.resident import address_of, all_mapped, all_resident
 
-__all__ = ["MappedBlocks"]
+__all__ = ["CACHED_SIZE", "VIEW_SIZE", "MappedBlocks"]
+
+VIEW_SIZE = 64 * 1024
+CACHED_SIZE = 4 * 1024 * 1024  # the largest block read from a disk's page cache on the loop (its CRC: ~0.25 ms)
 
 
 @dataclass(slots=True)
 class _Mapping:
     mapping: mmap.mmap
-    data: memoryview  # the block's bytes, within the mapping
+    data: memoryview  # the block's bytes, within the mapping, read-only
+    crc: int
     path: str
-    inode: tuple[int, int]  # (st_dev, st_ino) of the file when mapped
+    identity: tuple[int, int, int]  # blockfile.identity of the file when mapped
     checked: float  # monotonic: when the file was last found to be this one
+    address: int = 0  # with `verify`: where the block's bytes are mapped (store.resident)
 
 
 class MappedBlocks:
-    """Verified read-only mappings of block files, by block name, least recently read first."""
+    """Checked mappings of block files, by block name, least recently read first."""
 
-    def __init__(self, budget: int, *, most: int = 4096, recheck: float = 1.0,
+    def __init__(self, budget: int, *, most: int = 4096, recheck: float = 1.0, verify: bool = False,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.budget = budget
         self.most = most
         self.recheck = recheck
+        self.verify = verify
         self._clock = clock
         self._maps: OrderedDict[str, _Mapping] = OrderedDict()
         self._read_once: OrderedDict[str, None] = OrderedDict()  # names read once, not mapped (at most `most`)
@@ -66,22 +91,32 @@ class MappedBlocks:
     def __len__(self) -> int:
         return len(self._maps)
 
-    def held(self, name: str) -> bytes | None:
-        """The bytes of a block whose file is mapped (a copy), or None."""
+    def held(self, name: str) -> bytes | memoryview | None:
+        """The bytes of a block whose file is mapped, or None (not mapped; with `verify`, not
+        all in the page cache). With `verify`, BadBlockError when they fail their CRC (the
+        mapping is dropped)."""
         held = self._maps.get(name)
         if held is None:
             return None
         now = self._clock()
-        if now - held.checked >= self.recheck and not self._still_there(held, now):
+        if (self.verify or now - held.checked >= self.recheck) and not self._still_there(held, now):
             self._drop(name)
             return None
+        if self.verify and not all_mapped(held.address, len(held.data)):
+            # A page left this worker's memory since the block was checked: read it again, it may
+            # come from the disk. Checking it maps every page again.
+            if not all_resident(held.address, len(held.data)):
+                return None
+            if checksum(held.data) != held.crc:
+                self._drop(name)
+                raise BadBlockError("checksum mismatch")
         self._maps.move_to_end(name)
-        return held.data.tobytes()
+        return _handed(held.data)
 
-    def read(self, path: str, block_id: BlockId) -> bytes:
-        """The block's checked bytes (a copy): from its mapping; else read, and mapped if it
-        was read once before. Raises as blockfile.read_block does: FileNotFoundError,
-        BadBlockError, OSError."""
+    def read(self, path: str, block_id: BlockId) -> bytes | memoryview:
+        """A block on tmpfs, checked: from its mapping; else read, and mapped if it was read
+        once before. Raises as blockfile.read_block does: FileNotFoundError, BadBlockError,
+        OSError."""
         name = block_id.name
         block = self.held(name)
         if block is not None:
@@ -92,16 +127,44 @@ class MappedBlocks:
                 self._read_once.popitem(last=False)
             return blockfile.read_block(path, block_id)
         del self._read_once[name]
-        mapping, data, inode = blockfile.map_block(path, block_id)
-        block = data.tobytes()
+        mapping, identity = blockfile.map_file(path)
+        return self._keep(name, path, mapping, identity, block_id)
+
+    def cached(self, path: str, block_id: BlockId) -> bytes | memoryview | None:
+        """A block on a disk (`verify`), checked: from its mapping, or mapped now, while the
+        page cache holds all of its file; else None (and for a file over CACHED_SIZE and a header).
+        Raises FileNotFoundError, BadBlockError, OSError."""
+        name = block_id.name
+        if name in self._maps:
+            data = self.held(name)
+            if data is not None or name in self._maps:
+                return data
+        mapping, identity = blockfile.map_file(path)
+        address = address_of(mapping)
+        if len(mapping) > CACHED_SIZE + blockfile.MAX_HEADER or address is None \
+                or not all_resident(address, len(mapping)):
+            mapping.close()
+            return None
+        return self._keep(name, path, mapping, identity, block_id)
+
+    def _keep(self, name: str, path: str, mapping: mmap.mmap, identity: tuple[int, int, int],
+              block_id: BlockId) -> bytes | memoryview:
+        try:
+            data, crc = blockfile.check_mapped(mapping, block_id)
+        except BaseException:
+            mapping.close()
+            raise
         if len(data) > self.budget:
+            block = data.tobytes()
             _close(mapping, data)
             return block
-        self._maps[name] = _Mapping(mapping, data, path, inode, self._clock())
+        address = address_of(mapping) if self.verify else None
+        start = 0 if address is None else address + len(mapping) - len(data)
+        self._maps[name] = _Mapping(mapping, data, crc, path, identity, self._clock(), start)
         self.bytes += len(data)
         while self.bytes > self.budget or len(self._maps) > self.most:
             self._drop(next(iter(self._maps)))
-        return block
+        return _handed(data)
 
     def close(self) -> None:
         while self._maps:
@@ -114,10 +177,9 @@ class MappedBlocks:
 
     def _still_there(self, held: _Mapping, now: float) -> bool:
         try:
-            status = os.stat(held.path)
+            if blockfile.identity(held.path) != held.identity:
+                return False
         except OSError:
-            return False
-        if (status.st_dev, status.st_ino) != held.inode:
             return False
         held.checked = now
         return True
@@ -128,6 +190,15 @@ class MappedBlocks:
         _close(held.mapping, held.data)
 
 
+def _handed(data: memoryview) -> bytes | memoryview:
+    """What a read hands out: a view of its own (the mapping's may be released while it is
+    sent) or, for a small block, a copy."""
+    return data[:] if len(data) >= VIEW_SIZE else data.tobytes()
+
+
 def _close(mapping: mmap.mmap, data: memoryview) -> None:
     data.release()
-    mapping.close()
+    try:
+        mapping.close()
+    except BufferError:  # a view handed out is still being sent: unmapped when the last one goes
+        pass

@@ -10,9 +10,9 @@ header (store.blockfile), so a file caught in any state is a whole block or a mi
 
 On a disk, another worker's block is read in this worker's threads the first time, and on the
 event loop after that while its file was read lately (its inode is then in memory) and the page
-cache holds all of it (RWF_NOWAIT), through its file kept open (store.openfiles, compared with
-its path once a second), as the worker's own blocks are (store.disk): a hit of a node of several
-workers is then answered below ASGI whichever worker owns the block.
+cache holds all of it, through its file's mapping (store.mapped, compared with its file on every
+read), as the worker's own blocks are (store.disk): a hit of a node of several workers is then
+answered below ASGI whichever worker owns the block.
 
 What a worker does not see: the reads other workers serve from its blocks do not reach
 its eviction policy, which so learns recency and frequency from its own share of the
@@ -30,9 +30,7 @@ from collections.abc import Callable, Iterator
 from gateway.store import blockfile
 from gateway.store.blockfile import BadBlockError
 from gateway.store.blocks import BlockId
-from gateway.store.disk import CACHED_SIZE, WARM, DiskTier
-from gateway.store.mapped import MappedBlocks
-from gateway.store.openfiles import OpenBlockFiles
+from gateway.store.disk import WARM, DiskTier
 from gateway.store.policy import EvictionPolicy
 from gateway.store.stats import TierStats
 
@@ -63,7 +61,6 @@ class SharedTier:
         self._inline = medium == "memory"
         self._clock = time.monotonic
         self._read_lately: OrderedDict[str, float] = OrderedDict()  # others' files on a disk: name -> when read
-        self._others_open = OpenBlockFiles(recheck=1.0)  # and kept open, as the own part keeps its own
 
     # --- what the own part answers ----------------------------------------------------------
 
@@ -102,7 +99,6 @@ class SharedTier:
         await self.own.open()
 
     async def aclose(self) -> None:
-        self._others_open.close()
         await self.own.aclose()
 
     def __contains__(self, block_id: object) -> bool:
@@ -122,18 +118,20 @@ class SharedTier:
             if block_id not in self.own:
                 self.stats.misses += 1
                 return None
-            return self.own.get_now(block_id)  # on tmpfs a read is a copy from memory: no thread hop
+            data = self.own.get_now(block_id)  # on tmpfs a read is a copy from memory: no thread hop
+            return None if data is None else bytes(data)
         if self._inline:
             data = self.read_other(block_id)
         elif (data := self._read_other_cached(block_id)) is None:
             data = await self.own.in_thread(self.read_other, block_id)
             if data is not None:
                 self._note_read(block_id.name)
-        if data is not None:  # a miss is the owner's to count, when it is asked for the block
-            self.stats.hits += 1
-        return data
+        if data is None:  # a miss is the owner's to count, when it is asked for the block
+            return None
+        self.stats.hits += 1
+        return bytes(data)
 
-    def get_now(self, block_id: BlockId) -> bytes | None:
+    def get_now(self, block_id: BlockId) -> bytes | memoryview | None:
         """A held block (counted as a hit), or None, counting nothing: on tmpfs any block; on a
         disk one this worker keeps, from the page cache (DiskTier.get_now)."""
         if self.owns(block_id):
@@ -153,36 +151,35 @@ class SharedTier:
         """Remove a block this worker owns (another's is its owner's to remove)."""
         return await self.own.remove(block_id) if self.owns(block_id) else False
 
-    def read_other(self, block_id: BlockId) -> bytes | None:
-        """The block another worker owns, from its file, or None. A bad file is left to its
-        owner (which deletes it when it next reads it): this worker never changes another's part."""
+    def read_other(self, block_id: BlockId) -> bytes | memoryview | None:
+        """The block another worker owns, from its file, or None: on tmpfs through the file's
+        mapping (event loop), on a disk read whole (threads). A bad file is left to its owner
+        (which deletes it when it next reads it): this worker never changes another's part."""
         files = self.own.files
-        mapped = files if isinstance(files, MappedBlocks) else None  # on tmpfs: through the file's mapping
-        if mapped is not None and (data := mapped.held(block_id.name)) is not None:
+        if self._inline and (data := files.held(block_id.name)) is not None:
             return data
         path = self.own.block_path(block_id.name)
         try:
-            return blockfile.read_block(path, block_id) if mapped is None else mapped.read(path, block_id)
+            return files.read(path, block_id) if self._inline else blockfile.read_block(path, block_id)
         except FileNotFoundError:
             return None
         except (BadBlockError, OSError) as exc:
             log.info("tier %s: block %s of another worker unreadable: %s", self.name, block_id.name, exc)
             return None
 
-    def _read_other_cached(self, block_id: BlockId) -> bytes | None:
-        """Another worker's block on a disk, read on the event loop if its file was read lately
-        and the page cache holds it all; else None (for the threads, which also see a bad file)."""
+    def _read_other_cached(self, block_id: BlockId) -> bytes | memoryview | None:
+        """Another worker's block on a disk, read on the event loop through its file's mapping if
+        the file was read lately and the page cache holds it all; else None (for the threads,
+        which also see a bad file)."""
         name = block_id.name
         read = self._read_lately.get(name)
         if read is None or self._clock() - read > WARM:
             return None
         try:
-            data = self._others_open.read_cached(self.own.block_path(name), block_id,
-                                                 CACHED_SIZE + blockfile.MAX_HEADER)
-        except BlockingIOError:
-            return None
+            data = self.own.files.cached(self.own.block_path(name), block_id)
         except (BadBlockError, OSError):  # and the threads' read leaves a bad file to its owner
-            self._others_open.forget(name)
+            return None
+        if data is None:
             return None
         self.stats.page_cache_hits += 1
         self._note_read(name)

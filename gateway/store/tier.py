@@ -45,9 +45,10 @@ class Tier(Protocol):
     async def get(self, block_id: BlockId) -> bytes | None:
         """The block's bytes, or None (a miss; cache trouble is a miss too)."""
 
-    def get_now(self, block_id: BlockId) -> bytes | None:
+    def get_now(self, block_id: BlockId) -> bytes | memoryview | None:
         """`get` without an await, when the tier can answer at once (from memory, or a disk's
-        page cache); counted as `get` counts a hit. None, counting nothing, otherwise."""
+        page cache); counted as `get` counts a hit. None, counting nothing, otherwise. A large
+        block may be a read-only view of a file's mapping (store.mapped), to be sent, not kept."""
 
     async def put(self, block_id: BlockId, data: bytes) -> list[BlockId]:
         """Store a block; returns the blocks evicted to make room (they are gone)."""

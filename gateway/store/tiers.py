@@ -138,7 +138,7 @@ class TieredStore:
             self.misses += 1
         return None
 
-    def get_now(self, block_id: BlockId) -> tuple[bytes, str] | None:
+    def get_now(self, block_id: BlockId) -> tuple[bytes | memoryview, str] | None:
         """`get` without an await: (data, tier name) when a tier can answer at once (memory, a
         disk's page cache), counted as `get` counts that hit; None, counting nothing, otherwise,
         and for a block `get` would promote (that takes an await: `get` answers it, in order
@@ -162,7 +162,8 @@ class TieredStore:
         """The block from the file another worker keeps it in (the node's shared memory tier),
         uncounted: that worker counted the read when it was asked for the block."""
         memory = self.memory
-        return memory.read_other(block_id) if isinstance(memory, SharedTier) else None
+        data = memory.read_other(block_id) if isinstance(memory, SharedTier) else None
+        return None if data is None else bytes(data)
 
     async def put(self, block_id: BlockId, data: bytes) -> None:
         """Cache a block in the highest level that takes it; victims cascade down."""

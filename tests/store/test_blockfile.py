@@ -1,6 +1,6 @@
 """A block file read back is its block or BadBlockError, whatever happened to the file:
 one read of a small file (header and data together), two of a large one, and a mapping of
-either (the tmpfs read) alike."""
+either (store.mapped) alike."""
 
 from __future__ import annotations
 
@@ -51,12 +51,16 @@ def test_a_read_is_the_block_or_bad(tmp_path: Path, size: int, key: str, where: 
 
 
 def mapped(path: str, block: BlockId) -> bytes:
-    """The block's bytes as blockfile.map_block checks them (the tmpfs read, store.mapped)."""
-    mapping, data, _ = blockfile.map_block(path, block)
+    """The block's bytes as a mapping of its file is checked (blockfile.map_file and check_mapped,
+    store.mapped)."""
+    mapping, _ = blockfile.map_file(path)
     try:
-        return data.tobytes()
-    finally:
+        data, crc = blockfile.check_mapped(mapping, block)
+        assert checksum(data) == crc and data.readonly
+        copy = data.tobytes()
         data.release()
+        return copy
+    finally:
         mapping.close()
 
 

@@ -1,7 +1,9 @@
-"""store.mapped: block files on tmpfs read through mappings kept open. A read is the block's
-bytes or an error, never another block's or a damaged file's; a file is mapped once, at its
+"""store.mapped: block files read through mappings kept open. A read is the block's bytes or
+an error, never another block's or a damaged file's; on tmpfs a file is mapped once, at its
 second read; a mapping whose file is deleted or replaced is dropped at the next check; the
-mappings stay within their bytes and their count."""
+mappings stay within their bytes and their count. On a disk (`verify`) a block is read from
+its mapping only while the page cache holds all of it, and checked against its CRC on every
+read; a large block is handed out as a read-only view that outlives its mapping's drop."""
 
 from __future__ import annotations
 
@@ -14,12 +16,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.store import blockfile
+from gateway.store import mapped as mapped_module
 from gateway.store.blockfile import BadBlockError
 from gateway.store.blocks import BlockId, checksum
 from gateway.store.disk import DiskTier
-from gateway.store.mapped import MappedBlocks
+from gateway.store.mapped import CACHED_SIZE, VIEW_SIZE, MappedBlocks
 from gateway.store.policy import make_policy
 from tests.store.helpers import Clock, bid, payload
+from tests.store.test_disk import flip_last_byte
+
+MADV_PAGEOUT = 21  # Linux 5.4: reclaim these pages now (the mmap module has no name for it)
 
 
 def write(root: Path, block: BlockId, data: bytes) -> str:
@@ -31,13 +37,13 @@ def write(root: Path, block: BlockId, data: bytes) -> str:
 
 def counting_maps(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     mapped: list[str] = []
-    map_block = blockfile.map_block
+    map_file = blockfile.map_file
 
-    def recording(path: str, block: BlockId) -> tuple[mmap.mmap, memoryview, tuple[int, int]]:
+    def recording(path: str) -> tuple[mmap.mmap, tuple[int, int]]:
         mapped.append(path)
-        return map_block(path, block)
+        return map_file(path)
 
-    monkeypatch.setattr(blockfile, "map_block", recording)
+    monkeypatch.setattr(blockfile, "map_file", recording)
     return mapped
 
 
@@ -150,3 +156,123 @@ def test_a_read_is_its_block_or_an_error(tmp_path: Path, steps: list[tuple[str, 
         else:
             clock.now += 0.6
         assert blocks.bytes <= 700 and len(blocks) <= 2
+
+
+def written_out(path: str) -> str:
+    """The file on the disk and out of the page cache."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return path
+
+
+def counting_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the blocks whose CRC store.mapped computes, as it computes them."""
+    checked: list[int] = []
+
+    def recording(data: memoryview) -> int:
+        checked.append(len(data))
+        return checksum(data)
+
+    monkeypatch.setattr(mapped_module, "checksum", recording)
+    monkeypatch.setattr(blockfile, "checksum", recording)
+    return checked
+
+
+def page_out(blocks: MappedBlocks, block: BlockId, path: str) -> None:
+    """The kernel takes the block file's pages back (as under memory pressure): unmapped from the
+    worker and out of the page cache."""
+    try:
+        blocks._maps[block.name].mapping.madvise(MADV_PAGEOUT)
+    except OSError:
+        pytest.skip("this kernel has no MADV_PAGEOUT, which the test takes the pages back with")
+    written_out(path)
+
+
+def test_on_a_disk_a_block_is_mapped_once_cached_and_checked_when_it_may_come_from_the_disk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    maps, checks = counting_maps(monkeypatch), counting_checks(monkeypatch)
+    blocks = MappedBlocks(1 << 30, verify=True)
+    block = bid("k")
+    path = written_out(write(tmp_path, block, payload(block, 200_000)))
+    assert blocks.cached(path, block) is None and len(blocks) == 0  # not in the page cache: not mapped
+    Path(path).read_bytes()
+    assert [blocks.cached(path, block) for _ in range(3)] == [payload(block, 200_000)] * 3
+    assert maps == [path, path] and len(blocks) == 1
+    assert checks == [200_000]  # checked when mapped; its pages stayed in the worker since
+    page_out(blocks, block, path)
+    assert blocks.held(block.name) is None and len(blocks) == 1  # not in memory: a thread reads it
+    Path(path).read_bytes()  # back from the disk
+    assert blocks.held(block.name) == payload(block, 200_000) and blocks.held(block.name) == payload(block, 200_000)
+    assert checks == [200_000] * 2  # checked again, once
+
+
+def test_on_a_disk_a_block_damaged_on_the_disk_is_caught_when_read_from_it_again(tmp_path: Path) -> None:
+    blocks = MappedBlocks(1 << 30, verify=True)
+    block = bid("k")
+    path = write(tmp_path, block, payload(block, 5000))
+    assert blocks.cached(path, block) == payload(block, 5000)
+    flip_last_byte(path)  # what the disk will give back, as bit rot would: without the file changing
+    blocks._maps[block.name].identity = blockfile.identity(path)
+    page_out(blocks, block, path)
+    Path(path).read_bytes()
+    with pytest.raises(BadBlockError):
+        blocks.held(block.name)
+    assert len(blocks) == 0
+
+
+def test_on_a_disk_a_file_written_to_is_mapped_and_checked_again_at_its_next_read(tmp_path: Path) -> None:
+    blocks = MappedBlocks(1 << 30, verify=True)
+    block = bid("k")
+    path = write(tmp_path, block, payload(block, 5000))
+    assert blocks.cached(path, block) == payload(block, 5000)
+    flip_last_byte(path)  # its ctime changes: the mapping goes, and the file is mapped again
+    with pytest.raises(BadBlockError):
+        blocks.cached(path, block)
+    assert len(blocks) == 0
+
+
+def test_a_large_block_is_a_read_only_view_that_outlives_its_mapping(tmp_path: Path) -> None:
+    blocks = MappedBlocks(1 << 30, verify=True)
+    small, large = bid("small"), bid("large")
+    paths = {b: write(tmp_path, b, payload(b, size)) for b, size in ((small, VIEW_SIZE - 1), (large, VIEW_SIZE))}
+    assert type(blocks.cached(paths[small], small)) is bytes
+    view = blocks.cached(paths[large], large)
+    assert isinstance(view, memoryview) and view.readonly and view == payload(large, VIEW_SIZE)
+    with pytest.raises(TypeError):
+        view[0] = 0  # type: ignore[index]
+    blocks.close()  # dropped while the view is being sent: unmapped when the view goes
+    assert len(blocks) == 0 and view == payload(large, VIEW_SIZE)
+    view.release()
+
+
+def test_on_a_disk_a_block_too_large_for_the_loop_is_not_mapped(tmp_path: Path) -> None:
+    blocks = MappedBlocks(1 << 30, verify=True)
+    block = bid("big")
+    path = write(tmp_path, block, payload(block, CACHED_SIZE + blockfile.MAX_HEADER))
+    assert blocks.cached(path, block) is None and len(blocks) == 0
+
+
+async def test_a_disk_tier_reads_its_blocks_through_mappings_it_drops_when_they_go(tmp_path: Path) -> None:
+    tier = DiskTier(str(tmp_path), 800, make_policy("lru", 800), name="ssd")
+    await tier.open()
+    try:
+        ids = [bid(f"k{i}") for i in range(4)]
+        for block in ids[:2]:
+            await tier.put(block, payload(block, 300))
+            assert tier.get_now(block) == payload(block, 300)  # written lately: on the loop, through a mapping
+        assert isinstance(tier.files, MappedBlocks) and len(tier.files) == 2
+        assert tier.stats.page_cache_hits == 2
+        await tier.put(ids[2], payload(ids[2], 300))  # evicts ids[0]
+        assert len(tier.files) == 1 and tier.get_now(ids[0]) is None
+        await tier.remove(ids[1])
+        assert len(tier.files) == 0
+        flip_last_byte(tier.block_path(ids[2].name))
+        assert tier.get_now(ids[2]) is None  # bad: left to the threads, which delete it
+        assert await tier.get(ids[2]) is None and tier.stats.bad_blocks == 1 and ids[2] not in tier
+    finally:
+        await tier.aclose()
+    assert len(tier.files) == 0

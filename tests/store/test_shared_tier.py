@@ -74,17 +74,17 @@ async def test_a_part_stays_within_its_quota_and_a_restart_finds_its_own(tmp_pat
 async def test_reads_on_tmpfs_run_on_the_loop_and_map_each_file_once(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     threads: list[tuple[str, threading.Thread]] = []
-    map_block, read_block = blockfile.map_block, blockfile.read_block
+    map_file, read_block = blockfile.map_file, blockfile.read_block
 
-    def mapping(path: str, block: BlockId) -> tuple[mmap.mmap, memoryview, tuple[int, int]]:
+    def mapping(path: str) -> tuple[mmap.mmap, tuple[int, int]]:
         threads.append(("map", threading.current_thread()))
-        return map_block(path, block)
+        return map_file(path)
 
     def reading(path: str, block: BlockId) -> bytes:
         threads.append(("read", threading.current_thread()))
         return read_block(path, block)
 
-    monkeypatch.setattr(blockfile, "map_block", mapping)
+    monkeypatch.setattr(blockfile, "map_file", mapping)
     monkeypatch.setattr(blockfile, "read_block", reading)
     a, b = parts(tmp_path, 8000)  # each keeps up to 1/8 of its quota mapped
     await a.open()

@@ -8,13 +8,14 @@
   hits). A file is memory there, and a block file is never written again once renamed into
   place (store.blockfile), so what was checked when it was mapped stays true;
 - a disk tier (`verify`), whose page cache the kernel may drop and read again from the disk.
-  A block is checked against its CRC-32C when mapped, and again whenever its bytes may have
-  come from the disk since (docs/security.md, promise 2): when a page of it is no longer
-  mapped in the worker (store.resident), which is how the kernel takes a page back. While
-  every page stays mapped, the bytes are the memory that was checked, as the memory tier's
-  are (at 1 MiB, the CRC took a quarter of a disk hit's CPU; asking the page table, a
-  tenth of that). A block is read from its mapping only while the page cache holds all of it
-  (else a thread reads it: the event loop never waits for a disk).
+  A block is checked against its CRC-32C when mapped. After that, a block under VIEW_SIZE is
+  checked on every read, and a larger one whenever its bytes may have come from the disk
+  since (docs/security.md, promise 2): when a page of it is no longer mapped in the worker
+  (store.resident), which is how the kernel takes a page back, or its file changed (compared
+  on every read). While every page stays mapped, the bytes are the memory that was checked,
+  as the memory tier's are (at 1 MiB, the CRC took a quarter of a disk hit's CPU; asking the
+  page table, a tenth of that). A block is read from its mapping only while the page cache
+  holds all of it (else a thread reads it: the event loop never waits for a disk).
 
 A block of VIEW_SIZE or more is handed out as a read-only view of its mapping: the answer is
 written to the socket from the page cache's pages, as nginx's sendfile would, with no copy in
@@ -33,8 +34,8 @@ which stay right: a block's bytes never change under its name (BlockId). Two bou
 memory small:
 
 - a mapping is compared with its file (device, inode and ctime) again `recheck` seconds after
-  it was last compared (on a disk, on every read: one stat), and dropped if the file is gone,
-  another one, or was written to (the next read maps it again, and checks it);
+  it was last compared (a large block on a disk: on every read, one stat), and dropped if the
+  file is gone, another one, or was written to (the next read maps it again, and checks it);
 - the mappings of one tier hold at most `budget` bytes and `most` files (each is one memory
   area of the process), the least recently read dropped first.
 
@@ -55,7 +56,7 @@ from dataclasses import dataclass
 from gateway.store import blockfile
 from gateway.store.blockfile import BadBlockError
 from gateway.store.blocks import BlockId, checksum
-from gateway.store.resident import address_of, all_mapped, all_resident
+from gateway.store.resident import Pages, address_of
 
 __all__ = ["CACHED_SIZE", "VIEW_SIZE", "MappedBlocks"]
 
@@ -71,7 +72,7 @@ class _Mapping:
     path: str
     identity: tuple[int, int, int]  # blockfile.identity of the file when mapped
     checked: float  # monotonic: when the file was last found to be this one
-    address: int = 0  # with `verify`: where the block's bytes are mapped (store.resident)
+    pages: Pages | None = None  # with `verify`: the pages of the block's bytes (store.resident)
 
 
 class MappedBlocks:
@@ -99,13 +100,15 @@ class MappedBlocks:
         if held is None:
             return None
         now = self._clock()
-        if (self.verify or now - held.checked >= self.recheck) and not self._still_there(held, now):
+        small = len(held.data) < VIEW_SIZE
+        if (now - held.checked >= self.recheck or self.verify and not small) and not self._still_there(held, now):
             self._drop(name)
             return None
-        if self.verify and not all_mapped(held.address, len(held.data)):
-            # A page left this worker's memory since the block was checked: read it again, it may
-            # come from the disk. Checking it maps every page again.
-            if not all_resident(held.address, len(held.data)):
+        if held.pages is not None and (small or not held.pages.mapped()):
+            # A small block is checked on every read: its CRC costs less than asking whether it
+            # must be. A large one after a page of it left this worker's memory: it may come from
+            # the disk again (checking it maps every page again).
+            if not held.pages.resident():
                 return None
             if checksum(held.data) != held.crc:
                 self._drop(name)
@@ -142,7 +145,7 @@ class MappedBlocks:
         mapping, identity = blockfile.map_file(path)
         address = address_of(mapping)
         if len(mapping) > CACHED_SIZE + blockfile.MAX_HEADER or address is None \
-                or not all_resident(address, len(mapping)):
+                or not Pages(address, len(mapping)).resident():
             mapping.close()
             return None
         return self._keep(name, path, mapping, identity, block_id)
@@ -159,8 +162,8 @@ class MappedBlocks:
             _close(mapping, data)
             return block
         address = address_of(mapping) if self.verify else None
-        start = 0 if address is None else address + len(mapping) - len(data)
-        self._maps[name] = _Mapping(mapping, data, crc, path, identity, self._clock(), start)
+        pages = None if address is None else Pages(address + len(mapping) - len(data), len(data))
+        self._maps[name] = _Mapping(mapping, data, crc, path, identity, self._clock(), pages)
         self.bytes += len(data)
         while self.bytes > self.budget or len(self._maps) > self.most:
             self._drop(next(iter(self._maps)))

@@ -1,8 +1,8 @@
 """What the kernel holds of a mapped block file on a disk (store.mapped):
 
-- `all_resident`: whether the page cache holds every page (mincore(2)), so that reading them
+- `Pages.resident`: whether the page cache holds every page (mincore(2)), so that reading them
   will not stop the event loop until a disk has read them;
-- `all_mapped`: whether every page is still mapped in this process (/proc/self/pagemap).
+- `Pages.mapped`: whether every page is still mapped in this process (/proc/self/pagemap).
   A page the kernel takes back from the page cache is first unmapped from every process
   that maps it; a page still mapped since the worker read it is the same memory, and holds
   the bytes it held then: none of it can have been read from the disk again.
@@ -20,7 +20,7 @@ import ctypes
 import mmap
 import os
 
-__all__ = ["address_of", "all_mapped", "all_resident"]
+__all__ = ["Pages", "address_of"]
 
 _PAGE = mmap.PAGESIZE
 _PRESENT = bytes(1 if byte & 0x80 else 0 for byte in range(256))  # bit 63 of a pagemap entry: present
@@ -37,7 +37,7 @@ def _mincore() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
 
 
 _MINCORE = _mincore()
-_vector = ctypes.create_string_buffer(1)  # one byte per page, grown to the largest mapping asked about
+_vector = ctypes.create_string_buffer(1)  # one byte per page, grown to the largest span asked about
 _pagemap: int | None = None  # this process's /proc/self/pagemap, opened at its first use (-1: cannot be)
 
 
@@ -63,35 +63,42 @@ def address_of(mapping: mmap.mmap) -> int | None:
         del start  # the buffer export ends here, so the mapping can be closed
 
 
-def all_resident(address: int, length: int) -> bool:
-    """Whether every page of the `length` bytes mapped at `address` is in the page cache."""
-    global _vector
-    assert _MINCORE is not None
-    start = address - address % _PAGE
-    pages = (address + length - start + _PAGE - 1) // _PAGE
-    if len(_vector) < pages:
-        _vector = ctypes.create_string_buffer(pages)
-    if _MINCORE(start, address + length - start, _vector) != 0:
-        return False
-    # The kernel sets bit 0 of a resident page's byte and leaves the other bits zero.
-    return b"\x00" not in ctypes.string_at(_vector, pages)
+class Pages:
+    """The pages that hold the `length` bytes mapped at `address` (the arguments of the two
+    questions worked out once: a hit asks one of them)."""
 
+    __slots__ = ("count", "_start", "_length", "_entries")
 
-def all_mapped(address: int, length: int) -> bool:
-    """Whether every page of the `length` bytes at `address` is mapped in this process."""
-    global _pagemap
-    if length <= 0:
-        return True
-    if _pagemap is None:
+    def __init__(self, address: int, length: int) -> None:
+        start = address - address % _PAGE
+        self.count = (address + length - start + _PAGE - 1) // _PAGE if length > 0 else 0
+        self._start = ctypes.c_void_p(start)
+        self._length = ctypes.c_size_t(self.count * _PAGE)
+        self._entries = (self.count * 8, start // _PAGE * 8)  # pagemap: 8 bytes a page, little-endian
+
+    def resident(self) -> bool:
+        """Whether the page cache holds every page."""
+        global _vector
+        assert _MINCORE is not None
+        if len(_vector) < self.count:
+            _vector = ctypes.create_string_buffer(self.count)
+        if self.count and _MINCORE(self._start, self._length, _vector) != 0:
+            return False
+        # The kernel sets bit 0 of a resident page's byte and leaves the other bits zero.
+        return b"\x00" not in _vector.raw[: self.count]
+
+    def mapped(self) -> bool:
+        """Whether every page is mapped in this process."""
+        global _pagemap
+        if _pagemap is None:
+            try:
+                _pagemap = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                _pagemap = -1
+        if _pagemap < 0:
+            return False
         try:
-            _pagemap = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
+            entries = os.pread(_pagemap, *self._entries)
         except OSError:
-            _pagemap = -1
-    if _pagemap < 0:
-        return False
-    first, last = address // _PAGE, (address + length - 1) // _PAGE
-    try:
-        entries = os.pread(_pagemap, (last - first + 1) * 8, first * 8)  # 8 bytes a page, little-endian
-    except OSError:
-        return False
-    return b"\x00" not in entries[7::8].translate(_PRESENT)
+            return False
+        return len(entries) == self._entries[0] and b"\x00" not in entries[7::8].translate(_PRESENT)

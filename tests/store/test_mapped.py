@@ -210,6 +210,15 @@ def test_on_a_disk_a_block_is_mapped_once_cached_and_checked_when_it_may_come_fr
     assert checks == [200_000] * 2  # checked again, once
 
 
+def test_on_a_disk_a_small_block_is_checked_on_every_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    checks = counting_checks(monkeypatch)
+    blocks = MappedBlocks(1 << 30, verify=True)
+    block = bid("k")
+    path = write(tmp_path, block, payload(block, VIEW_SIZE - 1))
+    assert [blocks.cached(path, block) for _ in range(3)] == [payload(block, VIEW_SIZE - 1)] * 3
+    assert checks == [VIEW_SIZE - 1] * 3
+
+
 def test_on_a_disk_a_block_damaged_on_the_disk_is_caught_when_read_from_it_again(tmp_path: Path) -> None:
     blocks = MappedBlocks(1 << 30, verify=True)
     block = bid("k")

@@ -183,15 +183,17 @@ def read_block(path: str, block_id: BlockId) -> bytes:
     return data
 
 
-def map_file(path: str) -> tuple[mmap.mmap, tuple[int, int, int]]:
-    """A block file mapped as a private copy (writable, for store.resident; written by no one),
-    none of it read yet: (the mapping, the file's (device, inode, ctime in ns))."""
+def map_file(path: str, *, private: bool = False) -> tuple[mmap.mmap, tuple[int, int, int]]:
+    """A block file mapped read-only, or with `private` as a private copy (writable, for
+    store.resident; written by no one), none of it read yet: (the mapping, the file's (device,
+    inode, ctime in ns))."""
     fd = os.open(path, os.O_RDONLY)
     try:
         status = os.fstat(fd)
         if status.st_size < FIXED_HEADER.size:
             raise BadBlockError("short header")
-        return mmap.mmap(fd, status.st_size, access=mmap.ACCESS_COPY), _identity(status)
+        access = mmap.ACCESS_COPY if private else mmap.ACCESS_READ
+        return mmap.mmap(fd, status.st_size, access=access), _identity(status)
     finally:
         os.close(fd)
 

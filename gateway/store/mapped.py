@@ -142,7 +142,7 @@ class MappedBlocks:
             data = self.held(name)
             if data is not None or name in self._maps:
                 return data
-        mapping, identity = blockfile.map_file(path)
+        mapping, identity = blockfile.map_file(path, private=True)
         address = address_of(mapping)
         if len(mapping) > CACHED_SIZE + blockfile.MAX_HEADER or address is None \
                 or not Pages(address, len(mapping)).resident():

@@ -9,7 +9,9 @@
 
 mincore takes an address, which Python gives only for a writable buffer: the mappings asked
 about are private copies (mmap.ACCESS_COPY), which share the page cache's pages until written,
-and nothing writes them (the views handed out are read-only). Where the C library has no
+and nothing writes them (the views handed out are read-only). Under strict overcommit
+(vm.overcommit_memory=2) such a mapping counts against the commit limit as if written: at most
+a disk tier's mapping budget (store.disk). Where the C library has no
 mincore, nothing is resident (`address_of` answers None) and disk blocks are read in threads;
 where /proc/self/pagemap cannot be read, no page is taken to be still mapped. Event loop only.
 """

@@ -39,9 +39,9 @@ def counting_maps(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     mapped: list[str] = []
     map_file = blockfile.map_file
 
-    def recording(path: str) -> tuple[mmap.mmap, tuple[int, int]]:
+    def recording(path: str, *, private: bool = False) -> tuple[mmap.mmap, tuple[int, int, int]]:
         mapped.append(path)
-        return map_file(path)
+        return map_file(path, private=private)
 
     monkeypatch.setattr(blockfile, "map_file", recording)
     return mapped

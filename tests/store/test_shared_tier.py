@@ -76,9 +76,9 @@ async def test_reads_on_tmpfs_run_on_the_loop_and_map_each_file_once(tmp_path: P
     threads: list[tuple[str, threading.Thread]] = []
     map_file, read_block = blockfile.map_file, blockfile.read_block
 
-    def mapping(path: str) -> tuple[mmap.mmap, tuple[int, int]]:
+    def mapping(path: str, *, private: bool = False) -> tuple[mmap.mmap, tuple[int, int, int]]:
         threads.append(("map", threading.current_thread()))
-        return map_file(path)
+        return map_file(path, private=private)
 
     def reading(path: str, block: BlockId) -> bytes:
         threads.append(("read", threading.current_thread()))

@@ -20,6 +20,7 @@ Every function here blocks: none is called on the event loop.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import mmap
@@ -220,6 +221,45 @@ def check_mapped(mapping: mmap.mmap, block_id: BlockId) -> tuple[memoryview, int
         data.release()
         raise BadBlockError("checksum mismatch")
     return data, crc
+
+
+def open_block(path: str, block_id: BlockId, largest: int) -> tuple[int, int, int, int]:
+    """A block file opened and its header checked, read from the page cache only (RWF_NOWAIT):
+    (fd, header length, data length, crc). The caller closes the fd, and reads and checks the
+    data (store.openfiles). Raises BlockingIOError when a read would wait for the disk, the
+    file is larger than `largest` bytes, or the file system cannot tell (tmpfs); BadBlockError
+    for a file that is not this block's; OSError."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        file_size = os.fstat(fd).st_size
+        if file_size > largest:
+            raise BlockingIOError("a block this large is read in a thread")
+        head = pread_nowait(fd, min(_PROBE, file_size), 0)
+        header_length, data_length, crc = decode_fixed(head)
+        _check_length(file_size, header_length, data_length)
+        if header_length > len(head):
+            head = pread_nowait(fd, header_length, 0)
+        if not _names(head[FIXED_HEADER.size : header_length], block_id):
+            raise BadBlockError("the header names another block")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, header_length, data_length, crc
+
+
+def pread_nowait(fd: int, size: int, offset: int) -> bytes:
+    """os.pread of `size` bytes the page cache holds all of; else BlockingIOError (a read
+    that would wait for the disk, or runs past the end of the file)."""
+    buffer = bytearray(size)
+    try:
+        got = os.preadv(fd, [buffer], offset, os.RWF_NOWAIT)
+    except OSError as exc:
+        if exc.errno == errno.EOPNOTSUPP:
+            raise BlockingIOError("no RWF_NOWAIT here") from None
+        raise
+    if got != size:  # part of it is not in the page cache
+        raise BlockingIOError("not all in the page cache")
+    return bytes(buffer)
 
 
 def _names(raw: bytes, block_id: BlockId) -> bool:

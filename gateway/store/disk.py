@@ -21,6 +21,7 @@ from gateway.store import blockfile
 from gateway.store.blockfile import BadBlockError, encode_header
 from gateway.store.blocks import BlockId, checksum
 from gateway.store.mapped import CACHED_SIZE, MappedBlocks
+from gateway.store.openfiles import OpenBlockFiles
 from gateway.store.policy import EvictionPolicy
 from gateway.store.stats import TierStats
 
@@ -94,9 +95,9 @@ class DiskTier:
         self._unhealthy_until: float | None = None
         self._opened = False
         self._closed = False
-        # Read on the event loop through mappings of the files; on a disk only while the page cache holds them.
+        # Read on the event loop: on tmpfs through mapped files; on a disk through files kept (page cache only).
         self.files = (MappedBlocks(min(_MAPPED, quota // 8)) if medium == "memory"
-                      else MappedBlocks(min(_MAPPED_DISK, quota), verify=True))
+                      else OpenBlockFiles(mapped_budget=min(_MAPPED_DISK, quota)))
 
     # --- state ------------------------------------------------------------------------------
 
@@ -199,7 +200,7 @@ class DiskTier:
             return None
         path = self.block_path(block_id.name)
         try:
-            data = self._fetch(path, block_id, self.files.read) if self.medium == "memory" else \
+            data = self._fetch(path, block_id, self.files.read) if isinstance(self.files, MappedBlocks) else \
                 self._read_cached(path, entry)
         except Exception as exc:  # noqa: BLE001 -- as in get
             self._read_failed(block_id, entry, exc)
@@ -207,12 +208,12 @@ class DiskTier:
         return None if data is None else self._hit(entry, data)
 
     def _read_cached(self, path: str, entry: _Entry) -> bytes | memoryview | None:
-        """A disk block read on the loop through its file's mapping, when the page cache holds it
-        all and the file was used lately; else None (for the threads, which deal with a bad file)."""
-        if self.medium == "memory" or entry.size > CACHED_SIZE or self._clock() - entry.warm > WARM:
+        """A disk block read on the loop through its file kept, when the page cache holds it all
+        and the file was used lately; else None (for the threads, which deal with a bad file)."""
+        if not isinstance(self.files, OpenBlockFiles) or entry.size > CACHED_SIZE or self._clock() - entry.warm > WARM:
             return None
         try:
-            data = self.files.cached(path, entry.block_id)
+            data = self.files.read_cached(path, entry.block_id)
         except (BadBlockError, OSError):
             return None
         if data is not None:

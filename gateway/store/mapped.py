@@ -7,15 +7,15 @@
   checksum per hit, which cost a node of two workers more than half of its throughput on 4 KiB
   hits). A file is memory there, and a block file is never written again once renamed into
   place (store.blockfile), so what was checked when it was mapped stays true;
-- a disk tier (`verify`), whose page cache the kernel may drop and read again from the disk.
-  A block is checked against its CRC-32C when mapped. After that, a block under VIEW_SIZE is
-  checked on every read, and a larger one whenever its bytes may have come from the disk
-  since (docs/security.md, promise 2): when a page of it is no longer mapped in the worker
-  (store.resident), which is how the kernel takes a page back, or its file changed (compared
-  on every read). While every page stays mapped, the bytes are the memory that was checked,
-  as the memory tier's are (at 1 MiB, the CRC took a quarter of a disk hit's CPU; asking the
-  page table, a tenth of that). A block is read from its mapping only while the page cache
-  holds all of it (else a thread reads it: the event loop never waits for a disk).
+- the large blocks of a disk tier (`verify`, store.openfiles), whose page cache the kernel may
+  drop and read again from the disk. A block is checked against its CRC-32C when mapped, and
+  again whenever its bytes may have come from the disk since (docs/security.md, promise 2):
+  when a page of it is no longer mapped in the worker (store.resident), which is how the
+  kernel takes a page back, or its file changed (compared on every read). While every page
+  stays mapped, the bytes are the memory that was checked, as the memory tier's are (at 1 MiB,
+  the CRC took a quarter of a disk hit's CPU; asking the page table, a tenth of that). A block
+  is read from its mapping only while the page cache holds all of it (else a thread reads it:
+  the event loop never waits for a disk).
 
 A block of VIEW_SIZE or more is handed out as a read-only view of its mapping: the answer is
 written to the socket from the page cache's pages, as nginx's sendfile would, with no copy in
@@ -34,8 +34,8 @@ which stay right: a block's bytes never change under its name (BlockId). Two bou
 memory small:
 
 - a mapping is compared with its file (device, inode and ctime) again `recheck` seconds after
-  it was last compared (a large block on a disk: on every read, one stat), and dropped if the
-  file is gone, another one, or was written to (the next read maps it again, and checks it);
+  it was last compared (on a disk: on every read, one stat), and dropped if the file is gone,
+  another one, or was written to (the next read maps it again, and checks it);
 - the mappings of one tier hold at most `budget` bytes and `most` files (each is one memory
   area of the process), the least recently read dropped first.
 
@@ -92,6 +92,9 @@ class MappedBlocks:
     def __len__(self) -> int:
         return len(self._maps)
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._maps
+
     def held(self, name: str) -> bytes | memoryview | None:
         """The bytes of a block whose file is mapped, or None (not mapped; with `verify`, not
         all in the page cache). With `verify`, BadBlockError when they fail their CRC (the
@@ -100,14 +103,12 @@ class MappedBlocks:
         if held is None:
             return None
         now = self._clock()
-        small = len(held.data) < VIEW_SIZE
-        if (now - held.checked >= self.recheck or self.verify and not small) and not self._still_there(held, now):
+        if (self.verify or now - held.checked >= self.recheck) and not self._still_there(held, now):
             self._drop(name)
             return None
-        if held.pages is not None and (small or not held.pages.mapped()):
-            # A small block is checked on every read: its CRC costs less than asking whether it
-            # must be. A large one after a page of it left this worker's memory: it may come from
-            # the disk again (checking it maps every page again).
+        if held.pages is not None and not held.pages.mapped():
+            # A page left this worker's memory since the block was checked: it may come from the
+            # disk again (checking it maps every page again).
             if not held.pages.resident():
                 return None
             if checksum(held.data) != held.crc:

@@ -10,8 +10,8 @@ header (store.blockfile), so a file caught in any state is a whole block or a mi
 
 On a disk, another worker's block is read in this worker's threads the first time, and on the
 event loop after that while its file was read lately (its inode is then in memory) and the page
-cache holds all of it, through its file's mapping (store.mapped, compared with its file on every
-read), as the worker's own blocks are (store.disk): a hit of a node of several workers is then
+cache holds all of it, through its file kept open or mapped (store.openfiles, compared with its
+path), as the worker's own blocks are (store.disk): a hit of a node of several workers is then
 answered below ASGI whichever worker owns the block.
 
 What a worker does not see: the reads other workers serve from its blocks do not reach
@@ -31,6 +31,8 @@ from gateway.store import blockfile
 from gateway.store.blockfile import BadBlockError
 from gateway.store.blocks import BlockId
 from gateway.store.disk import WARM, DiskTier
+from gateway.store.mapped import MappedBlocks
+from gateway.store.openfiles import OpenBlockFiles
 from gateway.store.policy import EvictionPolicy
 from gateway.store.stats import TierStats
 
@@ -61,6 +63,7 @@ class SharedTier:
         self._inline = medium == "memory"
         self._clock = time.monotonic
         self._read_lately: OrderedDict[str, float] = OrderedDict()  # others' files on a disk: name -> when read
+        self._others_open = OpenBlockFiles(recheck=1.0, mapped_budget=quota)  # kept, as the own part keeps its own
 
     # --- what the own part answers ----------------------------------------------------------
 
@@ -99,6 +102,7 @@ class SharedTier:
         await self.own.open()
 
     async def aclose(self) -> None:
+        self._others_open.close()
         await self.own.aclose()
 
     def __contains__(self, block_id: object) -> bool:
@@ -156,11 +160,12 @@ class SharedTier:
         mapping (event loop), on a disk read whole (threads). A bad file is left to its owner
         (which deletes it when it next reads it): this worker never changes another's part."""
         files = self.own.files
-        if self._inline and (data := files.held(block_id.name)) is not None:
+        mapped = files if self._inline and isinstance(files, MappedBlocks) else None  # on tmpfs: through mappings
+        if mapped is not None and (data := mapped.held(block_id.name)) is not None:
             return data
         path = self.own.block_path(block_id.name)
         try:
-            return files.read(path, block_id) if self._inline else blockfile.read_block(path, block_id)
+            return blockfile.read_block(path, block_id) if mapped is None else mapped.read(path, block_id)
         except FileNotFoundError:
             return None
         except (BadBlockError, OSError) as exc:
@@ -168,16 +173,17 @@ class SharedTier:
             return None
 
     def _read_other_cached(self, block_id: BlockId) -> bytes | memoryview | None:
-        """Another worker's block on a disk, read on the event loop through its file's mapping if
-        the file was read lately and the page cache holds it all; else None (for the threads,
-        which also see a bad file)."""
+        """Another worker's block on a disk, read on the event loop through its file kept if the
+        file was read lately and the page cache holds it all; else None (for the threads, which
+        also see a bad file)."""
         name = block_id.name
         read = self._read_lately.get(name)
         if read is None or self._clock() - read > WARM:
             return None
         try:
-            data = self.own.files.cached(self.own.block_path(name), block_id)
+            data = self._others_open.read_cached(self.own.block_path(name), block_id)
         except (BadBlockError, OSError):  # and the threads' read leaves a bad file to its owner
+            self._others_open.forget(name)
             return None
         if data is None:
             return None

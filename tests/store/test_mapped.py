@@ -210,15 +210,6 @@ def test_on_a_disk_a_block_is_mapped_once_cached_and_checked_when_it_may_come_fr
     assert checks == [200_000] * 2  # checked again, once
 
 
-def test_on_a_disk_a_small_block_is_checked_on_every_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    checks = counting_checks(monkeypatch)
-    blocks = MappedBlocks(1 << 30, verify=True)
-    block = bid("k")
-    path = write(tmp_path, block, payload(block, VIEW_SIZE - 1))
-    assert [blocks.cached(path, block) for _ in range(3)] == [payload(block, VIEW_SIZE - 1)] * 3
-    assert checks == [VIEW_SIZE - 1] * 3
-
-
 def test_on_a_disk_a_block_damaged_on_the_disk_is_caught_when_read_from_it_again(tmp_path: Path) -> None:
     blocks = MappedBlocks(1 << 30, verify=True)
     block = bid("k")
@@ -265,20 +256,23 @@ def test_on_a_disk_a_block_too_large_for_the_loop_is_not_mapped(tmp_path: Path) 
     assert blocks.cached(path, block) is None and len(blocks) == 0
 
 
-async def test_a_disk_tier_reads_its_blocks_through_mappings_it_drops_when_they_go(tmp_path: Path) -> None:
-    tier = DiskTier(str(tmp_path), 800, make_policy("lru", 800), name="ssd")
+async def test_a_disk_tier_reads_its_large_blocks_through_mappings_it_drops_when_they_go(tmp_path: Path) -> None:
+    quota = 2 * VIEW_SIZE
+    tier = DiskTier(str(tmp_path), quota, make_policy("lru", quota), name="ssd")
     await tier.open()
     try:
         ids = [bid(f"k{i}") for i in range(4)]
         for block in ids[:2]:
-            await tier.put(block, payload(block, 300))
-            assert tier.get_now(block) == payload(block, 300)  # written lately: on the loop, through a mapping
-        assert isinstance(tier.files, MappedBlocks) and len(tier.files) == 2
-        assert tier.stats.page_cache_hits == 2
-        await tier.put(ids[2], payload(ids[2], 300))  # evicts ids[0]
-        assert len(tier.files) == 1 and tier.get_now(ids[0]) is None
-        await tier.remove(ids[1])
-        assert len(tier.files) == 0
+            await tier.put(block, payload(block, VIEW_SIZE))
+            view = tier.get_now(block)  # written lately: on the loop, from a mapping
+            assert isinstance(view, memoryview) and view == payload(block, VIEW_SIZE)
+        mapped = tier.files.mapped  # type: ignore[union-attr]
+        assert len(mapped) == 2 and tier.stats.page_cache_hits == 2
+        assert await tier.get(ids[0]) == payload(ids[0], VIEW_SIZE) and tier.stats.page_cache_hits == 3
+        await tier.put(ids[2], payload(ids[2], VIEW_SIZE))  # evicts ids[1]
+        assert len(mapped) == 1 and tier.get_now(ids[1]) is None
+        await tier.remove(ids[0])
+        assert len(mapped) == 0
         flip_last_byte(tier.block_path(ids[2].name))
         assert tier.get_now(ids[2]) is None  # bad: left to the threads, which delete it
         assert await tier.get(ids[2]) is None and tier.stats.bad_blocks == 1 and ids[2] not in tier

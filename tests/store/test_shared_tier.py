@@ -121,6 +121,11 @@ async def test_another_workers_disk_block_read_lately_is_read_on_the_loop(tmp_pa
         assert a.stats.page_cache_hits == 2 and a.stats.hits == 3
         assert await a.get(large) == payload(large, 5 << 20)
         assert a.get_now(large) is None  # over 4 MiB: always in a thread
+        view_sized = bid("view", 1)  # b's: read on the loop from a mapping of its file
+        await b.put(view_sized, payload(view_sized, 100_000))
+        assert await a.get(view_sized) == payload(view_sized, 100_000)
+        view = a.get_now(view_sized)
+        assert isinstance(view, memoryview) and view == payload(view_sized, 100_000)
         flip_last_byte(b.own.block_path(other.name))
         assert a.get_now(other) is None and await a.get(other) is None  # refused on the loop, and in the thread
         assert os.path.exists(b.own.block_path(other.name))  # left to its owner

@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gateway.store import blockfile
 from gateway.store.blockfile import BadBlockError
@@ -145,3 +147,43 @@ def test_files_left_open_are_closed_with_their_cache(tmp_path: Path) -> None:
     assert open_fds() == before + 1
     del files  # never closed: a tier dropped without aclose
     assert open_fds() == before
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.tuples(st.sampled_from(["delete", "write", "swap", "flip", "tick"]), st.integers(0, 2)),
+                      max_size=25))
+def test_a_read_is_its_block_none_or_an_error(tmp_path: Path, steps: list[tuple[str, int]]) -> None:
+    """Whatever happens to the files between reads (deleted, written again, another block's file
+    renamed over one, a byte changed in place), a read of a small (open) or large (mapped) block
+    returns that block's bytes, None or an error: never other bytes."""
+    clock = Clock()
+    files = OpenBlockFiles(most=2, recheck=1.0, mapped_budget=3 * VIEW_SIZE, clock=clock)
+    root = tmp_path / os.urandom(4).hex()
+    ids = [bid(f"k{i}") for i in range(3)]
+    data = {block: payload(block, (100, VIEW_SIZE, VIEW_SIZE + 4097)[i]) for i, block in enumerate(ids)}
+    paths = {block: blockfile.block_path(str(root), block.name) for block in ids}
+    try:
+        for action, i in steps:
+            block = ids[i]
+            exists = os.path.exists(paths[block])
+            if action == "delete" and exists:
+                os.unlink(paths[block])
+            elif action == "write":
+                write(root, block, data[block])
+            elif action == "swap":
+                other = ids[(i + 1) % 3]
+                os.makedirs(os.path.dirname(paths[block]), exist_ok=True)
+                os.replace(write(root, other, data[other]), paths[block])
+            elif action == "flip" and exists:
+                flip_last_byte(paths[block])
+            elif action == "tick":
+                clock.now += 0.6
+            for read in ids:  # after every step, every block read once
+                try:
+                    got = files.read_cached(paths[read], read)
+                except (FileNotFoundError, BadBlockError):
+                    continue
+                assert got is None or got == data[read]
+            assert len(files.mapped) <= 3 and files.mapped.bytes <= 3 * VIEW_SIZE
+    finally:
+        files.close()

@@ -230,3 +230,33 @@ def test_an_answer_sent_again_is_logged_as_the_hit_path_logged_it(gateway: Runni
                 assert entry["request_id"] != hit["request_id"] and entry["time"] >= hit["time"]
     finally:
         s3.observers.remove(entries.append)
+
+
+def test_a_connection_answered_again_is_kept_alive_by_its_requests_and_closed_when_idle(origin_endpoint: str) -> None:
+    """An answer sent again leaves the keep-alive timer armed (no new one per answer): the
+    connection must still stay open while requests keep coming, and close once idle for the
+    keep-alive timeout."""
+    base = base_settings(origin_endpoint)
+    settings = dataclasses.replace(base, cache=CacheSettings(block_size=BLOCK, memory_quota=4 * BLOCK),
+                                   metadata=MetadataSettings(ttl=3600.0),
+                                   server=dataclasses.replace(base.server, keepalive_timeout=0.6))
+    origin = client(origin_endpoint, ("origin-key", "origin-secret"))
+    if BUCKET not in [bucket["Name"] for bucket in origin.list_buckets()["Buckets"]]:
+        origin.create_bucket(Bucket=BUCKET)
+    with RunningGateway(settings, guarded=True) as running:
+        put(running, "alive.txt", b"still here")
+        request = presigned(running, "GET", "alive.txt")
+        host, port = running.endpoint.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            reader = sock.makefile("rb")
+            for _ in range(8):  # 2.4 s in all, four keep-alive timeouts
+                sock.sendall(request)
+                assert reader.readline().startswith(b"HTTP/1.1 200")
+                while reader.readline() != b"\r\n":
+                    pass
+                assert reader.read(len(b"still here")) == b"still here"
+                time.sleep(0.3)
+            assert stats(running).replayed >= 5
+            started = time.monotonic()
+            assert reader.read(1) == b""  # closed by the gateway, once idle
+            assert 0.1 < time.monotonic() - started < 2.0

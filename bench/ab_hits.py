@@ -2,7 +2,7 @@
 
 Each round starts a fresh gateway of each code tree (alternating which goes first) in front of
 bench/shaped_origin.py (no delay and no rate cap unless --shaped-latency/--shaped-rate), warms it, and measures presigned GETs with wrk
-(32 connections): req/s and the gateway's user and system CPU per request. On this shared
+(32 connections): req/s, the gateway's user and system CPU and its page faults per request. On this shared
 2-core machine absolute figures drift by tens of percent between runs; the ratio of two trees
 measured side by side, round after round, is what to quote.
 
@@ -13,6 +13,10 @@ measured side by side, round after round, is what to quote.
 `--tier cold`: every request a first read of its key (distinct keys, hard links of one file at
 the origin, never read before by that gateway; no warm-up), so each is an origin GET of the
 object's one block (1 MiB: the gateway's default block size) received, stored and sent.
+
+`--fresh`: every request carries an unsigned header of its own (`X-Bench-Request`), so no
+request is the bytes of an earlier one: warm hits are answered by the hit path below ASGI, none
+by gateway.s3api.replays (what a client that signs each request anew, as the SDKs do, gets).
 
 Needs: apt-get install -y wrk; git (the baseline is taken with `git archive`).
 """
@@ -78,6 +82,8 @@ def main() -> None:
     parser.add_argument("--shaped-latency", default="0", help="the origin's delay before each first byte, e.g. 20ms")
     parser.add_argument("--shaped-rate", default="0", help="the origin's bytes/s per connection, e.g. 80MB (0: no cap)")
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--fresh", action="store_true",
+                        help="a header of its own on every request: hits take the hit path, none is a request sent again")
     args = parser.parse_args()
     size = cs.MiB if args.size == "1MiB" else 4096
     tmp = Path(tempfile.mkdtemp(prefix="ab-hits-"))
@@ -107,7 +113,7 @@ def main() -> None:
                             cs.run_wrk("warm-up", gateway.endpoint, paths, size, 32, 2, tmp)
                         before, faults = user_system_ticks(gateway), minor_faults(gateway.pid)
                         cell = cs.run_wrk(name, gateway.endpoint, paths, size, 32, args.seconds, tmp,
-                                          distinct=args.tier == "cold")
+                                          distinct=args.tier == "cold", fresh=args.fresh)
                         after, faults = user_system_ticks(gateway), minor_faults(gateway.pid) - faults
                     finally:
                         gateway.stop()

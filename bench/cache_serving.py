@@ -551,8 +551,9 @@ class Cell:
 
 
 WRK_LUA = """\
--- bench/cache_serving.py: GET each path of a file in turn (args: file, thread count).
-local paths, n, i, step = {}, 0, 0, 1
+-- bench/cache_serving.py: GET each path of a file in turn (args: file, thread count, and "fresh"
+-- for a header of its own on every request: no two requests are the same bytes).
+local paths, n, i, step, fresh = {}, 0, 0, 1, false
 local counter, threads = 0, {}
 
 function setup(thread)
@@ -564,12 +565,14 @@ end
 function init(args)
   for line in io.lines(args[1]) do n = n + 1; paths[n] = line end
   step = tonumber(args[2])
+  fresh = args[3] == "fresh"
   i = id - 1
 end
 
 function request()
   local path = paths[(i % n) + 1]
   i = i + step
+  if fresh then return wrk.format("GET", path, {["X-Bench-Request"] = tostring(i)}) end
   return wrk.format("GET", path)
 end
 
@@ -595,8 +598,10 @@ def header_bytes(endpoint: str, path: str) -> int:
 
 
 def run_wrk(setup: str, endpoint: str, paths: Sequence[str], size: int, connections: int, seconds: float,
-            workdir: Path, *, distinct: bool = False, header_size: int = 0) -> Cell:
-    """wrk -t1 -cN for `seconds`, cycling through `paths` (each used once when `distinct`).
+            workdir: Path, *, distinct: bool = False, header_size: int = 0, fresh: bool = False) -> Cell:
+    """wrk -t1 -cN for `seconds`, cycling through `paths` (each used once when `distinct`;
+    with `fresh`, every request carries an unsigned header of its own, so none is sent again
+    byte for byte: gateway.s3api.replays answers none).
 
     req/s counts complete answers; MB/s counts every body byte received, also of answers
     still in flight when the time is up (wrk counts bytes as they arrive): with 64 MiB
@@ -609,7 +614,7 @@ def run_wrk(setup: str, endpoint: str, paths: Sequence[str], size: int, connecti
     listing.write_text("\n".join(paths) + "\n")
     timeout = max(10, int(size / MiB))
     cmd = ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", f"{timeout}s",
-           "-s", str(script), endpoint, "--", str(listing), "1"]
+           "-s", str(script), endpoint, "--", str(listing), "1", *(["fresh"] if fresh else [])]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + timeout + 60, check=False)
     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("WRK ")), None)
     if line is None:

@@ -80,7 +80,7 @@ class Reads:
         self._on_changed = on_changed
         # Where the last read of each recently read object ended, to spot sequential readers.
         self._read_ends: OrderedDict[tuple[str, str, str], int] = OrderedDict()
-        self._named: dict[tuple[str, str, str, int], BlockId] = {}
+        self._named: OrderedDict[tuple[str, str, str, int], BlockId] = OrderedDict()  # oldest out in O(1)
 
     async def read_object(
         self,
@@ -180,7 +180,7 @@ class Reads:
         block = self._named.get(fields)
         if block is None:
             if len(self._named) >= _NAMED_BLOCKS:
-                del self._named[next(iter(self._named))]
+                self._named.popitem(last=False)
             block = self._named[fields] = BlockId(bucket, key, version, index)
         return block
 

@@ -30,6 +30,7 @@ when the request is kept).
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from gateway.engine import ObjectMeta, OneBlock
@@ -64,10 +65,11 @@ class Replay:
     closing: bytes  # what ends the head: CRLF, with Connection: close before it when not keep_alive
     keep_alive: bool
     answered: Answered  # how each answer is counted and logged (S3App.finished_again)
-    # Made when the request is kept: the answer's head is status_line | the server's default
-    # headers | segments[0] | first slot | segments[1] | second slot | segments[2], the slots
-    # being the request id and the x-cache value in the order the answer had them (rid_first).
-    segments: tuple[bytes, bytes, bytes] = (b"", b"", b"")
+    # Made when the request is first answered again (most kept requests never are): the answer's
+    # head is status_line | the server's default headers | segments[0] | first slot | segments[1]
+    # | second slot | segments[2], the slots being the request id and the x-cache value in the
+    # order the answer had them (rid_first).
+    segments: tuple[bytes, bytes, bytes] | None = None
     rid_first: bool = True
 
 
@@ -113,7 +115,7 @@ class Replays:
     def __init__(self, app: S3App, size: int = MAX_KEPT) -> None:
         self.app = app
         self.size = size
-        self._kept: dict[bytes, Replay] = {}
+        self._kept: OrderedDict[bytes, Replay] = OrderedDict()  # oldest out in O(1)
         self._defaults: tuple[list[tuple[bytes, bytes]] | None, bytes] = (None, b"")
 
     def kept(self) -> list[bytes]:
@@ -123,11 +125,10 @@ class Replays:
     def keep(self, request: bytes, replay: Replay) -> None:
         if len(request) > MAX_REQUEST_BYTES or self.size <= 0:
             return
-        replay.segments, replay.rid_first = head_template(replay.raw_headers, replay.closing)
         kept = self._kept
         kept.pop(request, None)
         if len(kept) >= self.size:
-            del kept[next(iter(kept))]
+            kept.popitem(last=False)
         kept[request] = replay
 
     def answer(self, request: bytes,
@@ -151,10 +152,12 @@ class Replays:
             if hit is None:
                 return None
             body, source = hit
+        if replay.segments is None:
+            replay.segments, replay.rid_first = head_template(replay.raw_headers, replay.closing)
+        segments = replay.segments
         request_id = new_request_id()
         rid, label = request_id.encode("ascii"), source.encode("ascii")
         first, second = (rid, label) if replay.rid_first else (label, rid)
-        segments = replay.segments
         head = b"".join((replay.status_line, self._default_lines(default_headers), segments[0], first, segments[1],
                          second, segments[2]))
         app.finished_again(replay.answered, request_id, len(body), source, time.perf_counter() - started)

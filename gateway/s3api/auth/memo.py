@@ -20,6 +20,7 @@ still the one it was checked with and the time checks that passed then pass at t
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Hashable
 from datetime import datetime
 
@@ -38,8 +39,9 @@ class VerifiedSignatures:
 
     def __init__(self, size: int = 4096) -> None:
         self.size = size
-        self._verified: dict[Hashable, tuple[bytes, str]] = {}
-        self._requests: dict[Hashable, tuple[Identity, str]] = {}
+        # OrderedDicts: a dict emptied from its front is scanned past every slot deleted there.
+        self._verified: OrderedDict[Hashable, tuple[bytes, str]] = OrderedDict()
+        self._requests: OrderedDict[Hashable, tuple[Identity, str]] = OrderedDict()
         self.hits = 0
 
     def known(self, request: Hashable, secret_for: SecretLookup, now: datetime) -> Identity | None:
@@ -58,7 +60,7 @@ class VerifiedSignatures:
         if self.size <= 0:
             return
         if len(self._requests) >= self.size:
-            del self._requests[next(iter(self._requests))]
+            self._requests.popitem(last=False)
         self._requests[request] = identity, secret
 
     def get(self, key: Hashable) -> tuple[bytes, str] | None:
@@ -72,5 +74,5 @@ class VerifiedSignatures:
         if self.size <= 0:
             return
         if len(self._verified) >= self.size:
-            del self._verified[next(iter(self._verified))]
+            self._verified.popitem(last=False)
         self._verified[key] = verified

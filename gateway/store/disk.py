@@ -21,7 +21,7 @@ from gateway.store import blockfile
 from gateway.store.blockfile import BadBlockError, encode_header
 from gateway.store.blocks import BlockId, checksum
 from gateway.store.mapped import CACHED_SIZE, MappedBlocks
-from gateway.store.openfiles import OpenBlockFiles
+from gateway.store.openfiles import MAPPED_BYTES, OpenBlockFiles
 from gateway.store.policy import EvictionPolicy
 from gateway.store.stats import TierStats
 
@@ -33,7 +33,6 @@ __all__ = ["BadBlockError", "DiskTier"]
 
 WARM = 60.0  # seconds after its last use that a block file's inode is taken to be in memory
 _MAPPED = 64 * 1024 * 1024  # the most bytes a tier on tmpfs keeps mapped (store.mapped), at most 1/8 of its quota
-_MAPPED_DISK = 256 * 1024 * 1024  # and a tier on a disk: page cache, which the kernel may take back
 
 
 @dataclass(slots=True)
@@ -97,7 +96,7 @@ class DiskTier:
         self._closed = False
         # Read on the event loop: on tmpfs through mapped files; on a disk through files kept (page cache only).
         self.files = (MappedBlocks(min(_MAPPED, quota // 8)) if medium == "memory"
-                      else OpenBlockFiles(mapped_budget=min(_MAPPED_DISK, quota)))
+                      else OpenBlockFiles(mapped_budget=min(MAPPED_BYTES, quota)))
 
     # --- state ------------------------------------------------------------------------------
 

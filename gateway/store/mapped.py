@@ -41,8 +41,9 @@ memory small:
 
 A mapping dropped while a view of it is still being sent is unmapped when that view is done.
 The worker's own blocks are answered from its index first (store.disk), so a block it evicted
-is never read from a mapping; another worker's block may be read from a mapping for up to
-`recheck` seconds after its owner evicted it. Event loop only.
+is never read from a mapping; another worker's block on tmpfs may be read from a mapping for
+up to `recheck` seconds after its owner evicted it (on a disk, the file is compared on every
+read). Event loop only.
 """
 
 from __future__ import annotations

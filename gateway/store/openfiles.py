@@ -30,7 +30,9 @@ from gateway.store.blockfile import BadBlockError
 from gateway.store.blocks import BlockId, checksum
 from gateway.store.mapped import CACHED_SIZE, VIEW_SIZE, MappedBlocks
 
-__all__ = ["OpenBlockFiles"]
+__all__ = ["MAPPED_BYTES", "OpenBlockFiles"]
+
+MAPPED_BYTES = 256 * 1024 * 1024  # the most bytes of large blocks kept mapped (page cache the kernel may take back)
 
 
 @dataclass(slots=True)
@@ -46,7 +48,7 @@ class _Open:
 class OpenBlockFiles:
     """Open block files (and mapped ones, `mapped`) by block name, least recently read first."""
 
-    def __init__(self, most: int = 256, *, mapped_budget: int, recheck: float | None = None,
+    def __init__(self, most: int = 256, *, mapped_budget: int = MAPPED_BYTES, recheck: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.most = most
         self.recheck = recheck

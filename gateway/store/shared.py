@@ -63,7 +63,7 @@ class SharedTier:
         self._inline = medium == "memory"
         self._clock = time.monotonic
         self._read_lately: OrderedDict[str, float] = OrderedDict()  # others' files on a disk: name -> when read
-        self._others_open = OpenBlockFiles(recheck=1.0, mapped_budget=quota)  # kept, as the own part keeps its own
+        self._others_open = OpenBlockFiles(recheck=1.0)  # kept, as the own part keeps its own
 
     # --- what the own part answers ----------------------------------------------------------
 

@@ -160,7 +160,7 @@ class SharedTier:
         mapping (event loop), on a disk read whole (threads). A bad file is left to its owner
         (which deletes it when it next reads it): this worker never changes another's part."""
         files = self.own.files
-        mapped = files if self._inline and isinstance(files, MappedBlocks) else None  # on tmpfs: through mappings
+        mapped = files if isinstance(files, MappedBlocks) else None  # on tmpfs: through the file's mapping
         if mapped is not None and (data := mapped.held(block_id.name)) is not None:
             return data
         path = self.own.block_path(block_id.name)

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import mmap
 import os
 import threading
+import time
 
+import pytest
+
+from gateway.store import resident
 from gateway.store.blocks import BlockId
 from gateway.store.disk import DiskTier
 
@@ -19,6 +24,28 @@ def payload(block_id: BlockId, size: int) -> bytes:
     """Bytes that differ for every block and every size, so a mix-up cannot go unnoticed."""
     seed = hashlib.sha256(f"{block_id.name}:{size}".encode()).digest()
     return (seed * (size // len(seed) + 1))[:size]
+
+
+def out_of_page_cache(path: str) -> str:
+    """The file written to the disk and dropped from the page cache, as mincore sees it; the
+    test is skipped if the kernel keeps it there (POSIX_FADV_DONTNEED drops only the pages no
+    one holds at that moment)."""
+    for _ in range(50):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            mapping = mmap.mmap(fd, 0, access=mmap.ACCESS_COPY)  # (not blockfile's: tests count its maps)
+        finally:
+            os.close(fd)
+        try:
+            address = resident.address_of(mapping)
+            if address is not None and not resident.Pages(address, len(mapping)).resident():
+                return path
+        finally:
+            mapping.close()
+        time.sleep(0.02)
+    pytest.skip("the kernel kept the file in its page cache, which the test needs out of it")
 
 
 class Clock:

@@ -22,7 +22,7 @@ from gateway.store.blocks import BlockId, checksum
 from gateway.store.disk import DiskTier
 from gateway.store.mapped import CACHED_SIZE, VIEW_SIZE, MappedBlocks
 from gateway.store.policy import make_policy
-from tests.store.helpers import Clock, bid, payload
+from tests.store.helpers import Clock, bid, out_of_page_cache, payload
 from tests.store.test_disk import flip_last_byte
 
 MADV_PAGEOUT = 21  # Linux 5.4: reclaim these pages now (the mmap module has no name for it)
@@ -158,17 +158,6 @@ def test_a_read_is_its_block_or_an_error(tmp_path: Path, steps: list[tuple[str, 
         assert blocks.bytes <= 700 and len(blocks) <= 2
 
 
-def written_out(path: str) -> str:
-    """The file on the disk and out of the page cache."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-    return path
-
-
 def counting_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The sizes of the blocks whose CRC store.mapped computes, as it computes them."""
     checked: list[int] = []
@@ -189,7 +178,7 @@ def page_out(blocks: MappedBlocks, block: BlockId, path: str) -> None:
         blocks._maps[block.name].mapping.madvise(MADV_PAGEOUT)
     except OSError:
         pytest.skip("this kernel has no MADV_PAGEOUT, which the test takes the pages back with")
-    written_out(path)
+    out_of_page_cache(path)
 
 
 def test_on_a_disk_a_block_is_mapped_once_cached_and_checked_when_it_may_come_from_the_disk(
@@ -197,7 +186,7 @@ def test_on_a_disk_a_block_is_mapped_once_cached_and_checked_when_it_may_come_fr
     maps, checks = counting_maps(monkeypatch), counting_checks(monkeypatch)
     blocks = MappedBlocks(1 << 30, verify=True)
     block = bid("k")
-    path = written_out(write(tmp_path, block, payload(block, 200_000)))
+    path = out_of_page_cache(write(tmp_path, block, payload(block, 200_000)))
     assert blocks.cached(path, block) is None and len(blocks) == 0  # not in the page cache: not mapped
     Path(path).read_bytes()
     assert [blocks.cached(path, block) for _ in range(3)] == [payload(block, 200_000)] * 3

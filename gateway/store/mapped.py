@@ -133,7 +133,7 @@ class MappedBlocks:
             return blockfile.read_block(path, block_id)
         del self._read_once[name]
         mapping, identity = blockfile.map_file(path)
-        return self._keep(name, path, mapping, identity, block_id)
+        return self._keep(name, path, mapping, identity, None, block_id)
 
     def cached(self, path: str, block_id: BlockId) -> bytes | memoryview | None:
         """A block on a disk (`verify`), checked: from its mapping, or mapped now, while the
@@ -150,10 +150,11 @@ class MappedBlocks:
                 or not Pages(address, len(mapping)).resident():
             mapping.close()
             return None
-        return self._keep(name, path, mapping, identity, block_id)
+        return self._keep(name, path, mapping, identity, address, block_id)
 
-    def _keep(self, name: str, path: str, mapping: mmap.mmap, identity: tuple[int, int, int],
+    def _keep(self, name: str, path: str, mapping: mmap.mmap, identity: tuple[int, int, int], address: int | None,
               block_id: BlockId) -> bytes | memoryview:
+        """Check a new mapping and keep it; `address` (a disk's: `verify`) is where it starts."""
         try:
             data, crc = blockfile.check_mapped(mapping, block_id)
         except BaseException:
@@ -163,7 +164,6 @@ class MappedBlocks:
             block = data.tobytes()
             _close(mapping, data)
             return block
-        address = address_of(mapping) if self.verify else None
         pages = None if address is None else Pages(address + len(mapping) - len(data), len(data))
         self._maps[name] = _Mapping(mapping, data, crc, path, identity, self._clock(), pages)
         self.bytes += len(data)

@@ -8,11 +8,12 @@ import mmap
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from gateway.store import resident
-from gateway.store.blocks import BlockId
+from gateway.store import blockfile, resident
+from gateway.store.blocks import BlockId, checksum
 from gateway.store.disk import DiskTier
 
 
@@ -24,6 +25,41 @@ def payload(block_id: BlockId, size: int) -> bytes:
     """Bytes that differ for every block and every size, so a mix-up cannot go unnoticed."""
     seed = hashlib.sha256(f"{block_id.name}:{size}".encode()).digest()
     return (seed * (size // len(seed) + 1))[:size]
+
+
+def write_block(root: Path | str, block: BlockId, data: bytes) -> str:
+    """A block file written as a tier writes it, under `root`; its path."""
+    path = blockfile.block_path(str(root), block.name)
+    blockfile.write_file(path, blockfile.encode_header(block, len(data), checksum(data)), data, fsync=False,
+                         unlink=os.unlink)
+    return path
+
+
+def flip_last_byte(path: str) -> None:
+    with open(path, "r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([byte[0] ^ 0x01]))
+
+
+def change_files(action: str, block: BlockId, blocks: dict[BlockId, bytes], root: Path) -> None:
+    """What may happen to a block's file between two reads: "delete" it, "write" it (again),
+    "swap" another block's file in under its name, "flip" a byte of it in place; any other
+    action changes nothing. `blocks`: every block's bytes, in the order "swap" takes the next."""
+    path = blockfile.block_path(str(root), block.name)
+    exists = os.path.exists(path)
+    if action == "delete" and exists:
+        os.unlink(path)
+    elif action == "write":
+        write_block(root, block, blocks[block])
+    elif action == "swap":
+        order = list(blocks)
+        other = order[(order.index(block) + 1) % len(order)]
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.replace(write_block(root, other, blocks[other]), path)
+    elif action == "flip" and exists:
+        flip_last_byte(path)
 
 
 def out_of_page_cache(path: str) -> str:

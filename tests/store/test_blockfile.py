@@ -13,16 +13,10 @@ from hypothesis import strategies as st
 from gateway.store import blockfile
 from gateway.store.blockfile import BadBlockError
 from gateway.store.blocks import BlockId, checksum
+from tests.store.helpers import write_block
 
 SIZES = st.sampled_from([0, 1, 4096, 64 * 1024 - 200, 64 * 1024 + 1, 200_000])
 KEYS = st.text(min_size=1, max_size=40)
-
-
-def write(root: Path, block: BlockId, data: bytes) -> str:
-    path = blockfile.block_path(str(root), block.name)
-    blockfile.write_file(path, blockfile.encode_header(block, len(data), checksum(data)), data, fsync=False,
-                         unlink=os.unlink)
-    return path
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -31,7 +25,7 @@ def write(root: Path, block: BlockId, data: bytes) -> str:
 def test_a_read_is_the_block_or_bad(tmp_path: Path, size: int, key: str, where: float, flip: int, damage: str) -> None:
     block = BlockId("bkt", key, "etag", 3)
     data = os.urandom(size)
-    path = write(tmp_path, block, data)
+    path = write_block(tmp_path, block, data)
     raw = bytearray(Path(path).read_bytes())
     at = int(where * len(raw))
     if damage == "flip":
@@ -67,7 +61,7 @@ def mapped(path: str, block: BlockId) -> bytes:
 def test_a_file_of_another_block_is_refused(tmp_path: Path) -> None:
     for size in (10, 100_000):  # read in one go, and header then data
         mine, other = BlockId("bkt", "k", "e", 0), BlockId("bkt", "k", "e", 1)
-        path = write(tmp_path, other, os.urandom(size))
+        path = write_block(tmp_path, other, os.urandom(size))
         for read in (blockfile.read_block, mapped):
             try:
                 read(path, mine)

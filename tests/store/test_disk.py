@@ -17,7 +17,7 @@ import pytest
 from gateway.store.blocks import BlockId, checksum
 from gateway.store.disk import DiskTier
 from gateway.store.policy import make_policy
-from tests.store.helpers import Clock, FailingDisk, FullDisk, GatedDisk, bid, files_under, payload
+from tests.store.helpers import Clock, FailingDisk, FullDisk, GatedDisk, bid, files_under, flip_last_byte, payload
 
 Factory = Callable[..., DiskTier]
 
@@ -139,14 +139,6 @@ async def test_open_deletes_temporaries_and_bad_headers_and_keeps_foreign_files(
 
 
 # --- corruption ----------------------------------------------------------------------------------
-
-
-def flip_last_byte(path: str) -> None:
-    with open(path, "r+b") as f:
-        f.seek(-1, os.SEEK_END)
-        byte = f.read(1)
-        f.seek(-1, os.SEEK_END)
-        f.write(bytes([byte[0] ^ 0x01]))
 
 
 def truncate(path: str) -> None:

@@ -22,17 +22,9 @@ from gateway.store.blocks import BlockId, checksum
 from gateway.store.disk import DiskTier
 from gateway.store.mapped import CACHED_SIZE, VIEW_SIZE, MappedBlocks
 from gateway.store.policy import make_policy
-from tests.store.helpers import Clock, bid, out_of_page_cache, payload
-from tests.store.test_disk import flip_last_byte
+from tests.store.helpers import Clock, bid, change_files, flip_last_byte, out_of_page_cache, payload, write_block
 
 MADV_PAGEOUT = 21  # Linux 5.4: reclaim these pages now (the mmap module has no name for it)
-
-
-def write(root: Path, block: BlockId, data: bytes) -> str:
-    path = blockfile.block_path(str(root), block.name)
-    blockfile.write_file(path, blockfile.encode_header(block, len(data), checksum(data)), data, fsync=False,
-                         unlink=os.unlink)
-    return path
 
 
 def counting_maps(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -59,7 +51,7 @@ def test_a_file_is_mapped_at_its_second_read_and_read_from_its_mapping(tmp_path:
     mapped = counting_maps(monkeypatch)
     blocks = MappedBlocks(1 << 20)
     block = bid("k")
-    path = write(tmp_path, block, payload(block, 5000))
+    path = write_block(tmp_path, block, payload(block, 5000))
     assert blocks.read(path, block) == payload(block, 5000)
     assert mapped == [] and blocks.held(block.name) is None  # read once: not mapped
     assert [blocks.read(path, block) for _ in range(3)] == [payload(block, 5000)] * 3
@@ -71,7 +63,7 @@ def test_a_deleted_or_replaced_file_is_dropped_at_the_next_check(tmp_path: Path)
     clock = Clock()
     blocks = MappedBlocks(1 << 20, recheck=1.0, clock=clock)
     block = bid("k")
-    path = write(tmp_path, block, payload(block, 100))
+    path = write_block(tmp_path, block, payload(block, 100))
     read_twice(blocks, path, block)
     os.unlink(path)
     assert blocks.held(block.name) == payload(block, 100)  # the same bytes, until the check is due
@@ -79,9 +71,9 @@ def test_a_deleted_or_replaced_file_is_dropped_at_the_next_check(tmp_path: Path)
     assert blocks.held(block.name) is None and len(blocks) == 0 and blocks.bytes == 0
     with pytest.raises(FileNotFoundError):
         blocks.read(path, block)
-    write(tmp_path, block, payload(block, 100))
+    write_block(tmp_path, block, payload(block, 100))
     assert read_twice(blocks, path, block) == payload(block, 100)
-    os.replace(write(tmp_path, bid("other"), payload(block, 100)), path)  # another inode at the name
+    os.replace(write_block(tmp_path, bid("other"), payload(block, 100)), path)  # another inode at the name
     clock.now += 1.0
     assert blocks.held(block.name) is None  # dropped: the next read maps (and checks) the new file
     with pytest.raises(BadBlockError):
@@ -91,16 +83,16 @@ def test_a_deleted_or_replaced_file_is_dropped_at_the_next_check(tmp_path: Path)
 def test_the_mappings_stay_within_their_bytes_and_count(tmp_path: Path) -> None:
     blocks = MappedBlocks(1000, most=3)
     ids = [bid(f"k{i}") for i in range(6)]
-    paths = {block: write(tmp_path, block, payload(block, 300)) for block in ids}
+    paths = {block: write_block(tmp_path, block, payload(block, 300)) for block in ids}
     for block in ids[:4]:  # 1200 bytes: the first one goes
         read_twice(blocks, paths[block], block)
     assert blocks.bytes == 900 and [blocks.held(b.name) is not None for b in ids[:4]] == [False, True, True, True]
     blocks.read(paths[ids[1]], ids[1])  # read lately: kept over ids[2]
     small = bid("small")
-    read_twice(blocks, write(tmp_path, small, b"x"), small)  # a fourth file: over `most`
+    read_twice(blocks, write_block(tmp_path, small, b"x"), small)  # a fourth file: over `most`
     assert len(blocks) == 3 and blocks.held(ids[2].name) is None and blocks.held(ids[1].name) is not None
     big = bid("big")
-    assert read_twice(blocks, write(tmp_path, big, payload(big, 2000)), big) == payload(big, 2000)  # over the budget
+    assert read_twice(blocks, write_block(tmp_path, big, payload(big, 2000)), big) == payload(big, 2000)  # over the budget
     assert blocks.held(big.name) is None and blocks.bytes <= 1000
 
 
@@ -145,16 +137,10 @@ def test_a_read_is_its_block_or_an_error(tmp_path: Path, steps: list[tuple[str, 
                 assert blocks.read(paths[block], block) == data[block]
             except (FileNotFoundError, BadBlockError):
                 pass
-        elif action == "delete" and os.path.exists(paths[block]):
-            os.unlink(paths[block])
-        elif action == "write":
-            write(root, block, data[block])
-        elif action == "swap":
-            other = ids[(i + 1) % 4]
-            os.makedirs(os.path.dirname(paths[block]), exist_ok=True)
-            os.replace(write(root, other, data[other]), paths[block])
-        else:
+        elif action == "tick":
             clock.now += 0.6
+        else:
+            change_files(action, block, data, root)
         assert blocks.bytes <= 700 and len(blocks) <= 2
 
 
@@ -186,7 +172,7 @@ def test_on_a_disk_a_block_is_mapped_once_cached_and_checked_when_it_may_come_fr
     maps, checks = counting_maps(monkeypatch), counting_checks(monkeypatch)
     blocks = MappedBlocks(1 << 30, verify=True)
     block = bid("k")
-    path = out_of_page_cache(write(tmp_path, block, payload(block, 200_000)))
+    path = out_of_page_cache(write_block(tmp_path, block, payload(block, 200_000)))
     assert blocks.cached(path, block) is None and len(blocks) == 0  # not in the page cache: not mapped
     Path(path).read_bytes()
     assert [blocks.cached(path, block) for _ in range(3)] == [payload(block, 200_000)] * 3
@@ -202,7 +188,7 @@ def test_on_a_disk_a_block_is_mapped_once_cached_and_checked_when_it_may_come_fr
 def test_on_a_disk_a_block_damaged_on_the_disk_is_caught_when_read_from_it_again(tmp_path: Path) -> None:
     blocks = MappedBlocks(1 << 30, verify=True)
     block = bid("k")
-    path = write(tmp_path, block, payload(block, 5000))
+    path = write_block(tmp_path, block, payload(block, 5000))
     assert blocks.cached(path, block) == payload(block, 5000)
     flip_last_byte(path)  # what the disk will give back, as bit rot would: without the file changing
     blocks._maps[block.name].identity = blockfile.identity(path)
@@ -216,7 +202,7 @@ def test_on_a_disk_a_block_damaged_on_the_disk_is_caught_when_read_from_it_again
 def test_on_a_disk_a_file_written_to_is_mapped_and_checked_again_at_its_next_read(tmp_path: Path) -> None:
     blocks = MappedBlocks(1 << 30, verify=True)
     block = bid("k")
-    path = write(tmp_path, block, payload(block, 5000))
+    path = write_block(tmp_path, block, payload(block, 5000))
     assert blocks.cached(path, block) == payload(block, 5000)
     flip_last_byte(path)  # its ctime changes: the mapping goes, and the file is mapped again
     with pytest.raises(BadBlockError):
@@ -227,7 +213,7 @@ def test_on_a_disk_a_file_written_to_is_mapped_and_checked_again_at_its_next_rea
 def test_a_large_block_is_a_read_only_view_that_outlives_its_mapping(tmp_path: Path) -> None:
     blocks = MappedBlocks(1 << 30, verify=True)
     small, large = bid("small"), bid("large")
-    paths = {b: write(tmp_path, b, payload(b, size)) for b, size in ((small, VIEW_SIZE - 1), (large, VIEW_SIZE))}
+    paths = {b: write_block(tmp_path, b, payload(b, size)) for b, size in ((small, VIEW_SIZE - 1), (large, VIEW_SIZE))}
     assert type(blocks.cached(paths[small], small)) is bytes
     view = blocks.cached(paths[large], large)
     assert isinstance(view, memoryview) and view.readonly and view == payload(large, VIEW_SIZE)
@@ -241,7 +227,7 @@ def test_a_large_block_is_a_read_only_view_that_outlives_its_mapping(tmp_path: P
 def test_on_a_disk_a_block_too_large_for_the_loop_is_not_mapped(tmp_path: Path) -> None:
     blocks = MappedBlocks(1 << 30, verify=True)
     block = bid("big")
-    path = write(tmp_path, block, payload(block, CACHED_SIZE + blockfile.MAX_HEADER))
+    path = write_block(tmp_path, block, payload(block, CACHED_SIZE + blockfile.MAX_HEADER))
     assert blocks.cached(path, block) is None and len(blocks) == 0
 
 

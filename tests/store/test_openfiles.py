@@ -16,22 +16,14 @@ from hypothesis import strategies as st
 
 from gateway.store import blockfile
 from gateway.store.blockfile import BadBlockError
-from gateway.store.blocks import BlockId, checksum
+from gateway.store.blocks import BlockId
 from gateway.store.disk import DiskTier
 from gateway.store.mapped import CACHED_SIZE, VIEW_SIZE
 from gateway.store.openfiles import OpenBlockFiles
 from gateway.store.policy import make_policy
-from tests.store.helpers import Clock, bid, out_of_page_cache, payload
-from tests.store.test_disk import flip_last_byte
+from tests.store.helpers import Clock, bid, change_files, flip_last_byte, out_of_page_cache, payload, write_block
 
 BUDGET = 1 << 30
-
-
-def write(root: Path, block: BlockId, data: bytes) -> str:
-    path = blockfile.block_path(str(root), block.name)
-    blockfile.write_file(path, blockfile.encode_header(block, len(data), checksum(data)), data, fsync=False,
-                         unlink=os.unlink)
-    return path
 
 
 def open_fds() -> int:
@@ -56,7 +48,7 @@ def test_a_file_is_opened_once_and_every_read_is_checked(tmp_path: Path, monkeyp
     opened = counting_opens(monkeypatch)
     files = OpenBlockFiles(mapped_budget=BUDGET)
     block = bid("k")
-    path = write(tmp_path, block, payload(block, size))
+    path = write_block(tmp_path, block, payload(block, size))
     assert [files.read_cached(path, block) for _ in range(3)] == [payload(block, size)] * 3
     assert opened == [path] and len(files) == 1
     assert (block.name in files.mapped) == (size >= VIEW_SIZE)  # a large block is sent from its mapping
@@ -73,9 +65,9 @@ def test_a_file_of_another_block_or_too_large_is_not_kept_open(tmp_path: Path) -
     mine, other = bid("mine"), bid("other")
     before = open_fds()
     with pytest.raises(BadBlockError):
-        files.read_cached(write(tmp_path, other, b"x" * 10), mine)
+        files.read_cached(write_block(tmp_path, other, b"x" * 10), mine)
     big = bid("big")
-    assert files.read_cached(write(tmp_path, big, payload(big, CACHED_SIZE + 1)), big) is None  # for a thread
+    assert files.read_cached(write_block(tmp_path, big, payload(big, CACHED_SIZE + 1)), big) is None  # for a thread
     assert len(files) == 0 and open_fds() == before
 
 
@@ -84,7 +76,7 @@ def test_a_large_block_out_of_the_page_cache_is_left_to_the_threads(tmp_path: Pa
     bytes if it ends at once, as a virtual disk's often does: never a wait on the loop.)"""
     files = OpenBlockFiles(mapped_budget=BUDGET)
     block = bid("cold")
-    path = out_of_page_cache(write(tmp_path, block, payload(block, 2 * 1024 * 1024)))  # past a readahead window
+    path = out_of_page_cache(write_block(tmp_path, block, payload(block, 2 * 1024 * 1024)))  # past a readahead window
     assert files.read_cached(path, block) is None and len(files) == 0
 
 
@@ -93,7 +85,7 @@ def test_at_most_most_files_are_open(tmp_path: Path) -> None:
     before = open_fds()
     blocks = [bid(f"k{i}") for i in range(5)]
     for block in blocks:
-        assert files.read_cached(write(tmp_path, block, payload(block, 10)), block) == payload(block, 10)
+        assert files.read_cached(write_block(tmp_path, block, payload(block, 10)), block) == payload(block, 10)
     assert len(files) == 3 and open_fds() == before + 3
     files.close()
     assert open_fds() == before
@@ -123,7 +115,7 @@ def test_with_recheck_a_deleted_or_replaced_file_is_closed_at_the_next_check(tmp
     clock = Clock()
     files = OpenBlockFiles(recheck=1.0, mapped_budget=BUDGET, clock=clock)
     block = bid("k")
-    path = write(tmp_path, block, payload(block, 100))
+    path = write_block(tmp_path, block, payload(block, 100))
     before = open_fds()
     assert files.read_cached(path, block) == payload(block, 100)
     os.unlink(path)
@@ -132,9 +124,9 @@ def test_with_recheck_a_deleted_or_replaced_file_is_closed_at_the_next_check(tmp
     with pytest.raises(FileNotFoundError):
         files.read_cached(path, block)
     assert len(files) == 0 and open_fds() == before  # the deleted file's descriptor is closed
-    write(tmp_path, block, payload(block, 100))
+    write_block(tmp_path, block, payload(block, 100))
     assert files.read_cached(path, block) == payload(block, 100)
-    os.replace(write(tmp_path, bid("other"), payload(block, 100)), path)  # another file at the name
+    os.replace(write_block(tmp_path, bid("other"), payload(block, 100)), path)  # another file at the name
     clock.now += 1.0
     with pytest.raises(BadBlockError):
         files.read_cached(path, block)
@@ -145,7 +137,7 @@ def test_files_left_open_are_closed_with_their_cache(tmp_path: Path) -> None:
     files = OpenBlockFiles(mapped_budget=BUDGET)
     before = open_fds()
     block = bid("k")
-    files.read_cached(write(tmp_path, block, payload(block, 10)), block)
+    files.read_cached(write_block(tmp_path, block, payload(block, 10)), block)
     assert open_fds() == before + 1
     del files  # never closed: a tier dropped without aclose
     assert open_fds() == before
@@ -166,20 +158,10 @@ def test_a_read_is_its_block_none_or_an_error(tmp_path: Path, steps: list[tuple[
     paths = {block: blockfile.block_path(str(root), block.name) for block in ids}
     try:
         for action, i in steps:
-            block = ids[i]
-            exists = os.path.exists(paths[block])
-            if action == "delete" and exists:
-                os.unlink(paths[block])
-            elif action == "write":
-                write(root, block, data[block])
-            elif action == "swap":
-                other = ids[(i + 1) % 3]
-                os.makedirs(os.path.dirname(paths[block]), exist_ok=True)
-                os.replace(write(root, other, data[other]), paths[block])
-            elif action == "flip" and exists:
-                flip_last_byte(paths[block])
-            elif action == "tick":
+            if action == "tick":
                 clock.now += 0.6
+            else:
+                change_files(action, ids[i], data, root)
             for read in ids:  # after every step, every block read once
                 try:
                     got = files.read_cached(paths[read], read)

@@ -14,8 +14,7 @@ from gateway.store import blockfile
 from gateway.store.blocks import BlockId
 from gateway.store.policy import make_policy
 from gateway.store.shared import SharedTier
-from tests.store.helpers import bid, payload
-from tests.store.test_disk import flip_last_byte
+from tests.store.helpers import bid, flip_last_byte, payload
 
 
 def even(block: BlockId) -> bool:

@@ -25,6 +25,7 @@ from gateway.config import CacheSettings, Settings
 from gateway.engine import Engine
 from gateway.events import SqsConsumer
 from gateway.heat import HeatCounter
+from gateway.httpserver import Later
 from gateway.node.journal import Journal
 from gateway.node.workers import WorkerSet
 from gateway.origin import Origin
@@ -80,7 +81,7 @@ class GatewayApp:
                         workers=self.workers, cluster=cluster, journal=journal)  # engine.aclose closes it
         if self.fleet is not None or not self.workers.alone:  # other nodes or workers ask this one for blocks
             self.peer = PeerApp(cluster.secret if self.fleet is not None else "", self.workers.secret.hex(),
-                                engine.serve_block, engine.serve_open, engine.serve_hold)
+                                engine.serve_block, engine.serve_open, engine.serve_hold, engine.serve_block_now)
         if self.fleet is not None:
             await self.fleet.membership.heartbeat()  # join now (Redis down: alone until it is back)
             self._tasks.append(asyncio.create_task(self.fleet.membership.run(), name="gateway-membership"))
@@ -152,12 +153,14 @@ class GatewayApp:
             await self.s3(scope, receive, send)
 
     def hit(self, scope: dict[str, Any], default_headers: list[tuple[bytes, bytes]],
-            keep_alive: bool) -> tuple[list[bytes | memoryview], Replay | None] | None:
+            keep_alive: bool) -> tuple[list[bytes | memoryview], Replay | None] | Later | None:
         """A cache hit answered below ASGI (gateway.httpserver.Hits), or None: __call__ answers."""
         hits, path = self.hits, scope["path"]
-        if hits is None or (self.peer is not None and self.peer.handles(path)) or \
-                (self.admin is not None and self.admin.handles(path)):
+        if hits is None or (self.admin is not None and self.admin.handles(path)):
             return None
+        if self.peer is not None and self.peer.handles(path):  # a block another node or worker asks for
+            answer = self.peer.answer_now(scope, default_headers, keep_alive)
+            return None if answer is None else (answer, None)
         return hits.answer(scope, default_headers, keep_alive)
 
     def keep(self, request: bytes, replay: Replay) -> None:

@@ -25,7 +25,9 @@ counts requests in flight, not connections.
 
 It can also be given `Hits`, which answers a request whose head just arrived in full, or
 declines (None). A request it answers (a cache hit, gateway.s3api.hits) runs no ASGI cycle
-and no task; any other request goes to the app as before. When a read from the socket held
+and no task; any other request goes to the app as before. It may also answer `Later`: a GET
+whose one block another node holds runs a task that waits for the block, then sends the answer
+as a hit's (or, when the block could not be had, starts the app on the request). When a read from the socket held
 one whole request and nothing else, and `Hits` answered it, `Hits` keeps it; the same bytes
 arriving again on an idle connection are offered to `Hits.replay` before they are parsed
 at all (gateway.s3api.replays). Neither is used while the client is not reading its answers
@@ -45,7 +47,7 @@ import functools
 import logging
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -68,14 +70,19 @@ errors itself (too many connections, a head too large or too slow) and renders t
 the function it is given (gateway.s3api.responses.error_page), knowing nothing of S3's XML."""
 
 
+Later = Callable[[], Awaitable["Callable[[bool], list[bytes | memoryview]] | None"]]
+"""A hit that waits for its block first: awaited, it gives what makes the whole answer for the
+connection's keep-alive of that moment, or None: the app answers the request."""
+
+
 class Hits(Protocol):
     """What answers cache hits in the protocol (gateway.app.GatewayApp)."""
 
     def hit(self, scope: dict[str, Any], default_headers: list[tuple[bytes, bytes]],
-            keep_alive: bool) -> tuple[list[bytes | memoryview], Any] | None:
+            keep_alive: bool) -> tuple[list[bytes | memoryview], Any] | Later | None:
         """(ASGI HTTP scope of a request without a body, the server's default headers,
         keep-alive) -> (the whole HTTP answer as pieces to write, what answering the same
-        request again takes, or None), or None: the app answers the request."""
+        request again takes, or None), a Later, or None: the app answers the request."""
 
     def keep(self, request: bytes, replay: Any) -> None:
         """`request`, exactly as read, was answered by `hit`, which gave `replay`."""
@@ -281,14 +288,35 @@ class GuardedProtocol(HttpToolsProtocol):
         if hit is None:
             super()._start_asgi_task(cycle, app)
             return
+        if callable(hit):  # a block to wait for first: answered as a hit once it came, else by the app
+            task = self.loop.create_task(self._answer_later(cycle, app, hit))
+            task.add_done_callback(self.tasks.discard)
+            self.tasks.add(task)  # a graceful shutdown waits for it, as for the app's tasks
+            return
         answer, replay = hit
         if self._alone is not None:
             self._kept = replay
+        self._send_hit(cycle, answer)
+
+    def _send_hit(self, cycle: Any, answer: list[bytes | memoryview]) -> None:
         cycle.response_started = cycle.response_complete = True
         self.transport.writelines(answer)
         if not cycle.keep_alive:
             self.transport.close()
         cycle.on_response()
+
+    async def _answer_later(self, cycle: Any, app: Any, later: Later) -> None:
+        try:
+            make = await later()
+        except Exception:
+            logger.exception("the hit path failed; the app answers the request")
+            make = None
+        if cycle.disconnected or self.transport.is_closing():  # the client left while the block came
+            return
+        if make is None:
+            super()._start_asgi_task(cycle, app)
+        else:
+            self._send_hit(cycle, make(cycle.keep_alive))
 
     def _at_rest(self) -> bool:
         """No request is being read or answered, and the client reads what it is sent."""

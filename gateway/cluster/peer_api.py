@@ -23,6 +23,9 @@ __all__ = ["PeerApp"]
 # the node's memory tier. `peers`: another worker asked for its own read, which may go to the
 # fleet's owners; another node's request never goes to a third node (no circles).
 ServeBlock = Callable[[str, str, str, str, int, int, bool, bool], Awaitable["bytes | None"]]
+# (bucket, key, etag, version id or "", object size, index) -> the block's bytes when a tier holds
+# it now (read on the event loop, no wait), else None.
+ServeBlockNow = Callable[[str, str, str, str, int, int], "bytes | memoryview | None"]
 # (bucket, key, version id or "", index, peers, in_file) -> the open's answer (its block None as
 # above) or None.
 ServeOpen = Callable[[str, str, str, int, bool, bool], Awaitable["OpenAnswer | None"]]
@@ -36,17 +39,19 @@ class PeerApp:
     The callables do the work (the engine's block reader: from the cache, else from the
     origin once); they raise PeerRefused for an S3 error the origin gave, LookupError
     when this node cannot serve blocks, ValueError for a block outside the object.
-    `served[outcome]` counts answers (block, open, refused, unauthorized, ...).
+    `served[outcome]` counts answers (block, open, refused, unauthorized, ...); `below_asgi`
+    those of the blocks answered in the HTTP protocol (`answer_now`).
     """
 
     def __init__(self, cluster_secret: str, node_secret: str, serve_block: ServeBlock, serve_open: ServeOpen,
-                 serve_hold: ServeHold) -> None:
+                 serve_hold: ServeHold, serve_block_now: ServeBlockNow | None = None) -> None:
         # Other nodes sign with the cluster secret, this node's other workers with the node's own.
         self._secrets = [(secret.encode(), sibling) for secret, sibling in ((cluster_secret, False),
                                                                             (node_secret, True)) if secret]
         self._serve_block = serve_block
         self._serve_open = serve_open
         self._serve_hold = serve_hold
+        self._serve_block_now = serve_block_now
         self.served: Counter[str] = Counter()
 
     @staticmethod
@@ -56,11 +61,7 @@ class PeerApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path, method = scope["path"], scope["method"]
         query = scope.get("query_string", b"").decode("latin-1")
-        header = next((v.decode("latin-1") for n, v in scope["headers"] if n == AUTH_HEADER.encode()), None)
-        raw_path = scope.get("raw_path", path.encode()).decode("latin-1")
-        # 200 if a secret signs it, else 401 (no or malformed signature) before 403 (a wrong one).
-        checked = [(verify(secret, header, method, raw_path, query), sibling) for secret, sibling in self._secrets]
-        status, sibling = min(checked, default=(401, False))
+        status, sibling = self._signed(scope, query)
         if status != 200:
             self.served["unauthorized"] += 1
             return await _answer(send, status, orjson.dumps({"error": "peer requests are signed with the "
@@ -107,13 +108,55 @@ class PeerApp:
                       [(META_HEADER.encode(), base64.b64encode(opened.meta)), *(_IN_FILE if opened.data is None else []),
                        *(_CACHED if opened.cached else [])])
 
+    def answer_now(self, scope: Scope, default_headers: list[tuple[bytes, bytes]],
+                   keep_alive: bool) -> list[bytes | memoryview] | None:
+        """The whole HTTP answer to a signed block request whose block a tier holds now, made
+        in the HTTP protocol (gateway.httpserver.Hits) as `__call__` would answer it; None
+        (nothing counted) for anything else, which `__call__` then answers."""
+        if self._serve_block_now is None or scope["method"] != "GET" or scope["path"] != BLOCK_PATH:
+            return None
+        query = scope.get("query_string", b"").decode("latin-1")
+        if self._signed(scope, query)[0] != 200:
+            return None
+        params = decode_query(query)
+        if params.get("file") == "1":  # a sibling may read the block from its file instead: __call__ says
+            return None
+        try:
+            data = self._serve_block_now(params["bucket"], params["key"], params["etag"], params["vid"],
+                                         int(params["size"]), int(params["index"]))
+        except (KeyError, ValueError):
+            return None
+        if data is None:
+            return None
+        self.served["block"] += 1
+        self.served["below_asgi"] += 1
+        head = [b"HTTP/1.1 200 OK\r\n"]
+        for name, value in [*default_headers, *_body_headers(len(data))]:
+            head += (name, b": ", value, b"\r\n")
+        head.append(b"\r\n" if keep_alive else b"connection: close\r\n\r\n")
+        return [b"".join(head), data]
 
+    def _signed(self, scope: Scope, query: str) -> tuple[int, bool]:
+        """(200 if a secret signs the request, else 401 (no or malformed signature) before 403
+        (a wrong one); whether it is this node's own secret, i.e. a sibling worker asks)."""
+        header = next((v.decode("latin-1") for n, v in scope["headers"] if n == _AUTH_HEADER), None)
+        raw_path = scope.get("raw_path", scope["path"].encode()).decode("latin-1")
+        checked = [(verify(secret, header, scope["method"], raw_path, query), sibling)
+                   for secret, sibling in self._secrets]
+        return min(checked, default=(401, False))
+
+
+_AUTH_HEADER = AUTH_HEADER.encode()
 _IN_FILE = [(BLOCK_HEADER.encode(), b"file")]
 _CACHED = [(CACHED_HEADER.encode(), b"1")]
 
 
+def _body_headers(length: int, content_type: bytes = b"application/octet-stream") -> list[tuple[bytes, bytes]]:
+    return [(b"content-type", content_type), (b"content-length", str(length).encode())]
+
+
 async def _answer(send: Send, status: int, body: bytes, content_type: bytes = b"application/json",
                   extra: list[tuple[bytes, bytes]] | None = None) -> None:
-    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode()), *(extra or [])]
+    headers = [*_body_headers(len(body), content_type), *(extra or [])]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

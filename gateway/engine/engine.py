@@ -237,6 +237,22 @@ class Engine:
             self.heat.hit(read.block.bucket, read.block.key)
         return hit
 
+    def peer_owns(self, read: OneBlock) -> bool:
+        """Whether another node of the fleet owns the block of `read` (read_block asks it)."""
+        fetch = self.reads.fetch
+        block = read.block
+        return fetch is not None and fetch.route(block.bucket, block.key, block.index) is not None
+
+    async def read_block(self, read: OneBlock, meta: ObjectMeta) -> ObjectRead:
+        """The bytes of a range one_block found, in hand, from wherever they are (Reads.read_object),
+        counted as get_object counts that read once it succeeded. The hit path asks this way for
+        a block another node owns."""
+        block = read.block
+        got = await self.reads.read_object(block.bucket, block.key, meta, start=read.start, end=read.end)
+        self.metadata.stats["meta_hit"] += 1
+        self.heat.hit(block.bucket, block.key)
+        return got
+
     def head_answered_now(self) -> None:
         """A HEAD answered from fresh_now's metadata: counted as open_object counts that hit."""
         self.metadata.stats["meta_hit"] += 1
@@ -256,6 +272,10 @@ class Engine:
     async def serve_block(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
                           peers: bool, in_file: bool) -> bytes | None:
         return await self._serving().serve_block(bucket, key, etag, version_id, size, index, peers, in_file)
+
+    def serve_block_now(self, bucket: str, key: str, etag: str, version_id: str, size: int,
+                        index: int) -> bytes | memoryview | None:
+        return self._serving().serve_block_now(bucket, key, etag, version_id, size, index)
 
     async def serve_open(self, bucket: str, key: str, version_id: str, index: int, peers: bool,
                          in_file: bool) -> OpenAnswer | None:

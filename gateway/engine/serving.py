@@ -50,6 +50,15 @@ class Serving:
         finally:
             self.fetch.budget.give(held)
 
+    def serve_block_now(self, bucket: str, key: str, etag: str, version_id: str, size: int,
+                        index: int) -> bytes | memoryview | None:
+        """A block a peer asked for when a tier holds it now (read on the event loop, counted
+        as `serve_block` counts that hit); None, counting nothing, otherwise: `serve_block`."""
+        if index < 0 or index * self.fetch.settings.block_size >= size:
+            return None  # outside the object: serve_block refuses it
+        hit = self.fetch.block_now(BlockId(bucket, key, version_of(_described(etag, version_id, size)), index))
+        return None if hit is None else hit[0]
+
     async def serve_hold(self, bucket: str, key: str, etag: str, version_id: str, size: int, replicas: int) -> int:
         """A load a peer asked for (see Replicas.hold): the bytes fetched. Raises as `serve_block` does."""
         if size < 0 or replicas < 1:

@@ -14,7 +14,9 @@ does not pay for parsing and the signature twice.
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gateway.engine import ObjectMeta, OneBlock
@@ -25,6 +27,9 @@ from gateway.s3api import headers as hdrs
 from gateway.s3api.replays import Replay, Replays, keepable
 from gateway.s3api.responses import body_response, empty_response, new_request_id
 from gateway.s3api.server import IDENTIFIED, S3App, S3Request, answered_for, note_answer, parse_request
+
+# (keep-alive) -> the whole answer, made once the block of a GET another node owns came.
+_Make = Callable[[bool], list[bytes | memoryview]]
 
 _READS = frozenset({"GetObject", "HeadObject"})
 _BODY_HEADERS = (b"content-length", b"transfer-encoding")
@@ -45,12 +50,14 @@ class HitPath:
         self._domain = app.settings.server.domain
         self.replays = Replays(app)
 
-    def answer(self, scope: dict[str, Any], default_headers: list[tuple[bytes, bytes]],
-               keep_alive: bool) -> tuple[list[bytes | memoryview], Replay | None] | None:
+    def answer(self, scope: dict[str, Any], default_headers: list[tuple[bytes, bytes]], keep_alive: bool,
+               ) -> tuple[list[bytes | memoryview], Replay | None] | Callable[[], Awaitable[_Make | None]] | None:
         """The whole HTTP answer to the request of `scope` (an ASGI HTTP scope) when it is a
-        hit, with what answering it again takes (None when it may not be kept), else None
-        (nothing counted). `default_headers` are the server's (Date); `keep_alive` False
-        adds Connection: close, as uvicorn does."""
+        hit, with what answering it again takes (None when it may not be kept); a later answer
+        (httpserver.Later) when it is a GET of one block another node owns; else None (nothing
+        counted).
+        `default_headers` are the server's (Date); `keep_alive` False adds Connection: close,
+        as uvicorn does."""
         method = scope["method"]
         if method != "GET" and method != "HEAD":
             return None
@@ -79,38 +86,63 @@ class HitPath:
             answer = reads.object_answer(req, meta, overrides)
         except S3Error:
             return None
-        if method == "GET":
-            read = engine.one_block(bucket, key, meta, answer.start, answer.end)
-            hit = None if read is None else engine.read_block_now(read, meta)
-            if hit is None:
-                return None
-            body, answer.headers[reads.X_CACHE] = hit
-            response = body_response(body, request_id, status=answer.status, headers=answer.headers)
-        else:
+        made = _Made(req, scope, request_id, started, answer, default_headers)
+        if method == "HEAD":
             engine.head_answered_now()
             answer.headers[reads.X_CACHE] = "hit-mem"  # as the app says of metadata from memory
+            pieces = self._whole(made, b"", keep_alive)
+            return pieces, self._replay(made, meta, None, keep_alive)
+        read = engine.one_block(bucket, key, meta, answer.start, answer.end)
+        if read is None:
+            return None
+        hit = engine.read_block_now(read, meta)
+        if hit is None:
+            return functools.partial(self._later, made, meta, read) if engine.peer_owns(read) else None
+        body, answer.headers[reads.X_CACHE] = hit
+        pieces = self._whole(made, body, keep_alive)
+        return pieces, self._replay(made, meta, read, keep_alive)
+
+    async def _later(self, made: _Made, meta: ObjectMeta, read: OneBlock) -> _Make | None:
+        """A GET of one block another node owns: the block read as the app reads it (counted
+        as it counts it), then the answer, made for the connection's keep-alive of that moment;
+        None (nothing counted) when the read fails: the app answers, and says why."""
+        try:
+            got = await self.app.engine.read_block(read, meta)
+        except S3Error:  # ObjectChanged too: the app reads the object as it is now
+            return None
+        async with got:
+            body = got.body
+            assert body is not None  # a read within one block is in hand
+        made.answer.headers[reads.X_CACHE] = got.source
+        return functools.partial(self._whole, made, body)
+
+    def _whole(self, made: _Made, body: bytes | memoryview, keep_alive: bool) -> list[bytes | memoryview]:
+        """The HTTP answer (head, body) to a request made up to its body, counted and logged."""
+        answer, request_id = made.answer, made.request_id
+        if made.scope["method"] == "GET":
+            response = body_response(body, request_id, status=answer.status, headers=answer.headers)
+        else:
             response = empty_response(request_id, status=answer.status, headers=answer.headers)
-            body, read = b"", None
         status_line = _STATUS_LINES[answer.status]
         head = [status_line]
-        for name, value in default_headers:
+        for name, value in made.default_headers:
             head += (name, b": ", value, b"\r\n")
         for name, value in response.raw_headers:
             head += (name, b": ", value, b"\r\n")
-        closing = b"\r\n" if keep_alive else b"connection: close\r\n\r\n"
-        head.append(closing)
-        outcome: dict[str, Any] = {"bytes": len(body), "cache": None}
-        note_answer(outcome, answer.status, response.raw_headers)
-        app.finished(req, scope, request_id, outcome, time.perf_counter() - started)
+        made.closing = b"\r\n" if keep_alive else b"connection: close\r\n\r\n"
+        head.append(made.closing)
+        made.status_line, made.raw_headers = status_line, response.raw_headers
+        made.outcome = {"bytes": len(body), "cache": None}
+        note_answer(made.outcome, answer.status, response.raw_headers)
+        app = self.app
+        app.finished(made.req, made.scope, request_id, made.outcome, time.perf_counter() - made.started)
         app.stats.below_asgi += 1
-        return [b"".join(head), body], self._replay(req, scope, meta, read, status_line, response.raw_headers,
-                                                     closing, keep_alive, outcome)
+        return [b"".join(head), body]
 
-    def _replay(self, req: S3Request, scope: dict[str, Any], meta: ObjectMeta, read: OneBlock | None,
-                status_line: bytes, raw_headers: list[tuple[bytes, bytes]], closing: bytes, keep_alive: bool,
-                outcome: dict[str, Any]) -> Replay | None:
+    def _replay(self, made: _Made, meta: ObjectMeta, read: OneBlock | None, keep_alive: bool) -> Replay | None:
         """What answering the same request again takes (`read`: the block a GET's bytes came
         from), or None when it may not be kept."""
+        req = made.req
         identity = req.identity
         assert identity is not None
         secret = self.app.policy.secret_for(identity.access_key) if identity.access_key is not None else None
@@ -118,5 +150,20 @@ class HitPath:
         if times is None:
             return None
         return Replay(req, identity.access_key, secret, *times, req.query.get("versionId"),
-                      reads.wants_whole_checksums(req), meta, read, status_line, raw_headers,
-                      closing, keep_alive, answered_for(req, scope["method"], outcome))
+                      reads.wants_whole_checksums(req), meta, read, made.status_line, made.raw_headers,
+                      made.closing, keep_alive, answered_for(req, made.scope["method"], made.outcome))
+
+
+class _Made:
+    """A request the hit path answers, up to its body; then what answering it made."""
+
+    __slots__ = ("req", "scope", "request_id", "started", "answer", "default_headers",
+                 "status_line", "raw_headers", "closing", "outcome")
+
+    def __init__(self, req: S3Request, scope: dict[str, Any], request_id: str, started: float,
+                 answer: reads.ObjectAnswer, default_headers: list[tuple[bytes, bytes]]) -> None:
+        self.req, self.scope, self.request_id, self.started = req, scope, request_id, started
+        self.answer, self.default_headers = answer, default_headers
+        self.status_line = self.closing = b""
+        self.raw_headers: list[tuple[bytes, bytes]] = []
+        self.outcome: dict[str, Any] = {}

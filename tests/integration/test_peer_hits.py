@@ -1,0 +1,140 @@
+"""A read through a peer, below ASGI on both nodes: the owner answers a block it holds in the
+HTTP protocol (cluster.peer_api.PeerApp.answer_now), and the node asked for a GET of one block
+the owner holds answers it once the block came (s3api.hits, a later answer), alike to what the
+ASGI app answers, in order with what is pipelined behind it; and, when the block cannot be had,
+the app answers (its error, or the object as it is now)."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import httpx
+from botocore.auth import S3SigV4QueryAuth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from gateway.cluster.peers import AUTH_HEADER, BLOCK_PATH, encode_query, sign
+from tests.integration.test_fleet import BLOCK, SECRET, engine, fleet, make_fleet, owner_of, wait_for  # noqa: F401
+from tests.integration.test_replays import exchange
+from tests.support import ADMIN, REGION, RunningGateway
+
+_UNSTABLE = {"date", "x-amz-request-id"}
+
+
+def presigned(node: RunningGateway, key: str, headers: dict[str, str] | None = None) -> bytes:
+    """The whole head of a presigned GET of bkt/`key` through `node`."""
+    request = AWSRequest(method="GET", url=f"{node.endpoint}/bkt/{key}")
+    S3SigV4QueryAuth(Credentials(*ADMIN), "s3", REGION, expires=300).add_auth(request)
+    lines = [f"GET {request.url.removeprefix(node.endpoint)} HTTP/1.1", f"Host: {node.endpoint.removeprefix('http://')}"]
+    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def stable(headers: dict[str, str]) -> dict[str, str]:
+    return {name: value for name, value in headers.items() if name not in _UNSTABLE}
+
+
+def below_asgi(node: RunningGateway) -> int:
+    return node.server.config.app.s3.stats.below_asgi
+
+
+def reader_of(fleet, index: int = 0) -> tuple[RunningGateway, RunningGateway]:  # type: ignore[no-untyped-def]
+    """(a node that does not own block `index` of bkt/k, its owner), the reader listening to invalidations."""
+    owner = owner_of(index, fleet.nodes)
+    reader = next(n for n in fleet.nodes if n is not owner)
+    wait_for(lambda: engine(reader).shared.invalidation.listening())
+    return reader, owner
+
+
+def test_a_block_a_node_holds_is_answered_to_peers_below_asgi_and_alike(fleet, direct):
+    data = os.urandom(BLOCK + 10)
+    etag = direct.put_object(Bucket="bkt", Key="k", Body=data)["ETag"]
+    node = fleet.nodes[0]
+    peer_app = node.server.config.app.peer
+    query = encode_query([("bucket", "bkt"), ("key", "k"), ("etag", etag), ("vid", ""),
+                          ("size", str(len(data))), ("index", "1")])
+
+    def get(**headers: str) -> httpx.Response:
+        signed = {AUTH_HEADER: sign(SECRET.encode(), "GET", BLOCK_PATH, query), **headers}
+        return httpx.get(f"{node.endpoint}{BLOCK_PATH}?{query}", headers=signed, timeout=10)
+
+    def without_date(answer: httpx.Response) -> list[tuple[str, str]]:
+        return [(name, value) for name, value in answer.headers.multi_items() if name != "date"]
+
+    first = get()  # not held yet: the ASGI app fetches it, keeps it and answers
+    assert peer_app.served["below_asgi"] == 0
+    for connection in ("keep-alive", "close"):
+        before = peer_app.served["below_asgi"]
+        answer = get(connection=connection)
+        assert peer_app.served["below_asgi"] == before + 1, connection
+        assert (answer.status_code, answer.content) == (200, data[BLOCK:])
+        assert without_date(answer) == without_date(first) + ([("connection", "close")] if connection == "close" else [])
+    # Anything else is the ASGI app's, which says what is wrong.
+    before = peer_app.served["below_asgi"]
+    assert httpx.get(f"{node.endpoint}{BLOCK_PATH}?{query}", timeout=10).status_code == 401
+    assert httpx.get(f"{node.endpoint}{BLOCK_PATH}?{query}", timeout=10,
+                     headers={AUTH_HEADER: sign(b"not-the-secret", "GET", BLOCK_PATH, query)}).status_code == 403
+    past_end = query.replace("index=1", "index=2")
+    assert httpx.get(f"{node.endpoint}{BLOCK_PATH}?{past_end}", timeout=10,
+                     headers={AUTH_HEADER: sign(SECRET.encode(), "GET", BLOCK_PATH, past_end)}).status_code == 400
+    assert peer_app.served["below_asgi"] == before
+
+
+def test_a_block_a_peer_holds_is_answered_below_asgi_once_it_came_and_alike(fleet, direct):
+    data = os.urandom(BLOCK - 100)
+    direct.put_object(Bucket="bkt", Key="k", Body=data)
+    reader, owner = reader_of(fleet)
+    exchange(reader, presigned(reader, "k"), answers=1)  # cold: the app opens it (metadata, block at the owner)
+    app = reader.server.config.app
+    for ranged in ({}, {"Range": "bytes=10-99"}, {"Range": "bytes=-5", "Connection": "close"}):
+        hits, app.hits = app.hits, None  # the app's answer, to compare with
+        try:
+            [asgi] = exchange(reader, presigned(reader, "k", ranged), answers=1)
+        finally:
+            app.hits = hits
+        before, served = below_asgi(reader), owner.server.config.app.peer.served["below_asgi"]
+        [later] = exchange(reader, presigned(reader, "k", ranged), answers=1)
+        assert below_asgi(reader) == before + 1, ranged
+        assert owner.server.config.app.peer.served["below_asgi"] == served + 1  # the owner's answer too
+        assert later[1]["x-cache"] == asgi[1]["x-cache"] == "hit-peer"
+        assert (later[0], stable(later[1]), later[2]) == (asgi[0], stable(asgi[1]), asgi[2]), ranged
+        assert later[2] == (data[10:100] if "Range" in ranged and ranged["Range"] == "bytes=10-99"
+                            else data[-5:] if "Range" in ranged else data)
+
+
+def test_requests_pipelined_behind_a_later_answer_are_answered_in_order(fleet, direct):
+    data = os.urandom(BLOCK // 2)
+    direct.put_object(Bucket="bkt", Key="k", Body=data)
+    reader, _ = reader_of(fleet)
+    exchange(reader, presigned(reader, "k"), answers=1)
+    ranges = [(0, 9), (100, 199), (5, 5), (0, len(data) - 1)]
+    before = below_asgi(reader)
+    answers = exchange(reader, b"".join(presigned(reader, "k", {"Range": f"bytes={a}-{b}"}) for a, b in ranges),
+                       answers=len(ranges))
+    assert [body for _, _, body in answers] == [data[a:b + 1] for a, b in ranges]
+    assert below_asgi(reader) == before + len(ranges)
+
+
+def test_a_client_that_leaves_while_its_block_comes_costs_nothing_else(fleet, direct):
+    data = os.urandom(BLOCK)
+    direct.put_object(Bucket="bkt", Key="k", Body=data)
+    reader, _ = reader_of(fleet)
+    exchange(reader, presigned(reader, "k"), answers=1)
+    host, port = reader.endpoint.removeprefix("http://").split(":")
+    for _ in range(20):
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall(presigned(reader, "k"))
+    [(status, _, body)] = exchange(reader, presigned(reader, "k"), answers=1)
+    assert (status, body) == (200, data)
+
+
+def test_an_object_gone_behind_the_fleet_is_the_apps_to_answer(fleet, direct):
+    direct.put_object(Bucket="bkt", Key="k", Body=os.urandom(2 * BLOCK))
+    reader, owner = reader_of(fleet, 1)
+    exchange(reader, presigned(reader, "k", {"Range": "bytes=0-9"}), answers=1)  # metadata fresh, block 1 nowhere
+    direct.delete_object(Bucket="bkt", Key="k")  # behind the gateway
+    before = below_asgi(reader)
+    [(status, _, body)] = exchange(reader, presigned(reader, "k", {"Range": f"bytes={BLOCK}-{BLOCK + 9}"}), answers=1)
+    assert status == 404 and b"<Code>NoSuchKey</Code>" in body, (status, body[:300])
+    assert below_asgi(reader) == before  # the owner's refusal sent the request to the app

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from gateway.cluster.membership import Member, Membership
@@ -10,6 +11,8 @@ from gateway.cluster.placement import owners, placement_name
 from gateway.config import ClusterSettings
 
 __all__ = ["Fleet", "Route"]
+
+_ROUTES_KEPT = 4096  # blocks whose route is remembered
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +38,10 @@ class Fleet:
         # Owners per hot object, set by the replication controller (cluster/replication.py);
         # every other object has `settings.replicas`.
         self.hot: dict[tuple[str, str], int] = {}
+        # Routes worked out lately (rendezvous hashing costs a digest per member), for the members
+        # they were worked out for: a change of membership makes a new `ids`, and forgets them.
+        self._routes: OrderedDict[tuple[str, str, int, int], Route] = OrderedDict()
+        self._routes_for: tuple[str, ...] = ()
 
     @property
     def me(self) -> Member:
@@ -71,6 +78,19 @@ class Fleet:
         """
         members = self.membership
         n = self.replicas(bucket, key, replicas)
+        if members.ids is not self._routes_for:
+            self._routes.clear()
+            self._routes_for = members.ids
+        found = (bucket, key, index, n)
+        route = self._routes.get(found)
+        if route is None:
+            if len(self._routes) >= _ROUTES_KEPT:
+                self._routes.popitem(last=False)
+            route = self._routes[found] = self._work_out(bucket, key, index, n)
+        return route
+
+    def _work_out(self, bucket: str, key: str, index: int, n: int) -> Route:
+        members = self.membership
         ranked = owners(placement_name(bucket, key, index), members.ids, n)
         me = members.me.id
         if me in ranked:

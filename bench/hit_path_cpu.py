@@ -12,6 +12,12 @@ of percent between runs.
     .venv/bin/python bench/hit_path_cpu.py                  # 4 KiB, SigV4 presigned, 20,000 calls
     .venv/bin/python bench/hit_path_cpu.py --size 1MiB --signing v2 --calls 5000
     .venv/bin/python bench/hit_path_cpu.py --profile        # plus cProfile's top functions
+    .venv/bin/python bench/hit_path_cpu.py --signing v4-header --profile   # as an SDK signs: each call anew
+
+`--signing v4-header`: a GET signed as boto3 signs it (SigV4 in the Authorization header), each
+call a request signed anew (its own amz-sdk-invocation-id, so its own signature), which no memo
+has seen: what every hit costs a client that signs each request, as the SDKs and the engines on
+them do. Such a request is never answered as kept, so there is no replay line.
 """
 
 from __future__ import annotations
@@ -22,13 +28,16 @@ import dataclasses
 import pstats
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
 import httpx
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
 from botocore.config import Config
+from botocore.credentials import Credentials
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -58,7 +67,8 @@ def cpu_per_call(calls: int, func: Callable[[], Any]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="4KiB", help="object size (one block: at most cache.block_size)")
-    parser.add_argument("--signing", choices=("v4", "v2"), default="v4", help="presigned URL signature version")
+    parser.add_argument("--signing", choices=("v4", "v2", "v4-header"), default="v4",
+                        help="presigned URL signature version, or v4-header: signed anew per call, as an SDK does")
     parser.add_argument("--calls", type=int, default=20000)
     parser.add_argument("--profile", action="store_true", help="then cProfile the calls (top 25 by own time)")
     args = parser.parse_args()
@@ -66,7 +76,7 @@ def main() -> None:
     with moto_server() as origin:
         settings = dataclasses.replace(base_settings(origin), cache=CacheSettings(memory_quota=max(64 << 20, 4 * size)))
         with RunningGateway(settings) as gateway:
-            signature = "s3v4" if args.signing == "v4" else "s3"
+            signature = "s3" if args.signing == "v2" else "s3v4"
             s3 = boto3.client("s3", endpoint_url=gateway.endpoint, region_name=REGION, aws_access_key_id=ADMIN[0],
                               aws_secret_access_key=ADMIN[1],
                               config=Config(signature_version=signature, s3={"addressing_style": "path"}))
@@ -85,37 +95,64 @@ def main() -> None:
 
             hits.answer = capture  # type: ignore[method-assign]
             for _ in range(3):  # warm: metadata, the block, the signature memo
-                got = httpx.get(url)
-                assert got.status_code == 200, got.text
+                if args.signing == "v4-header":
+                    got = s3.get_object(Bucket=BUCKET, Key=KEY)
+                    got["Body"].read()
+                    source = got["ResponseMetadata"]["HTTPHeaders"].get("x-cache")
+                else:
+                    got = httpx.get(url)
+                    assert got.status_code == 200, got.text
+                    source = got.headers.get("x-cache")
             hits.answer = answer  # type: ignore[method-assign]
-            print(f"{args.size} object, {args.signing} presigned GET, x-cache {got.headers.get('x-cache')}, "
-                  f"{args.calls:,} calls")
+            print(f"{args.size} object, {args.signing} GET, x-cache {source}, {args.calls:,} calls")
             scope, default_headers, keep_alive = captured[-1]
-            assert app.hit(dict(scope), default_headers, keep_alive) is not None, "the hit path declined the request"
-            whole = cpu_per_call(args.calls, lambda: app.hit(dict(scope), default_headers, keep_alive))
+            fresh = signed_anew(gateway.endpoint, scope, 2 * args.calls + 2) if args.signing == "v4-header" else None
+            next_scope = (lambda: next(fresh)) if fresh is not None else (lambda: dict(scope))
+            assert app.hit(next_scope(), default_headers, keep_alive) is not None, "the hit path declined the request"
+            whole = cpu_per_call(args.calls, lambda: app.hit(next_scope(), default_headers, keep_alive))
             print(f"  GatewayApp.hit, the whole answer: {whole:7.1f} us CPU")
-            request = hits.replays.kept()[-1]  # the presigned GET's bytes, kept when the hit path answered them
-            assert app.replay(request, default_headers) is not None, "the kept request was not answered again"
-            again = cpu_per_call(args.calls, lambda: app.replay(request, default_headers))
-            print(f"  GatewayApp.replay, the same bytes again: {again:7.1f} us CPU")
-            steps(app.s3, scope, args.calls)
+            request = hits.replays.kept()[-1] if fresh is None else b""  # the presigned GET's bytes, kept
+            if fresh is None:
+                assert app.replay(request, default_headers) is not None, "the kept request was not answered again"
+                again = cpu_per_call(args.calls, lambda: app.replay(request, default_headers))
+                print(f"  GatewayApp.replay, the same bytes again: {again:7.1f} us CPU")
+            steps(app.s3, next_scope, min(args.calls, 1000) if fresh is not None else args.calls)
             if args.profile:
                 profile = cProfile.Profile()
                 profile.enable()
-                for _ in range(args.calls):
-                    app.hit(dict(scope), default_headers, keep_alive)
-                    app.replay(request, default_headers)
+                for _ in range(args.calls if fresh is None else args.calls // 2):
+                    app.hit(next_scope(), default_headers, keep_alive)
+                    if fresh is None:
+                        app.replay(request, default_headers)
                 profile.disable()
                 pstats.Stats(profile).sort_stats("tottime").print_stats(25)
 
 
-def steps(s3app: Any, scope: dict[str, Any], calls: int) -> None:
+def signed_anew(endpoint: str, scope: dict[str, Any], count: int) -> Iterator[dict[str, Any]]:
+    """`count` copies of the captured request, each signed anew (SigV4 in the header, its own
+    amz-sdk-invocation-id) as boto3 signs a request, made before any is timed."""
+    target = scope["raw_path"].decode("latin-1") + ("?" + scope["query_string"].decode() if scope["query_string"] else "")
+    kept = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]
+            if name not in (b"authorization", b"x-amz-date", b"amz-sdk-invocation-id")}
+    signer = S3SigV4Auth(Credentials(*ADMIN), "s3", REGION)
+    scopes = []
+    for number in range(count):
+        request = AWSRequest(method="GET", url=endpoint + target,
+                             headers={**kept, "amz-sdk-invocation-id": f"{number:08x}-0000-4000-8000-000000000000"})
+        signer.add_auth(request)
+        scopes.append({**scope, "headers": [(name.lower().encode("latin-1"), value.encode("latin-1"))
+                                            for name, value in request.headers.items()]})
+    return iter(scopes)
+
+
+def steps(s3app: Any, next_scope: Callable[[], dict[str, Any]], calls: int) -> None:
     """The answer's steps one by one, as HitPath.answer takes them (their sum is a little
     less than the whole: the head's assembly and the counters are left out)."""
     engine = s3app.engine
+    scope = next_scope()
 
     def parsed() -> Any:
-        return parse_request(dict(scope), _no_body, "0000000000000000", s3app.settings.server.domain)
+        return parse_request(next_scope(), _no_body, "0000000000000000", s3app.settings.server.domain)
 
     def identified() -> Any:
         req = parsed()

@@ -76,8 +76,9 @@ class ServerSettings:
               "memory or in the page cache inside the HTTP server, without the ASGI app (the same answer, "
               "counted and logged alike, at a fraction of the CPU). A request it answered that arrives again "
               "byte for byte (a presigned URL, a client's retry) is answered without being parsed or its "
-              "signature checked again, while the object and the signature's time window still hold; false "
-              "sends every request through the app.")
+              "signature checked again, while the object and the signature's time window still hold. In a "
+              "fleet it also answers a GET of one block another node owns (once the block came) and the peer "
+              "API's requests for blocks this node holds. false sends every request through the app.")
     shutdown_timeout: float = setting(
         30.0, "On SIGTERM, how long requests in flight may finish before they are cancelled and the node "
               "leaves the fleet and exits.")

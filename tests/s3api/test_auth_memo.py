@@ -128,3 +128,23 @@ def test_a_request_too_large_to_keep_is_checked_every_time() -> None:
     first = outcome(padded, NOW, memo)
     assert not isinstance(first, tuple) and outcome(padded, NOW, memo) == first
     assert memo._requests == {}
+
+
+def test_a_request_an_sdk_marked_as_its_own_is_checked_and_never_kept() -> None:
+    """A request with amz-sdk-invocation-id (boto3 and every AWS SDK send one, new per request)
+    is never sent again byte for byte: it is checked as without a memo, and not kept."""
+    clock = botocore.auth.get_current_datetime
+    botocore.auth.get_current_datetime = lambda: NOW.replace(tzinfo=None)  # type: ignore[assignment]
+    try:
+        marked = [sigv4(method, headers={"amz-sdk-invocation-id": f"{n:08x}-0000-4000-8000-000000000000"})
+                  for n, method in enumerate(("GET", "HEAD", "PUT"))]
+    finally:
+        botocore.auth.get_current_datetime = clock  # type: ignore[assignment]
+    memo = VerifiedSignatures()
+    for view in marked:
+        for _ in range(2):
+            assert outcome(view, NOW, memo) == outcome(view, NOW, None)
+            assert not isinstance(outcome(view, NOW, memo), tuple)
+        wrong = replace(view, headers=tuple((n, _flip(v, 3) if n == "authorization" else v) for n, v in view.headers))
+        assert outcome(wrong, NOW, memo) == outcome(wrong, NOW, None) != outcome(view, NOW, None)
+    assert memo.hits == 0 and not memo._verified and not memo._requests

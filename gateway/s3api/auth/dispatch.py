@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 from gateway.errors import S3Error
 from gateway.s3api.auth.common import _parse_query, _utc
-from gateway.s3api.auth.memo import KNOWN_REQUEST_MAX, VerifiedSignatures
+from gateway.s3api.auth.memo import KNOWN_REQUEST_MAX, SDK_INVOCATION_ID, VerifiedSignatures
 from gateway.s3api.auth.model import Identity, RequestView, SecretLookup
 from gateway.s3api.auth.payload import _payload_check
 from gateway.s3api.auth.presigned import _sigv4_query
@@ -34,9 +34,12 @@ def authenticate(
     `bucket_from_host` is the bucket of a virtual-hosted-style request: SigV2
     signs "/bucket/key" even when the path on the wire is "/key". `verified`: checks that
     passed lately, which a request sent again byte for byte reuses (auth.memo): a GET or
-    HEAD's whole, the SigV4 signature of any other.
+    HEAD's whole, the SigV4 signature of any other; not used for a request an SDK marked as
+    its own (SDK_INVOCATION_ID).
     """
     now = _utc(now)
+    if verified is not None and any(name == SDK_INVOCATION_ID for name, _ in view.headers):
+        verified = None  # never sent again byte for byte: a memo of it would cost and never serve
     if verified is None or (view.method != "GET" and view.method != "HEAD"):
         return _authenticate(view, secret_for, now, max_skew, bucket_from_host, verified)
     request = (view.method, view.raw_path, view.query_string, view.headers, bucket_from_host, max_skew)

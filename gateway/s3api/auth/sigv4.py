@@ -129,17 +129,20 @@ def _verified_v4(
     returns the signing key and the signature (lowercase), which seed aws-chunked bodies.
     `verified`: the checks that passed lately, by every input (see auth.memo)."""
     secret = _lookup(secret_for, cred.access_key)
-    _check_all_amz_signed(view, signed)
+    lowered = [s.lower() for s in signed]
+    names = set(lowered)
+    _check_all_amz_signed(view, names)
+    signed_headers = tuple(h for h in view.headers if h[0] in names)
     memo_key = None
     if verified is not None:
-        names = {s.lower() for s in signed}
         memo_key = (secret, view.method, view.raw_path, tuple(query_pairs), amz_date, cred.scope, tuple(signed),
-                    tuple(payload_hashes), provided, tuple(h for h in view.headers if h[0] in names))
+                    tuple(payload_hashes), provided, signed_headers)
         found = verified.get(memo_key)
         if found is not None:
             return found
     key = derive_signing_key(secret, cred.date, cred.region, cred.service)
-    result = key, _verify_v4(view, key, amz_date, cred, signed, query_pairs, payload_hashes, provided)
+    result = key, _verify_v4(view, key, amz_date, cred, signed, lowered, signed_headers, query_pairs, payload_hashes,
+                             provided)
     if verified is not None:
         verified.put(memo_key, result)
     return result
@@ -151,12 +154,16 @@ def _verify_v4(
     amz_date: str,
     cred: _Credential,
     signed: list[str],
+    lowered: list[str],
+    signed_headers: tuple[tuple[str, str], ...],
     query_pairs: list[tuple[str, str]],
     payload_hashes: list[str],
     provided: str,
 ) -> str:
-    """Check `provided` against every acceptable canonical form; returns it (lowercase) on a match."""
-    header_block = canonical_headers(((n, _wire_text(v)) for n, v in view.headers), [s.lower() for s in signed])
+    """Check `provided` against every acceptable canonical form; returns it (lowercase) on a match.
+    `lowered`: the signed names in lowercase, in their order; `signed_headers`: the headers of
+    the request they name, in wire order."""
+    header_block = canonical_headers(((n, _wire_text(v)) for n, v in signed_headers), lowered)
     cquery = canonical_query_string(query_pairs)
     provided_b = provided.lower().encode("utf-8", "surrogateescape")
     for curi in _canonical_uris(view.raw_path):
@@ -198,10 +205,10 @@ def _v4_request_time(view: RequestView) -> tuple[str, datetime]:
     raise S3Error("AccessDenied", MSG_NEED_DATE)
 
 
-def _check_all_amz_signed(view: RequestView, signed: list[str]) -> None:
-    """S3 refuses x-amz-* headers that the signature does not cover: they change what a request does."""
-    signed_set = {s.lower() for s in signed}
-    unsigned = sorted({n for n, _ in view.headers if n.startswith("x-amz-") and n not in signed_set})
+def _check_all_amz_signed(view: RequestView, signed: set[str]) -> None:
+    """S3 refuses x-amz-* headers that the signature does not cover (`signed`: lowercase names):
+    they change what a request does."""
+    unsigned = sorted({n for n, _ in view.headers if n.startswith("x-amz-") and n not in signed})
     if unsigned:
         raise S3Error(
             "AccessDenied", "There were headers present in the request which were not signed",

@@ -17,6 +17,9 @@ can come out otherwise for the same bytes:
   metadata, except for If-Modified-Since and If-Unmodified-Since, which compare with the
   clock: requests carrying them are not kept.
 
+Nor are requests an AWS SDK marked as its own (`amz-sdk-invocation-id`, a new id per request,
+signed anew on a retry): they are never sent again byte for byte.
+
 What can change between two sends is asked again every time, of the same functions the hit
 path asks: the metadata must still be the very object the answer was built from and fresh
 (Engine.fresh_now: TTLs, invalidations by writes through any worker or node), and the bytes
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 
 from gateway.engine import ObjectMeta, OneBlock
 from gateway.s3api.auth import Identity
+from gateway.s3api.auth.memo import SDK_INVOCATION_ID
 from gateway.s3api.responses import new_request_id
 from gateway.s3api.server import Answered, S3App, S3Request
 
@@ -75,9 +79,9 @@ class Replay:
 
 def keepable(req: S3Request, identity: Identity, secret: str | None) -> tuple[float, float] | None:
     """The times (after, until) within which `req` may be answered again, or None when it
-    may not be kept: its answer depends on the clock, or it is signed by a key whose secret
-    is unknown."""
-    if any(name in req.headers for name in CLOCK_HEADERS):
+    may not be kept: its answer depends on the clock, it is signed by a key whose secret
+    is unknown, or an SDK marked it as its own (it is never sent again byte for byte)."""
+    if SDK_INVOCATION_ID in req.headers or any(name in req.headers for name in CLOCK_HEADERS):
         return None
     if identity.access_key is not None and secret is None:
         return None

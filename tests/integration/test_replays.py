@@ -175,6 +175,17 @@ def test_requests_whose_answer_depends_on_the_clock_are_not_kept(gateway: Runnin
     assert request not in gateway.server.config.app.hits.replays.kept()
 
 
+def test_a_request_an_sdk_marked_as_its_own_is_answered_and_not_kept(gateway: RunningGateway) -> None:
+    put(gateway, "sdk.txt", b"signed anew each time")
+    exchange(gateway, presigned(gateway, "GET", "sdk.txt"), answers=1)  # metadata and block in memory
+    request = presigned(gateway, "GET", "sdk.txt", headers={"amz-sdk-invocation-id": "6f1e0b2c-0000-4000-8000-1"})
+    before, hits = stats(gateway).replayed, stats(gateway).below_asgi
+    answers = exchange(gateway, request, request, answers=2)
+    assert [(status, body) for status, _, body in answers] == [(200, b"signed anew each time")] * 2
+    assert stats(gateway).below_asgi == hits + 2 and stats(gateway).replayed == before  # hits, none sent again
+    assert request not in gateway.server.config.app.hits.replays.kept()
+
+
 def test_a_refused_request_is_never_kept(gateway: RunningGateway) -> None:
     """A user without a grant on the bucket is refused every time, however often the same
     bytes come (the team's grant is on another bucket)."""

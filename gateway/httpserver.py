@@ -27,8 +27,9 @@ It can also be given `Hits`, which answers a request whose head just arrived in 
 declines (None). A request it answers (a cache hit, gateway.s3api.hits) runs no ASGI cycle
 and no task; any other request goes to the app as before. It may also answer `Later`: a GET
 whose one block another node holds runs a task that waits for the block, then sends the answer
-as a hit's (or, when the block could not be had, starts the app on the request). When a read from the socket held
-one whole request and nothing else, and `Hits` answered it, `Hits` keeps it; the same bytes
+as a hit's (or, when the block could not be had, starts the app on the request). When a read
+from the socket held one whole request and nothing else, and `Hits` answered it, `Hits` keeps
+it; the same bytes
 arriving again on an idle connection are offered to `Hits.replay` before they are parsed
 at all (gateway.s3api.replays). Neither is used while the client is not reading its answers
 (the transport's buffer above its high-water mark): the app's answers then wait for it.

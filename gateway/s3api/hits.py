@@ -10,6 +10,11 @@ a personal read, a miss, any S3 error such as a failed signature or a 304) it an
 None, having counted nothing, and the ASGI app takes the request; one that got as far as
 being authenticated is handed over parsed (server.IDENTIFIED), so a miss or a disk hit
 does not pay for parsing and the signature twice.
+
+In a fleet, a GET of one block another node owns gets a later answer: the steps above, then
+a task of the protocol waits for the block (Engine.read_block, as the app reads it) and the
+answer is made and counted once it came; if the block cannot be had (an S3 error, the object
+changed), nothing is counted and the app takes the request, parsed as it is.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from gateway.httpserver import Later
 from gateway.node.journal import Journal
 from gateway.node.workers import WorkerSet
 from gateway.origin import Origin
-from gateway.s3api.hits import HitPath
+from gateway.s3api.hits import HitPath, http_head
 from gateway.s3api.replays import Replay
 from gateway.s3api.server import S3App
 from gateway.store.disk import DiskTier
@@ -159,8 +159,8 @@ class GatewayApp:
         if hits is None or (self.admin is not None and self.admin.handles(path)):
             return None
         if self.peer is not None and self.peer.handles(path):  # a block another node or worker asks for
-            answer = self.peer.answer_now(scope, default_headers, keep_alive)
-            return None if answer is None else (answer, None)
+            answer = self.peer.answer_now(scope)
+            return None if answer is None else ([http_head(200, default_headers, answer[0], keep_alive), answer[1]], None)
         return hits.answer(scope, default_headers, keep_alive)
 
     def keep(self, request: bytes, replay: Replay) -> None:

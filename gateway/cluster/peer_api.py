@@ -108,11 +108,10 @@ class PeerApp:
                       [(META_HEADER.encode(), base64.b64encode(opened.meta)), *(_IN_FILE if opened.data is None else []),
                        *(_CACHED if opened.cached else [])])
 
-    def answer_now(self, scope: Scope, default_headers: list[tuple[bytes, bytes]],
-                   keep_alive: bool) -> list[bytes | memoryview] | None:
-        """The whole HTTP answer to a signed block request whose block a tier holds now, made
-        in the HTTP protocol (gateway.httpserver.Hits) as `__call__` would answer it; None
-        (nothing counted) for anything else, which `__call__` then answers."""
+    def answer_now(self, scope: Scope) -> tuple[list[tuple[bytes, bytes]], bytes | memoryview] | None:
+        """(headers, body) of the 200 answer to a signed block request whose block a tier holds
+        now, made in the HTTP protocol (gateway.httpserver.Hits) as `__call__` would answer it;
+        None (nothing counted) for anything else, which `__call__` then answers."""
         if self._serve_block_now is None or scope["method"] != "GET" or scope["path"] != BLOCK_PATH:
             return None
         query = scope.get("query_string", b"").decode("latin-1")
@@ -130,11 +129,7 @@ class PeerApp:
             return None
         self.served["block"] += 1
         self.served["below_asgi"] += 1
-        head = [b"HTTP/1.1 200 OK\r\n"]
-        for name, value in [*default_headers, *_body_headers(len(data))]:
-            head += (name, b": ", value, b"\r\n")
-        head.append(b"\r\n" if keep_alive else b"connection: close\r\n\r\n")
-        return [b"".join(head), data]
+        return _body_headers(len(data)), data
 
     def _signed(self, scope: Scope, query: str) -> tuple[int, bool]:
         """(200 if a secret signs the request, else 401 (no or malformed signature) before 403

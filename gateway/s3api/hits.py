@@ -47,6 +47,21 @@ async def _no_body() -> dict[str, Any]:
     raise AssertionError("the hit path answers only requests without a body")
 
 
+def http_head(status: int, default_headers: list[tuple[bytes, bytes]], headers: list[tuple[bytes, bytes]],
+              keep_alive: bool) -> bytes:
+    """The head of an answer (200 or 206) as uvicorn writes it: status line, the server's default
+    headers (Date), `headers`, and Connection: close when not `keep_alive`."""
+    head = [_STATUS_LINES[status]]
+    for name, value in (*default_headers, *headers):
+        head += (name, b": ", value, b"\r\n")
+    head.append(_closing(keep_alive))
+    return b"".join(head)
+
+
+def _closing(keep_alive: bool) -> bytes:
+    return b"\r\n" if keep_alive else b"connection: close\r\n\r\n"
+
+
 class HitPath:
     """Answers cache hits for an S3App from the HTTP protocol (gateway.httpserver.Hits)."""
 
@@ -128,21 +143,15 @@ class HitPath:
             response = body_response(body, request_id, status=answer.status, headers=answer.headers)
         else:
             response = empty_response(request_id, status=answer.status, headers=answer.headers)
-        status_line = _STATUS_LINES[answer.status]
-        head = [status_line]
-        for name, value in made.default_headers:
-            head += (name, b": ", value, b"\r\n")
-        for name, value in response.raw_headers:
-            head += (name, b": ", value, b"\r\n")
-        made.closing = b"\r\n" if keep_alive else b"connection: close\r\n\r\n"
-        head.append(made.closing)
-        made.status_line, made.raw_headers = status_line, response.raw_headers
+        made.status_line, made.raw_headers = _STATUS_LINES[answer.status], response.raw_headers
+        made.closing = _closing(keep_alive)
+        head = http_head(answer.status, made.default_headers, response.raw_headers, keep_alive)
         made.outcome = {"bytes": len(body), "cache": None}
         note_answer(made.outcome, answer.status, response.raw_headers)
         app = self.app
         app.finished(made.req, made.scope, request_id, made.outcome, time.perf_counter() - made.started)
         app.stats.below_asgi += 1
-        return [b"".join(head), body]
+        return [head, body]
 
     def _replay(self, made: _Made, meta: ObjectMeta, read: OneBlock | None, keep_alive: bool) -> Replay | None:
         """What answering the same request again takes (`read`: the block a GET's bytes came

@@ -185,7 +185,7 @@ class RedisSentinelServers:
         config = folder / "sentinel.conf"
         config.write_text(
             f"sentinel monitor {self.name} 127.0.0.1 {self.master.port} 1\n"
-            f"sentinel down-after-milliseconds {self.name} 500\n"
+            f"sentinel down-after-milliseconds {self.name} 1000\n"
             f"sentinel failover-timeout {self.name} 2000\n"
             f"sentinel parallel-syncs {self.name} 1\n")
         self.sentinel = RedisServer(sentinel_config=config)
@@ -206,17 +206,30 @@ class RedisSentinelServers:
         self._wait_ready()
 
     def _wait_ready(self) -> None:
-        """The Sentinel names the master, and knows a replica that is in sync with it."""
+        """The Sentinel names the master, and knows a replica that is in sync with it.
+
+        On a loaded machine the Sentinel may fail over on its own (the master missed its pings
+        for `down-after-milliseconds`): then the two servers swap roles here, as they did there.
+        """
         sentinel = self.sentinel.client()
 
         def ready() -> bool:
             _host, port = sentinel.sentinel_get_master_addr_by_name(self.name)
+            if int(port) == self.replica.port:  # the old master follows at once, not at the Sentinel's next look
+                self._swap_roles()
+                self.replica.client().replicaof("127.0.0.1", self.master.port)
             replicas = sentinel.sentinel_slaves(self.name)
             return (int(port) == self.master.port and len(replicas) == 1
                     and replicas[0]["is_slave"] and not replicas[0]["is_sdown"]
-                    and replicas[0]["master-link-status"] == "ok"
-                    and self.replica.client().info("replication")["master_link_status"] == "up")
-        wait_until(ready, "the Sentinel did not see the master and an in-sync replica")
+                    and replicas[0].get("master-link-status") == "ok"
+                    and self.replica.client().info("replication").get("master_link_status") == "up")
+        wait_until(ready, "the Sentinel did not see the master and an in-sync replica", within=30)
+
+    def _swap_roles(self) -> None:
+        """The replica is the master now; the old master restarts as its replica."""
+        self.master, self.replica = self.replica, self.master
+        self.master.args = self.quick_sync
+        self.replica.args = (*self.quick_sync, "--replicaof", "127.0.0.1", str(self.master.port))
 
     def fail_over(self) -> None:
         self.master.stop()
@@ -230,8 +243,7 @@ class RedisSentinelServers:
         wait_until(lambda: int(sentinel.sentinel_get_master_addr_by_name(self.name)[1]) == new.port,
                    "the Sentinel did not promote the replica")
         wait_until(lambda: new.client().info("replication")["role"] == "master", "the replica is not master")
-        self.master, self.replica = new, old
-        old.args = (*self.quick_sync, "--replicaof", "127.0.0.1", str(new.port))
+        self._swap_roles()
         old.start()
         self._wait_ready()
 

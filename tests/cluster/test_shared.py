@@ -23,8 +23,10 @@ async def make_shared(clean_redis) -> AsyncIterator[Callable[..., Shared]]:
     listeners: list[asyncio.Task[None]] = []
 
     def make(node_id: str, *, listen: Received | None = None, resyncs: list[float] | None = None,
-             deadline: float = 1.0) -> Shared:
-        shared = Shared.connect(RedisSettings(url=clean_redis.url, socket_timeout=0.3, retry_interval=0.2,
+             deadline: float = 1.0, socket_timeout: float = 1.0) -> Shared:
+        # A second for an answer: a loaded CI machine made a 0.3 s timeout lose a write (then
+        # the read after it found nothing). A test of a hung Redis asks for less.
+        shared = Shared.connect(RedisSettings(url=clean_redis.url, socket_timeout=socket_timeout, retry_interval=0.2,
                                               invalidation_timeout=deadline), node_id=node_id)
         made.append(shared)
         if listen is not None:
@@ -231,7 +233,7 @@ async def test_a_write_waits_for_every_listening_node_to_confirm(make_shared):
 
 
 async def test_a_node_knows_within_the_deadline_that_redis_stopped_answering(make_shared, clean_redis):
-    b = make_shared("b", listen=[], deadline=0.5)
+    b = make_shared("b", listen=[], deadline=0.5, socket_timeout=0.3)
     await eventually(lambda: b.invalidation.listening())
     clean_redis.proc.send_signal(signal.SIGSTOP)
     try:
@@ -240,7 +242,7 @@ async def test_a_node_knows_within_the_deadline_that_redis_stopped_answering(mak
         assert time.monotonic() - stopped < 0.5 + 0.2  # its last PONG answered a PING sent before the stop
         # A write during the hang, by a node that was listening too: unsent, it waits the
         # deadline from when this node found Redis unreachable.
-        a = make_shared("a", deadline=0.5)
+        a = make_shared("a", deadline=0.5, socket_timeout=0.3)
         confirmation = await a.invalidation.invalidate("bkt", "k")
         assert confirmation.expected is None and a.invalidation.confirmations["unsent"] == 1
         assert await confirmation.wait() is False

@@ -29,6 +29,7 @@ from gateway.httpserver import Later
 from gateway.node.journal import Journal
 from gateway.node.workers import WorkerSet
 from gateway.origin import Origin
+from gateway.rangeclient import BUFFERS
 from gateway.s3api.hits import HitPath, http_head
 from gateway.s3api.replays import Replay
 from gateway.s3api.server import S3App
@@ -74,8 +75,9 @@ class GatewayApp:
         # With several workers: what one forgets after a write, the others do before their next lookup.
         journal = None if self.workers.alone else Journal(self.workers.journal_path)
         cache = self.settings.cache
-        if not self.workers.alone:  # the node's read buffer, shared out among its workers
+        if not self.workers.alone:  # the node's read buffer and receive buffers, shared out among its workers
             cache = dataclasses.replace(cache, read_buffer=max(1, cache.read_buffer // self.workers.count))
+            BUFFERS.share_out(self.workers.count)
         engine = Engine(Origin(self.settings.origin), self.settings.metadata, self.settings.listing,
                         store=store, cache=cache, shared=shared, fleet=self.fleet, heat=heat,
                         workers=self.workers, cluster=cluster, journal=journal)  # engine.aclose closes it

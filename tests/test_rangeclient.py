@@ -20,6 +20,7 @@ from gateway.config import OriginSettings
 from gateway.errors import S3Error
 from gateway.origin import Origin
 from gateway.rangeclient import MalformedAnswer, RangeClient
+from gateway.rangeclient.connection import KEPT_PER_NODE, Buffers
 from gateway.rangeclient.wire import ChunkedDecoder, body_framing, parse_head
 from tests.test_tls import make_certificate
 
@@ -369,3 +370,22 @@ def test_a_head_parses_back_to_its_headers(headers, status):
     parsed_status, items, http10 = parse_head(head.rstrip(b"\r\n") if not headers else head)
     assert (parsed_status, http10) == (status, False)
     assert items == [(name.lower(), value) for name, value in headers.items()]
+
+
+def test_the_workers_of_a_node_keep_the_nodes_receive_buffers_between_them():
+    buffers = Buffers(most=KEPT_PER_NODE)
+    given_back = [buffers.take(1024 * 1024) for _ in range(KEPT_PER_NODE)]
+    for buffer in given_back:
+        buffers.give(buffer)
+    buffers.share_out(2)  # one of two workers: half of the node's buffers, the rest let go
+    taken = [buffers.take(1024 * 1024) for _ in range(KEPT_PER_NODE)]
+    assert sum(any(t is g for g in given_back) for t in taken) == KEPT_PER_NODE // 2
+    for buffer in taken:
+        buffers.give(buffer)
+    assert sum(any(t is b for b in taken) for t in [buffers.take(1024 * 1024) for _ in range(KEPT_PER_NODE)]) \
+        == KEPT_PER_NODE // 2
+    buffers.share_out(10 * KEPT_PER_NODE)  # more workers than buffers: each keeps one
+    five = [buffers.take(1024 * 1024) for _ in range(5)]
+    for buffer in five:
+        buffers.give(buffer)
+    assert sum(any(t is f for f in five) for t in [buffers.take(1024 * 1024) for _ in range(5)]) == 1

@@ -23,6 +23,7 @@ gateway.cluster.peers asks peers and a node's sibling workers (over a unix socke
 from __future__ import annotations
 
 from gateway.rangeclient.client import RangeClient, RangeResponse
+from gateway.rangeclient.connection import BUFFERS
 from gateway.rangeclient.wire import MalformedAnswer
 
-__all__ = ["MalformedAnswer", "RangeClient", "RangeResponse"]
+__all__ = ["BUFFERS", "MalformedAnswer", "RangeClient", "RangeResponse"]

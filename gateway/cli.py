@@ -14,7 +14,7 @@ from gateway.admin.client import AdminClient, AdminError
 from gateway.admin.summary import ProgressBar, size, summary
 from gateway.advisor.command import advise
 from gateway.config import ConfigError, Settings, load
-from gateway.supervisor import NodeFailed, supervise, worker_count
+from gateway.supervisor import become_supervisor, worker_count
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -65,19 +65,16 @@ def serve(config_path: str | None, host: str | None, port: int | None, workers: 
     log.configure(log_level.upper())
     scheme = "https" if server.tls_cert_file else "http"
 
-    def listening(port: int) -> None:
-        click.echo(f"gateway listening on {scheme}://{server.host}:{port} -> origin {settings.origin.endpoint}", err=True)
-
+    banner = f"gateway listening on {scheme}://{server.host}:{{port}} -> origin {settings.origin.endpoint}"
     count = worker_count(server)
-    try:
-        if count == 1:
-            from gateway.run import run_server
+    if count > 1:
+        become_supervisor(settings, count, log_level.upper(), banner)
+    from gateway.run import run_server
 
-            listening(server.port)
-            run_server(settings)
-        else:
-            supervise(settings, count, log_level.upper(), listening)
-    except (ConfigError, NodeFailed) as exc:
+    click.echo(banner.replace("{port}", str(server.port)), err=True)
+    try:
+        run_server(settings)
+    except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
 
 

@@ -15,11 +15,14 @@ the node: SIGTERM to every worker, which drains within server.shutdown_timeout, 
 any still running KILL_MARGIN later. SIGHUP goes on to every worker (each reloads its TLS
 files). A worker whose supervisor is gone (its stdin at EOF) stops the same way.
 
-This process serves nothing itself: it imports neither the app nor an event loop.
+This process serves nothing itself: it imports neither the app nor an event loop. The
+`gateway serve` command becomes it (become_supervisor: an exec, same pid) once its checks
+passed, so the node does not keep the CLI's and the checks' modules (some 35 MB) for its life.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import logging
 import math
@@ -34,12 +37,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from typing import NoReturn
 from dataclasses import dataclass, field
 
+from gateway import log
 from gateway.config import ConfigError, ServerSettings, Settings
 from gateway.node.workers import ENV, WorkerSet
 
-__all__ = ["NodeFailed", "supervise", "usable_cores", "worker_count"]
+__all__ = ["NodeFailed", "become_supervisor", "supervise", "usable_cores", "worker_count"]
 
 logger = logging.getLogger("gateway.server")
 
@@ -49,6 +54,11 @@ START_TIMEOUT = 60.0  # seconds for a worker to serve once started; past it, it 
 KILL_MARGIN = 5.0  # seconds past server.shutdown_timeout before a stopping worker is killed
 BACKLOG = 2048  # uvicorn's default
 TICK = 0.1  # seconds between looks at the workers and the signals received
+
+
+# What become_supervisor hands the process it becomes: (settings, count, log level, the line
+# printed once every worker serves, "{port}" in it replaced), pickled, then base64.
+NODE_ENV = "GATEWAY_NODE"
 
 
 class NodeFailed(Exception):
@@ -101,6 +111,27 @@ def supervise(settings: Settings, count: int, log_level: str, listening: Callabl
                     node.serve(received, lambda: listening(port))
                 finally:
                     node.stop(received)
+
+
+def become_supervisor(settings: Settings, count: int, log_level: str, banner: str) -> NoReturn:
+    """Replace this process (same pid, same standard streams) with a fresh interpreter that runs
+    only `supervise` (main below). `banner` is printed to stderr once the node serves, "{port}"
+    in it replaced by the port. Errors are printed as the CLI prints them: "Error: ..." and exit code 1."""
+    payload = base64.b64encode(pickle.dumps((settings, count, log_level, banner))).decode("ascii")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "gateway.supervisor"], dict(os.environ, **{NODE_ENV: payload}))
+
+
+def main() -> None:
+    settings, count, log_level, banner = pickle.loads(base64.b64decode(os.environ.pop(NODE_ENV)))
+    log.configure(log_level)
+    try:
+        supervise(settings, count, log_level,
+                  lambda port: print(banner.replace("{port}", str(port)), file=sys.stderr, flush=True))
+    except (ConfigError, NodeFailed) as exc:
+        print(f"Error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(1)
 
 
 def _tmpfs() -> str:
@@ -366,3 +397,7 @@ class _Node:
                         "" if code in (0, -signal.SIGTERM, -signal.SIGINT) else f" ({_describe(code)})")
             self._forget(worker)
         self.selector.close()
+
+
+if __name__ == "__main__":
+    main()

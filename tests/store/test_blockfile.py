@@ -69,3 +69,9 @@ def test_a_file_of_another_block_is_refused(tmp_path: Path) -> None:
                 assert "another block" in str(exc)
             else:
                 raise AssertionError("read a block under another block's name")
+
+
+@given(root=st.sampled_from(["/", "/tmp", "/tmp/", "cache", "cache//tier/", "./a b/ü", ""]),
+       name=st.text("0123456789abcdef", min_size=4, max_size=64))
+def test_a_block_path_is_the_join_of_its_parts(root: str, name: str) -> None:
+    assert blockfile.block_path(root, name) == os.path.join(root, name[0:2], name[2:4], name)

@@ -22,7 +22,6 @@ passed, so the node does not keep the CLI's and the checks' modules (some 35 MB)
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import logging
 import math
@@ -37,8 +36,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from typing import NoReturn
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from gateway import log
 from gateway.config import ConfigError, ServerSettings, Settings
@@ -54,11 +53,6 @@ START_TIMEOUT = 60.0  # seconds for a worker to serve once started; past it, it 
 KILL_MARGIN = 5.0  # seconds past server.shutdown_timeout before a stopping worker is killed
 BACKLOG = 2048  # uvicorn's default
 TICK = 0.1  # seconds between looks at the workers and the signals received
-
-
-# What become_supervisor hands the process it becomes: (settings, count, log level, the line
-# printed once every worker serves, "{port}" in it replaced), pickled, then base64.
-NODE_ENV = "GATEWAY_NODE"
 
 
 class NodeFailed(Exception):
@@ -117,14 +111,21 @@ def become_supervisor(settings: Settings, count: int, log_level: str, banner: st
     """Replace this process (same pid, same standard streams) with a fresh interpreter that runs
     only `supervise` (main below). `banner` is printed to stderr once the node serves, "{port}"
     in it replaced by the port. Errors are printed as the CLI prints them: "Error: ..." and exit code 1."""
-    payload = base64.b64encode(pickle.dumps((settings, count, log_level, banner))).decode("ascii")
+    # Handed over in an unlinked file whose descriptor the new process inherits: the settings
+    # carry secrets, which the environment would show in /proc/<pid>/environ for the node's life.
+    handoff = tempfile.TemporaryFile()
+    handoff.write(pickle.dumps((settings, count, log_level, banner)))
+    handoff.seek(0)
+    os.set_inheritable(handoff.fileno(), True)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, "-m", "gateway.supervisor"], dict(os.environ, **{NODE_ENV: payload}))
+    os.execv(sys.executable, [sys.executable, "-m", "gateway.supervisor", str(handoff.fileno())])
 
 
 def main() -> None:
-    settings, count, log_level, banner = pickle.loads(base64.b64decode(os.environ.pop(NODE_ENV)))
+    """`python -m gateway.supervisor FD`: the node that become_supervisor handed over in FD."""
+    with open(int(sys.argv[1]), "rb") as handoff:
+        settings, count, log_level, banner = pickle.load(handoff)
     log.configure(log_level)
     try:
         supervise(settings, count, log_level,

@@ -46,13 +46,14 @@ class Missing:
     message: str
     status: int
     headers: tuple[tuple[str, str], ...]
+    extra: tuple[tuple[str, str], ...] = ()  # the error's own elements, as NoSuchBucket's BucketName
 
     @classmethod
     def of(cls, error: S3Error) -> Missing:
-        return cls(error.code, error.message, error.status, tuple(error.headers.items()))
+        return cls(error.code, error.message, error.status, tuple(error.headers.items()), tuple(error.extra.items()))
 
     def error(self) -> S3Error:
-        return S3Error(self.code, self.message, status=self.status, headers=dict(self.headers))
+        return S3Error(self.code, self.message, status=self.status, headers=dict(self.headers), extra=dict(self.extra))
 
 
 # The shared (L2) form of metadata; "v" lets nodes of different versions share a Redis
@@ -63,7 +64,8 @@ _META_FORMAT = 3  # 3: no Content-MD5 kept (entries of 2 may hold one)
 def encode_meta(value: ObjectMeta | Missing) -> bytes:
     if isinstance(value, Missing):
         return orjson.dumps({"v": _META_FORMAT, "missing": {
-            "code": value.code, "message": value.message, "status": value.status, "headers": value.headers}})
+            "code": value.code, "message": value.message, "status": value.status, "headers": value.headers,
+            "extra": value.extra}})
     return orjson.dumps({"v": _META_FORMAT, "size": value.size, "etag": value.etag,
                          "last_modified": value.last_modified.isoformat(), "headers": value.headers,
                          "complete": value.complete})
@@ -77,7 +79,8 @@ def decode_meta(payload: bytes) -> ObjectMeta | Missing | None:
         if "missing" in data:
             m = data["missing"]
             return Missing(str(m["code"]), str(m["message"]), int(m["status"]),
-                            tuple((str(n), str(v)) for n, v in m["headers"]))
+                           tuple((str(n), str(v)) for n, v in m["headers"]),
+                           tuple((str(n), str(v)) for n, v in m.get("extra", ())))  # older entries: none
         return ObjectMeta(size=int(data["size"]), etag=str(data["etag"]),
                           last_modified=datetime.fromisoformat(data["last_modified"]),
                           headers={str(n): str(v) for n, v in data["headers"].items()},

@@ -27,6 +27,11 @@ def test_the_shared_form_keeps_everything():
         assert decode_meta(encode_meta(meta)) == meta
     missing = Missing("NoSuchKey", "gone", 404, (("x-amz-delete-marker", "true"),))
     assert decode_meta(encode_meta(missing)) == missing
+    no_bucket = Missing("NoSuchBucket", "The specified bucket does not exist", 404, (), (("BucketName", "nobucket"),))
+    assert decode_meta(encode_meta(no_bucket)) == no_bucket
+    written_before = orjson.loads(encode_meta(no_bucket))
+    del written_before["missing"]["extra"]  # by a node of the version before `extra`
+    assert decode_meta(orjson.dumps(written_before)) == Missing(no_bucket.code, no_bucket.message, 404, ())
 
 
 def test_an_entry_of_another_format_is_a_miss():

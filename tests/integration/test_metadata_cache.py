@@ -105,10 +105,15 @@ def test_404_is_remembered_briefly_and_forgotten_on_write(cached, direct):
 
 def test_missing_bucket_is_remembered_with_its_own_code(cached):
     gateway, s3 = cached
+    errors = []
     for _ in range(2):
         with pytest.raises(ClientError) as exc:
             s3.get_object(Bucket="no-such-bucket", Key="k")
-        assert exc.value.response["Error"]["Code"] == "NoSuchBucket"
+        errors.append({k: v for k, v in exc.value.response["Error"].items() if k not in ("RequestId", "HostId")})
+    assert engine_stats(gateway)["meta_hit"] >= 1  # the second came from memory
+    # ... and is the origin's answer, with every element of it (S3 names the bucket).
+    assert errors[0] == errors[1] and errors[0]["Code"] == "NoSuchBucket"
+    assert errors[0]["BucketName"] == "no-such-bucket"
 
 
 def test_listing_cache_and_invalidation_by_writes(cached, direct):

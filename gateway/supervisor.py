@@ -111,10 +111,13 @@ def become_supervisor(settings: Settings, count: int, log_level: str, banner: st
     """Replace this process (same pid, same standard streams) with a fresh interpreter that runs
     only `supervise` (main below). `banner` is printed to stderr once the node serves, "{port}"
     in it replaced by the port. Errors are printed as the CLI prints them: "Error: ..." and exit code 1."""
-    # Handed over in an unlinked file whose descriptor the new process inherits: the settings
-    # carry secrets, which the environment would show in /proc/<pid>/environ for the node's life.
-    handoff = tempfile.TemporaryFile()
+    # Handed over in a file of no name (in memory where the system has memfd_create) whose
+    # descriptor the new process inherits: the settings carry secrets, which the environment
+    # would show in /proc/<pid>/environ for the node's life.
+    handoff = os.fdopen(os.memfd_create("gateway-node", 0), "w+b") if hasattr(os, "memfd_create") \
+        else tempfile.TemporaryFile()
     handoff.write(pickle.dumps((settings, count, log_level, banner)))
+    handoff.flush()
     handoff.seek(0)
     os.set_inheritable(handoff.fileno(), True)
     sys.stdout.flush()

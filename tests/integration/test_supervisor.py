@@ -94,6 +94,23 @@ def test_two_workers_serve_the_port_and_go_with_the_node(node: GatewayProcess):
     assert "worker 0 started" in output and "worker 1 serves" in output
 
 
+def test_the_supervisor_is_a_process_of_its_own_making(node: GatewayProcess):
+    """`gateway serve` execs into `python -m gateway.supervisor` (same pid): the node does not keep
+    the CLI's modules, nor the event loop and HTTP client its checks of the origin loaded."""
+    assert node.proc is not None
+    pid = node.proc.pid
+    assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:3] == [b"-m", b"gateway.supervisor"]
+    loaded = Path(f"/proc/{pid}/maps").read_text()
+    assert "aiohttp" not in loaded and "uvloop" not in loaded and "_awscrt" not in loaded
+    assert s3_works(node)
+
+
+def s3_works(node: GatewayProcess) -> bool:
+    s3 = client(node.endpoint)
+    s3.put_object(Bucket=BUCKET, Key="k", Body=b"x")
+    return bool(s3.get_object(Bucket=BUCKET, Key="k")["Body"].read() == b"x")
+
+
 def test_a_killed_worker_is_replaced_while_the_other_serves(node: GatewayProcess):
     assert node.proc is not None
     supervisor = node.proc.pid

@@ -1192,8 +1192,7 @@ def main(argv: list[str] | None = None) -> int:
         q = 0 if gw is gw_disk else quota
         workers = gw.workers
         limit = q + (RSS_ALLOWANCE if workers == 1 else 150 * 10**6 * workers)
-        twice = gw.peak_rss + gw.peak_tmpfs
-        used = twice if workers == 1 else gw.peak_once
+        used = gw.peak_rss + gw.peak_tmpfs if workers == 1 else gw.peak_once
         state = "met" if used <= limit else f"MISSED by {(used - limit) / 1e6:.0f} MB"
         print(f"    {gw.name:<14} {gw.peak_rss / 1e6:7.1f} MB"
               + (f" + {gw.peak_tmpfs / 1e6:.1f} MB on tmpfs" if gw.peak_tmpfs else "")

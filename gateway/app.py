@@ -29,7 +29,6 @@ from gateway.httpserver import Later
 from gateway.node.journal import Journal
 from gateway.node.workers import WorkerSet
 from gateway.origin import Origin
-from gateway.rangeclient import BUFFERS
 from gateway.s3api.hits import HitPath, http_head
 from gateway.s3api.replays import Replay
 from gateway.s3api.server import S3App
@@ -59,10 +58,9 @@ class GatewayApp:
         self._tasks: list[asyncio.Task[None]] = []
 
     def _share_out(self, cache: CacheSettings) -> CacheSettings:
-        """The node's read buffer and receive buffers, shared out among its workers."""
+        """The node's read buffer, shared out among its workers."""
         if self.workers.alone:
             return cache
-        BUFFERS.share_out(self.workers.count)
         return dataclasses.replace(cache, read_buffer=max(1, cache.read_buffer // self.workers.count))
 
     async def startup(self) -> None:

@@ -32,7 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "configdoc": {"config"},
     "admin": BASE | {"advisor", "cluster", "engine", "events", "httpserver", "node", "origin", "s3api", "store", "heat"},
     "app": BASE | {"admin", "advisor", "cluster", "engine", "events", "heat", "httpserver", "node", "origin",
-                   "rangeclient", "s3api", "store"},
+                   "s3api", "store"},
     "run": BASE | {"app", "httpserver", "node", "s3api", "tls"},
     "supervisor": BASE | {"node"},
     "demo": BASE | {"origin", "run"},

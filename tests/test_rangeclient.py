@@ -20,7 +20,7 @@ from gateway.config import OriginSettings
 from gateway.errors import S3Error
 from gateway.origin import Origin
 from gateway.rangeclient import MalformedAnswer, RangeClient
-from gateway.rangeclient.connection import KEPT_PER_NODE, Buffers
+from gateway.rangeclient.fresh import SMALLEST, fresh_bytes
 from gateway.rangeclient.wire import ChunkedDecoder, body_framing, parse_head
 from tests.test_tls import make_certificate
 
@@ -372,20 +372,29 @@ def test_a_head_parses_back_to_its_headers(headers, status):
     assert items == [(name.lower(), value) for name, value in headers.items()]
 
 
-def test_the_workers_of_a_node_keep_the_nodes_receive_buffers_between_them():
-    buffers = Buffers(most=KEPT_PER_NODE)
-    given_back = [buffers.take(1024 * 1024) for _ in range(KEPT_PER_NODE)]
-    for buffer in given_back:
-        buffers.give(buffer)
-    buffers.share_out(2)  # one of two workers: half of the node's buffers, the rest let go
-    taken = [buffers.take(1024 * 1024) for _ in range(KEPT_PER_NODE)]
-    assert sum(any(t is g for g in given_back) for t in taken) == KEPT_PER_NODE // 2
-    for buffer in taken:
-        buffers.give(buffer)
-    assert sum(any(t is b for b in taken) for t in [buffers.take(1024 * 1024) for _ in range(KEPT_PER_NODE)]) \
-        == KEPT_PER_NODE // 2
-    buffers.share_out(10 * KEPT_PER_NODE)  # more workers than buffers: each keeps one
-    five = [buffers.take(1024 * 1024) for _ in range(5)]
-    for buffer in five:
-        buffers.give(buffer)
-    assert sum(any(t is f for f in five) for t in [buffers.take(1024 * 1024) for _ in range(5)]) == 1
+@pytest.mark.parametrize("size", [SMALLEST - 1, SMALLEST, SMALLEST + 1, 1024 * KiB + 3])
+async def test_a_body_returned_is_never_changed_by_the_next_ones(size):
+    bodies = [os.urandom(size) for _ in range(3)]
+    sent = iter(bodies)
+    async with RawServer(lambda _: [length_head(size), *pieces(next(sent), 40 * KiB)], pause=0) as server:
+        rc = client()
+        got = [(await get(rc, server))[2] for _ in bodies]
+        await rc.aclose()
+    assert all(type(data) is bytes for data in got)
+    assert got == bodies  # each compared after all three were read
+    assert server.connections == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(SMALLEST, 3 * SMALLEST + 4097), st.binary(min_size=1, max_size=64))
+def test_a_fresh_bytes_object_holds_what_was_written_through_its_view(size, pattern):
+    data, view = fresh_bytes(size)
+    content = (pattern * (size // len(pattern) + 1))[:size]
+    view[:] = content
+    view.release()
+    assert type(data) is bytes and len(data) == size and data == content and hash(data) == hash(content)
+
+
+def test_a_fresh_bytes_object_is_for_bodies_of_more_than_a_few_pages():
+    with pytest.raises(ValueError):
+        fresh_bytes(SMALLEST - 1)

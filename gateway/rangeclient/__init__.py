@@ -15,7 +15,7 @@ sock_read. Failures are the builtin ConnectionError and TimeoutError; a request 
 connection that the server had closed meanwhile is sent again once on a new one.
 
 Parts: `wire` (the answer's head, its body's framing, chunked decoding), `connection` (the
-protocol and its reused receive buffers), `client` (the pool, and the answers it gives).
+protocol), `fresh` (the bytes a body is received into), `client` (the pool, and the answers it gives).
 It knows nothing of S3 or signing: gateway.origin reads cache blocks with it, and
 gateway.cluster.peers asks peers and a node's sibling workers (over a unix socket) for them.
 """
@@ -23,7 +23,6 @@ gateway.cluster.peers asks peers and a node's sibling workers (over a unix socke
 from __future__ import annotations
 
 from gateway.rangeclient.client import RangeClient, RangeResponse
-from gateway.rangeclient.connection import BUFFERS
 from gateway.rangeclient.wire import MalformedAnswer
 
-__all__ = ["BUFFERS", "MalformedAnswer", "RangeClient", "RangeResponse"]
+__all__ = ["MalformedAnswer", "RangeClient", "RangeResponse"]

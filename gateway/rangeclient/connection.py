@@ -1,57 +1,14 @@
 """One pooled connection of the range client: an asyncio BufferedProtocol that sends a request,
-reads its answer's head into a scratch buffer and its body into a buffer of the body's length
-(reused: Buffers), or a chunked or until-close body into pieces; with the read timeout."""
+reads its answer's head into a scratch buffer and its body straight into the bytes object it
+is returned as (fresh_bytes), or a chunked or until-close body into pieces; with the read timeout."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
 
+from gateway.rangeclient.fresh import SMALLEST, fresh_bytes
 from gateway.rangeclient.wire import MAX_HEAD, ChunkedDecoder, MalformedAnswer, body_framing, parse_head
-
-_SMALLEST_KEPT = 64 * 1024  # smaller receive buffers are not kept for the next body
-
-
-class Buffers:
-    """Receive buffers used again and again: a body is received into one and copied out into
-    the bytes its reader keeps, so no new buffer is zeroed per body, nor faulted in page by
-    page when it is memory the process never touched before. One set per process (BUFFERS),
-    all of one size (the largest body asked for, a block), at most `most` of them kept."""
-
-    __slots__ = ("_free", "_most", "_size")
-
-    def __init__(self, most: int) -> None:
-        self._free: list[bytearray] = []
-        self._most = most
-        self._size = _SMALLEST_KEPT
-
-    def take(self, size: int) -> bytearray:
-        """A buffer of at least `size` bytes."""
-        if size < _SMALLEST_KEPT:
-            return bytearray(size)
-        if size > self._size:  # larger blocks from now on: the kept ones are too small
-            self._size = size
-            self._free.clear()
-        return self._free.pop() if self._free else bytearray(self._size)
-
-    def give(self, buffer: bytearray) -> None:
-        if len(buffer) == self._size and len(self._free) < self._most:
-            self._free.append(buffer)
-
-    def share_out(self, processes: int) -> None:
-        """This process is one of a node's `processes` workers, which split the node's reads
-        (and its KEPT_PER_NODE buffers) among them."""
-        self._most = max(1, KEPT_PER_NODE // processes)
-        del self._free[self._most:]
-
-
-# As many as the slow cold reads a loaded node has in flight at once: with 16 kept, 32 reads at
-# once took a fresh buffer half of the time (4,994 against 3,393 us of CPU per 1 MiB cold read
-# with 96). At most 32 blocks (32 MiB at the default block size) stay in a node, however many
-# workers share its reads (share_out).
-KEPT_PER_NODE = 32
-BUFFERS = Buffers(most=KEPT_PER_NODE)
-
 
 class Connection(asyncio.BufferedProtocol):
     """One connection: sends a request, reads its answer's head into a scratch buffer, then
@@ -74,7 +31,7 @@ class Connection(asyncio.BufferedProtocol):
         self._length: int | None = None  # the body's, when framed by Content-Length
         self._chunks: ChunkedDecoder | None = None
         self._until_close: bytearray | None = None
-        self._body: bytearray | None = None  # a Content-Length body's target buffer ...
+        self._body: bytes | bytearray | None = None  # a Content-Length body, received into ...
         self._body_view: memoryview | None = None
         self._body_filled = 0  # ... and how much of it arrived
         self._body_cap = 0  # the most bytes kept (limit + 1 past a limit)
@@ -107,8 +64,7 @@ class Connection(asyncio.BufferedProtocol):
         if self._length is not None:
             self._body_cap = min(self._length, limit + 1)
             if self._body_cap > 0:
-                self._body = BUFFERS.take(self._body_cap)
-                self._body_view = memoryview(self._body)[:self._body_cap]
+                self._body, self._body_view = self._new_body(self._body_cap)
                 taken = min(self._filled, self._body_cap)
                 self._body_view[:taken] = self._view[:taken]
                 self._body_filled = taken
@@ -117,14 +73,15 @@ class Connection(asyncio.BufferedProtocol):
             self._resume()
             try:
                 await self._wait(lambda: self._complete)
-                body = self._body_view.tobytes() if self._body_view is not None else b""
+                body = self._body
             finally:
-                if self._body is not None:
-                    view, self._body_view = self._body_view, None
-                    assert view is not None
-                    view.release()
-                    BUFFERS.give(self._body)
-                    self._body = None
+                if self._body_view is not None:
+                    self._body_view.release()
+                self._body, self._body_view = None, None
+            if body is None:
+                body = b""
+            elif isinstance(body, bytearray):
+                body = bytes(body)
             if self._body_cap < self._length:
                 self._keep_alive = False  # the rest was not read
             return body
@@ -137,6 +94,14 @@ class Connection(asyncio.BufferedProtocol):
         if len(pieces) > limit:
             self._keep_alive = False
         return bytes(pieces[:limit + 1])
+
+    @staticmethod
+    def _new_body(size: int) -> tuple[bytes | bytearray, memoryview]:
+        """What a body of `size` bytes is received into, and a writable view of it."""
+        if size < SMALLEST:
+            buffer = bytearray(size)
+            return buffer, memoryview(buffer)
+        return fresh_bytes(size)
 
     def body_left(self) -> int | None:
         """Bytes of the current answer's body not read yet (None: unknown, until close or chunked)."""

@@ -5,6 +5,8 @@ asyncio's own loop and on uvloop (the one the gateway runs on)."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import mmap
 import os
 import shutil
 import ssl
@@ -20,7 +22,7 @@ from gateway.config import OriginSettings
 from gateway.errors import S3Error
 from gateway.origin import Origin
 from gateway.rangeclient import MalformedAnswer, RangeClient
-from gateway.rangeclient.fresh import SMALLEST, fresh_bytes
+from gateway.rangeclient.fresh import PAGE, SMALLEST, all_in_memory, fresh_bytes
 from gateway.rangeclient.wire import ChunkedDecoder, body_framing, parse_head
 from tests.test_tls import make_certificate
 
@@ -393,6 +395,21 @@ def test_a_fresh_bytes_object_holds_what_was_written_through_its_view(size, patt
     view[:] = content
     view.release()
     assert type(data) is bytes and len(data) == size and data == content and hash(data) == hash(content)
+
+
+def test_pages_are_known_to_be_in_memory_once_written_and_not_before():
+    pages = 16
+    area = mmap.mmap(-1, pages * PAGE)  # anonymous: no page in memory until written
+    anchor = ctypes.c_char.from_buffer(area)
+    start = ctypes.addressof(anchor)
+    assert not all_in_memory(start, start + pages * PAGE)
+    for page in range(pages - 1):
+        area[page * PAGE] = 1
+    assert not all_in_memory(start, start + pages * PAGE)
+    area[(pages - 1) * PAGE] = 1
+    assert all_in_memory(start, start + pages * PAGE)
+    del anchor
+    area.close()
 
 
 def test_a_fresh_bytes_object_is_for_bodies_of_more_than_a_few_pages():

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import mmap
 
-PAGE = 4096
+PAGE = mmap.PAGESIZE
 SMALLEST = 64 * 1024  # smaller bodies are read into a bytearray and copied: few pages to fault
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+; elsewhere the pages fault in as they are written
 

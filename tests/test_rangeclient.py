@@ -168,12 +168,13 @@ async def test_a_body_that_ends_with_the_connection():
     assert server.connections == 2
 
 
-async def test_past_the_limit_the_first_bytes_and_the_connection_dropped():
+@pytest.mark.parametrize("limit", [10 * KiB, 100 * KiB])  # the first bytes in a bytearray, then in fresh bytes
+async def test_past_the_limit_the_first_bytes_and_the_connection_dropped(limit):
     body = os.urandom(200 * KiB)
     async with RawServer(lambda _: [length_head(len(body)), *pieces(body, 64 * KiB)]) as server:
         rc = client()
-        data = (await get(rc, server, limit=10 * KiB))[2]
-        assert len(data) == 10 * KiB + 1 and body.startswith(data)
+        data = (await get(rc, server, limit=limit))[2]
+        assert len(data) == limit + 1 and body.startswith(data) and type(data) is bytes
         assert (await get(rc, server))[2] == body
         await rc.aclose()
     assert server.connections == 2

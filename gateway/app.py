@@ -57,12 +57,6 @@ class GatewayApp:
         self._events: SqsConsumer | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
-    def _share_out(self, cache: CacheSettings) -> CacheSettings:
-        """The node's read buffer, shared out among its workers."""
-        if self.workers.alone:
-            return cache
-        return dataclasses.replace(cache, read_buffer=max(1, cache.read_buffer // self.workers.count))
-
     async def startup(self) -> None:
         store = build_store(self.settings.cache, self.workers)
         if store is not None:
@@ -79,7 +73,9 @@ class GatewayApp:
         heat = HeatCounter(max(10_000, 4 * cluster.hot_objects), cluster.heat_half_life)
         # With several workers: what one forgets after a write, the others do before their next lookup.
         journal = None if self.workers.alone else Journal(self.workers.journal_path)
-        cache = self._share_out(self.settings.cache)
+        cache = self.settings.cache
+        if not self.workers.alone:  # the node's read buffer, shared out among its workers
+            cache = dataclasses.replace(cache, read_buffer=max(1, cache.read_buffer // self.workers.count))
         engine = Engine(Origin(self.settings.origin), self.settings.metadata, self.settings.listing,
                         store=store, cache=cache, shared=shared, fleet=self.fleet, heat=heat,
                         workers=self.workers, cluster=cluster, journal=journal)  # engine.aclose closes it

@@ -6,10 +6,11 @@ memory in page by page as the copy first wrote each page: on this project's VMs,
 and about 900 us of system CPU per MiB while the memory tier fills. Here the body is read
 straight into the `bytes` object it ends as, created uninitialised (as C code creates one to
 fill), after one madvise(MADV_POPULATE_WRITE) faulted all its pages in: no copy, one system
-call instead of 256 faults. Memory malloc gives again (a block received and dropped, as a
-peer's or another worker's is; a memory tier that is full evicts a block for each one kept)
-is mostly in place already: mincore says so, and the madvise, which walks every page even
-then (45 us per MiB), is skipped. Until the body is complete the object is this module's
+call instead of 256 faults. Memory malloc gives again is in place already: a gateway process
+keeps freed blocks' memory in its heap (gateway.run.keep_large_allocations), and a block
+received and dropped (a peer's or another worker's) or evicted from a full memory tier frees
+one for the next. mincore says so (5 us per MiB), and the madvise, which walks every page
+even then (40 us per MiB), is skipped. Until the body is complete the object is this module's
 caller's alone; only then is it handed out, immutable from then on.
 """
 

@@ -234,11 +234,15 @@ class GatewayProcess:
             raise RuntimeError(f"{err}: {output[-3000:]}") from None
         return self
 
+    def printed(self) -> list[str]:
+        """The lines it printed so far (its last 20,000)."""
+        return list(self._output)
+
     def _said_listening(self) -> None:
         """`gateway serve` printed its listening line: alone, just before it serves; a supervisor,
         once every worker serves (its socket accepts before that, and a probe may reach the one
         worker that is up): whatever `ready` checks is then asked of the whole node."""
-        if not any(line.startswith("gateway listening on") for line in list(self._output)):
+        if not any(line.startswith("gateway listening on") for line in self.printed()):
             raise ConnectionError("the node does not serve yet")
 
     def stop(self) -> str:

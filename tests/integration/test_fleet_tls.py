@@ -23,7 +23,7 @@ def node(origin: str, redis_url: str, cert, key, ca: str) -> GatewayProcess:  # 
     gateway = GatewayProcess(origin, scheme="https", GATEWAY_SERVER_TLS_CERT_FILE=str(cert),
                              GATEWAY_SERVER_TLS_KEY_FILE=str(key), GATEWAY_ADMIN_TOKEN=TOKEN,
                              GATEWAY_REDIS_URL=redis_url, GATEWAY_CLUSTER_SECRET="tls-fleet-secret",
-                             GATEWAY_CLUSTER_HEARTBEAT_INTERVAL="0.2", GATEWAY_CLUSTER_MEMBER_TTL="1",
+                             GATEWAY_CLUSTER_HEARTBEAT_INTERVAL="0.2", GATEWAY_CLUSTER_MEMBER_TTL="3",
                              GATEWAY_CLUSTER_PEER_CA_FILE=ca)
     return gateway.start(ready=lambda: httpx.get(f"{gateway.endpoint}/_gateway/healthz", verify=str(cert),
                                                  timeout=2).raise_for_status())
@@ -32,6 +32,11 @@ def node(origin: str, redis_url: str, cert, key, ca: str) -> GatewayProcess:  # 
 def stats(gateway: GatewayProcess, cert) -> dict:  # type: ignore[no-untyped-def,type-arg]
     return httpx.get(f"{gateway.endpoint}/_gateway/stats", verify=str(cert), timeout=5,
                      headers={"authorization": f"Bearer {TOKEN}"}).json()
+
+
+def fleet_changes(nodes: list[GatewayProcess]) -> list[str]:
+    """What each node logged about the fleet's members, for a failure's message."""
+    return [line for n in nodes for line in n.printed() if "fleet members" in line]
 
 
 @pytest.mark.parametrize("trusted", [True, False], ids=["peer-ca", "no-ca"])
@@ -51,6 +56,7 @@ def test_peers_over_https_are_verified(trusted, clean_origin, clean_redis, tmp_p
         s3[owner].create_bucket(Bucket="bkt")
         s3[owner].put_object(Bucket="bkt", Key="k", Body=body)
         assert s3[owner].get_object(Bucket="bkt", Key="k")["Body"].read() == body  # the owner caches it
+        assert sorted(stats(nodes[other], cert)["members"]) == sorted(ids), fleet_changes(nodes)
         got = s3[other].get_object(Bucket="bkt", Key="k")
         assert got["Body"].read() == body
         x_cache = got["ResponseMetadata"]["HTTPHeaders"]["x-cache"]
@@ -61,9 +67,9 @@ def test_peers_over_https_are_verified(trusted, clean_origin, clean_redis, tmp_p
         origin_gets = next((float(line.split()[-1]) for line in metrics.splitlines()
                             if line.startswith('gateway_origin_requests_total{method="GET"}')), 0.0)
         if trusted:
-            assert x_cache == "hit-peer" and failures == 0 and origin_gets == 0
+            assert x_cache == "hit-peer" and failures == 0 and origin_gets == 0, fleet_changes(nodes)
         else:  # the peer's certificate is not trusted: nothing is read from it; the origin answers
-            assert failures > 0 and origin_gets == 1
+            assert failures > 0 and origin_gets == 1, (x_cache, origin_gets, fleet_changes(nodes))
         # SIGTERM: a node whose peer keeps an idle TLS connection to it still stops at once.
         for n in nodes:
             started = time.monotonic()

@@ -19,7 +19,7 @@ import threading
 
 import uvicorn
 
-from gateway import log
+from gateway import gcpauses, log
 from gateway.app import create_app
 from gateway.config import ConfigError, Settings
 from gateway.httpserver import raise_open_files_limit, uvicorn_options
@@ -40,6 +40,7 @@ def _config(settings: Settings, workers: WorkerSet | None) -> uvicorn.Config:
     raise_open_files_limit(server.max_connections)
     keep_large_allocations()
     app = create_app(settings, workers)
+    gcpauses.collect_less_often()  # what exists now lives as long as the process
     config = uvicorn.Config(
         app, host=server.host, port=server.port,
         loop="uvloop", lifespan="on", access_log=False, log_level="warning",

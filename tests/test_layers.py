@@ -17,7 +17,7 @@ BASE = {"config", "errors", "log"}
 # What each part of the package (a subpackage or a top-level module) may import of the others.
 ALLOWED: dict[str, set[str]] = {
     "config": set(), "errors": set(), "log": set(),
-    "signing": set(), "bytebudget": set(), "heat": set(), "tls": {"log"},
+    "signing": set(), "bytebudget": set(), "heat": set(), "gcpauses": set(), "tls": {"log"},
     "objects": {"errors"},
     "store": BASE,
     "node": BASE,
@@ -30,10 +30,11 @@ ALLOWED: dict[str, set[str]] = {
     "httpserver": BASE,
     "advisor": BASE | {"store"},
     "configdoc": {"config"},
-    "admin": BASE | {"advisor", "cluster", "engine", "events", "httpserver", "node", "origin", "s3api", "store", "heat"},
+    "admin": BASE | {"advisor", "cluster", "engine", "events", "gcpauses", "httpserver", "node", "origin", "s3api",
+                     "store", "heat"},
     "app": BASE | {"admin", "advisor", "cluster", "engine", "events", "heat", "httpserver", "node", "origin",
                    "s3api", "store"},
-    "run": BASE | {"app", "httpserver", "node", "s3api", "tls"},
+    "run": BASE | {"app", "gcpauses", "httpserver", "node", "s3api", "tls"},
     "supervisor": BASE | {"node"},
     "demo": BASE | {"origin", "run"},
     "cli": BASE | {"admin", "advisor", "app", "demo", "run", "httpserver", "supervisor", "tls"},

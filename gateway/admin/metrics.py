@@ -14,6 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gateway import gcpauses
 from gateway.admin.node import Node
 from gateway.httpserver import GuardedProtocol
 from gateway.s3api.stats import LATENCY_BUCKETS, SOURCE_NAMES
@@ -50,6 +51,7 @@ class NodeCollector(Collector):
                               ("head_too_large", GuardedProtocol.heads_too_large), ("stalled", GuardedProtocol.stalls)):
             cut.add_metric([reason], count)
         yield cut
+        yield _gc_pauses()
         engine = self.node.engine
         yield GaugeMetricFamily("gateway_read_buffer_used_bytes", "Bytes of blocks held by reads in flight "
                                 "(cache.read_buffer).", value=engine.budget.used)
@@ -178,6 +180,20 @@ class NodeCollector(Collector):
         yield GaugeMetricFamily("gateway_replication_leader", "1 while this node is the fleet's replication "
                                 "controller.", value=int(controller is not None and controller.stats.leader))
         yield replication
+
+
+def _gc_pauses() -> Metric:
+    # The process's (gateway serve: one node per process; a node of workers sums its workers').
+    pauses = HistogramMetricFamily(
+        "gateway_gc_pause_seconds", "Runs of Python's cyclic garbage collector, which pause the process's "
+        "event loop, by generation (2: a full collection).", labels=["generation"])
+    for generation, counts in enumerate(gcpauses.PAUSES.counts):
+        cumulative, buckets = 0, []
+        for bound, count in zip((*map(str, gcpauses.BUCKETS), "+Inf"), counts):
+            cumulative += count
+            buckets.append((bound, cumulative))
+        pauses.add_metric([str(generation)], buckets, gcpauses.PAUSES.seconds[generation])
+    return pauses
 
 
 def registry_for(node: Node) -> CollectorRegistry:

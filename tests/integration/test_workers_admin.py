@@ -337,6 +337,10 @@ def test_gateway_serve_with_two_workers_answers_for_the_node_on_every_connection
             assert stats["workers"] == {"count": 2, "answered": 2, "missing": []}
             assert stats["requests"] == 1 + 3 * len(KEYS) and stats["hits"] + stats["misses"] == 2 * len(KEYS)
             assert stats["tiers"][0]["blocks"] == len(KEYS) and stats["pinned"] == [{"bucket": "bkt", "prefix": "hot/"}]
+        metrics = text_string_to_metric_families(admin(node, "GET", "/metrics").text)
+        pauses = {s.labels["generation"]: s.value for family in metrics if family.name == "gateway_gc_pause_seconds"
+                  for s in family.samples if s.name.endswith("_count")}
+        assert sorted(pauses) == ["0", "1", "2"]  # each worker's collections, timed and summed for the node
         assert admin(node, "POST", "/purge?bucket=bkt").json()["blocks_removed"] == len(KEYS)
         victim = min(node.worker_pids())
         os.kill(victim, signal.SIGKILL)

@@ -7,7 +7,8 @@ one file at the origin). Pass 1 starts on the empty cache: each block the cache 
 the process never had (with several workers, tmpfs pages). Pass 2 goes on with new keys on the
 same gateway: once the cache is full every block kept evicts one, whose memory is given to the
 next. Printed per pass: req/s, the gateway's user and system CPU per request (all its
-processes), its page faults per request and the memory it holds; and the origin's req/s to the
+processes), its page faults per request and the memory it holds, its garbage collections
+(gateway_gc_pause_seconds: time per request, and runs over 10 ms); and the origin's req/s to the
 same wrk, for the ratio. bench/cache_serving.py's cold cells restart the
 gateway for each cell, so they measure pass 1.
 
@@ -29,6 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 import cache_serving as cs  # noqa: E402
+import httpx  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 from ab_hits import cpu_us_per_request, minor_faults, user_system_ticks  # noqa: E402
 
 
@@ -40,6 +43,27 @@ def held_mib(gateway: cs.Gateway) -> int:
         resident, shared = Path(f"/proc/{pid}/statm").read_text().split()[1:3]
         pages += int(resident) - int(shared)
     return (pages * 4096 + gateway.tmpfs_bytes()) >> 20
+
+
+TOKEN = "cold-steady"
+
+
+def gc_pauses(gateway: cs.Gateway) -> tuple[float, int, int]:
+    """The node's garbage collections so far (gateway_gc_pause_seconds): seconds, how many, and
+    how many took over 10 ms; zeros from a gateway without that metric (an older commit)."""
+    text = httpx.get(f"{gateway.endpoint}/_gateway/metrics", headers={"authorization": f"Bearer {TOKEN}"}).text
+    seconds, count, long = 0.0, 0, 0
+    for family in text_string_to_metric_families(text):
+        if family.name == "gateway_gc_pause_seconds":
+            for sample in family.samples:
+                if sample.name.endswith("_sum"):
+                    seconds += sample.value
+                elif sample.name.endswith("_count"):
+                    count += int(sample.value)
+                    long += int(sample.value)
+                elif sample.name.endswith("_bucket") and sample.labels["le"] == "0.01":
+                    long -= int(sample.value)
+    return seconds, count, long
 
 
 def main() -> None:
@@ -63,7 +87,8 @@ def main() -> None:
                                 args.seconds, tmp, distinct=True)
             print(f"  origin directly      {direct.rps:6,.0f} req/s   errors {direct.errors}", flush=True)
             gateway = cs.Gateway("gateway", origin, {"GATEWAY_SERVER_WORKERS": str(args.workers),
-                                                     "GATEWAY_CACHE_MEMORY_QUOTA": f"{args.quota_mib}MiB"}, tmp, ROOT)
+                                                     "GATEWAY_CACHE_MEMORY_QUOTA": f"{args.quota_mib}MiB",
+                                                     "GATEWAY_ADMIN_TOKEN": TOKEN}, tmp, ROOT)
             gateway.start()
             start_held = held_mib(gateway)
             unread = iter(keys[args.keys:])
@@ -76,15 +101,18 @@ def main() -> None:
                                    32, 2, tmp, distinct=True)
                     part = [next(unread) for _ in range(args.keys)]
                     paths = cs.presigned_paths(gateway.endpoint, part)
-                    faults, cpu = minor_faults(gateway.pid), user_system_ticks(gateway)
+                    faults, cpu, pauses = minor_faults(gateway.pid), user_system_ticks(gateway), gc_pauses(gateway)
                     cell = cs.run_wrk(f"pass {number}", gateway.endpoint, paths, cs.MiB, 32, args.seconds, tmp,
                                       distinct=True)
                     faults, cpu_after = minor_faults(gateway.pid) - faults, user_system_ticks(gateway)
                     user, system = cpu_us_per_request(cpu, cpu_after, cell.ok)
+                    gc_seconds, collections, long = (a - b for a, b in zip(gc_pauses(gateway), pauses))
                     print(f"  pass {number} ({'filling' if number == 1 else 'full'})   {cell.rps:6,.0f} req/s"
                           f" ({cell.rps / direct.rps:.2f}x the origin)   CPU per request: user {user:5.0f} us,"
                           f" system {system:5.0f} us   page faults per request {faults / max(1, cell.ok):5.1f}   held {held_mib(gateway)} MiB"
                           f"   errors {cell.errors}{'   ' + cell.note if cell.note else ''}", flush=True)
+                    print(f"           garbage collections: {gc_seconds * 1e6 / max(1, cell.ok):4.0f} us per request,"
+                          f" {collections} runs, {long} of them over 10 ms", flush=True)
             finally:
                 gateway.stop()
     finally:

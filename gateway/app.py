@@ -30,7 +30,7 @@ from gateway.node.journal import Journal
 from gateway.node.workers import WorkerSet
 from gateway.origin import Origin
 from gateway.s3api.hits import HitPath, http_head
-from gateway.s3api.replays import Replay
+from gateway.s3api.replays import Keeper
 from gateway.s3api.server import S3App
 from gateway.store.disk import DiskTier
 from gateway.store.blocks import BlockId
@@ -153,7 +153,7 @@ class GatewayApp:
             await self.s3(scope, receive, send)
 
     def hit(self, scope: dict[str, Any], default_headers: list[tuple[bytes, bytes]],
-            keep_alive: bool) -> tuple[list[bytes | memoryview], Replay | None] | Later | None:
+            keep_alive: bool) -> tuple[list[bytes | memoryview], Keeper | None] | Later | None:
         """A cache hit answered below ASGI (gateway.httpserver.Hits), or None: __call__ answers."""
         hits, path = self.hits, scope["path"]
         if hits is None or (self.admin is not None and self.admin.handles(path)):
@@ -163,10 +163,11 @@ class GatewayApp:
             return None if answer is None else ([http_head(200, default_headers, answer[0], keep_alive), answer[1]], None)
         return hits.answer(scope, default_headers, keep_alive)
 
-    def keep(self, request: bytes, replay: Replay) -> None:
-        """`request`, read whole, was answered by `hit`: kept to be answered again (s3api.replays)."""
+    def keep(self, request: bytes, keeper: Keeper) -> None:
+        """`request`, read whole, was answered by `hit`: kept to be answered again if it arrived
+        before (s3api.replays)."""
         if self.hits is not None:
-            self.hits.replays.keep(request, replay)
+            self.hits.replays.keep(request, keeper)
 
     def replay(self, request: bytes,
                default_headers: list[tuple[bytes, bytes]]) -> tuple[list[bytes | memoryview], bool] | None:

@@ -82,11 +82,11 @@ class Hits(Protocol):
     def hit(self, scope: dict[str, Any], default_headers: list[tuple[bytes, bytes]],
             keep_alive: bool) -> tuple[list[bytes | memoryview], Any] | Later | None:
         """(ASGI HTTP scope of a request without a body, the server's default headers,
-        keep-alive) -> (the whole HTTP answer as pieces to write, what answering the same
-        request again takes, or None), a Later, or None: the app answers the request."""
+        keep-alive) -> (the whole HTTP answer as pieces to write, what keeping the request to
+        answer it again takes, or None), a Later, or None: the app answers the request."""
 
-    def keep(self, request: bytes, replay: Any) -> None:
-        """`request`, exactly as read, was answered by `hit`, which gave `replay`."""
+    def keep(self, request: bytes, keeper: Any) -> None:
+        """`request`, exactly as read, was answered by `hit`, which gave `keeper`."""
 
     def replay(self, request: bytes,
                default_headers: list[tuple[bytes, bytes]]) -> tuple[list[bytes | memoryview], bool] | None:

@@ -29,7 +29,7 @@ from gateway.errors import S3Error
 from gateway.s3api import reads
 from gateway.s3api.context import Context
 from gateway.s3api import headers as hdrs
-from gateway.s3api.replays import Replay, Replays, keepable
+from gateway.s3api.replays import Keeper, Replay, Replays, keepable
 from gateway.s3api.responses import body_response, empty_response, new_request_id
 from gateway.s3api.server import IDENTIFIED, S3App, S3Request, answered_for, note_answer, parse_request
 
@@ -71,9 +71,9 @@ class HitPath:
         self.replays = Replays(app)
 
     def answer(self, scope: dict[str, Any], default_headers: list[tuple[bytes, bytes]], keep_alive: bool,
-               ) -> tuple[list[bytes | memoryview], Replay | None] | Callable[[], Awaitable[_Make | None]] | None:
+               ) -> tuple[list[bytes | memoryview], Keeper] | Callable[[], Awaitable[_Make | None]] | None:
         """The whole HTTP answer to the request of `scope` (an ASGI HTTP scope) when it is a
-        hit, with what answering it again takes (None when it may not be kept); a later answer
+        hit, with what keeping it to answer it again takes (replays.Keeper); a later answer
         (httpserver.Later) when it is a GET of one block another node owns; else None (nothing
         counted).
         `default_headers` are the server's (Date); `keep_alive` False adds Connection: close,
@@ -111,7 +111,7 @@ class HitPath:
             engine.head_answered_now()
             answer.headers[reads.X_CACHE] = "hit-mem"  # as the app says of metadata from memory
             pieces = self._whole(made, b"", keep_alive)
-            return pieces, self._replay(made, meta, None, keep_alive)
+            return pieces, functools.partial(self._replay, made, meta, None, keep_alive)
         read = engine.one_block(bucket, key, meta, answer.start, answer.end)
         if read is None:
             return None
@@ -120,7 +120,7 @@ class HitPath:
             return functools.partial(self._later, made, meta, read) if engine.peer_owns(read) else None
         body, answer.headers[reads.X_CACHE] = hit
         pieces = self._whole(made, body, keep_alive)
-        return pieces, self._replay(made, meta, read, keep_alive)
+        return pieces, functools.partial(self._replay, made, meta, read, keep_alive)
 
     async def _later(self, made: _Made, meta: ObjectMeta, read: OneBlock) -> _Make | None:
         """A GET of one block another node owns: the block read as the app reads it (counted

@@ -2,11 +2,11 @@
 
 Dashboards, browsers and tools fetch the same presigned URL over and over, and an engine's
 workers send one signed request many times within its clock window. When the hit path
-(s3api.hits) answers such a request, it keeps what the answer depended on, keyed by the
-request's bytes exactly as they arrived (method, target, every header; the HTTP protocol
-hands over only a read that held one whole request and nothing else). The same bytes again
-are answered here with nothing parsed, verified or authorized again, because none of that
-can come out otherwise for the same bytes:
+(s3api.hits) answers such a request and its bytes arrived before, it keeps what the answer
+depended on, keyed by the request's bytes exactly as they arrived (method, target, every
+header; the HTTP protocol hands over only a read that held one whole request and nothing
+else). The same bytes again are answered here with nothing parsed, verified or authorized
+again, because none of that can come out otherwise for the same bytes:
 
 - the signature: verified once; used again only while its time checks still pass (the
   clock skew of a header signature, a presigned URL's expiry: Identity.valid_from/until)
@@ -18,7 +18,12 @@ can come out otherwise for the same bytes:
   clock: requests carrying them are not kept.
 
 Nor are requests an AWS SDK marked as its own (`amz-sdk-invocation-id`, a new id per request,
-signed anew on a retry): they are never sent again byte for byte.
+signed anew on a retry): they are never sent again byte for byte. Other clients sign each
+request anew too without saying so (DuckDB, curl and s3cmd put the second in `x-amz-date`), so
+a request is kept only from its second arrival: the hashes of the last SEEN requests' bytes are
+counted, and what keeping one takes is made only then (`Keeper`). A request sent once costs a
+count instead of a kept answer made for nothing (and dropped later), and does not push out of
+the kept ones a request that is sent again.
 
 What can change between two sends is asked again every time, of the same functions the hit
 path asks: the metadata must still be the very object the answer was built from and fresh
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.engine import ObjectMeta, OneBlock
@@ -47,6 +53,7 @@ from gateway.s3api.server import Answered, S3App, S3Request
 CLOCK_HEADERS = ("if-modified-since", "if-unmodified-since")
 MAX_REQUEST_BYTES = 4096  # as the signature memo: larger requests are answered the whole way
 MAX_KEPT = 2048  # requests kept per process, the oldest dropped first (each ~3 KB)
+SEEN = 4 * MAX_KEPT  # requests whose arrivals are counted (by hash), the first seen forgotten first
 _RID = b"x-amz-request-id"
 _XCACHE = b"x-cache"
 
@@ -75,6 +82,10 @@ class Replay:
     # order the answer had them (rid_first).
     segments: tuple[bytes, bytes, bytes] | None = None
     rid_first: bool = True
+
+
+Keeper = Callable[[], "Replay | None"]
+"""What keeping a request answered by the hit path takes, made when it is kept (None: it may not be)."""
 
 
 def keepable(req: S3Request, identity: Identity, secret: str | None) -> tuple[float, float] | None:
@@ -120,14 +131,19 @@ class Replays:
         self.app = app
         self.size = size
         self._kept: OrderedDict[bytes, Replay] = OrderedDict()  # oldest out in O(1)
+        self._arrivals: OrderedDict[int, int] = OrderedDict()  # hash of a request's bytes: times seen
         self._defaults: tuple[list[tuple[bytes, bytes]] | None, bytes] = (None, b"")
 
     def kept(self) -> list[bytes]:
         """The requests kept, oldest first."""
         return list(self._kept)
 
-    def keep(self, request: bytes, replay: Replay) -> None:
-        if len(request) > MAX_REQUEST_BYTES or self.size <= 0:
+    def keep(self, request: bytes, keeper: Keeper) -> None:
+        """Keep `request`, just answered by the hit path, if its bytes arrived before."""
+        if len(request) > MAX_REQUEST_BYTES or self.size <= 0 or self._arrivals.get(hash(request), 0) < 2:
+            return
+        replay = keeper()
+        if replay is None:
             return
         kept = self._kept
         kept.pop(request, None)
@@ -141,10 +157,12 @@ class Replays:
         (nothing counted): the hit path and the app take it as a new request."""
         replay = self._kept.get(request)
         if replay is None:
+            self._arrived(request)
             return None
         started = time.perf_counter()
         if not self._still_holds(replay):
             del self._kept[request]
+            self._arrivals[hash(request)] = 2  # sent again before: kept anew once answered
             return None
         app = self.app
         if replay.read is None:  # a HEAD
@@ -169,6 +187,16 @@ class Replays:
         stats.below_asgi += 1
         stats.replayed += 1
         return [head, body], replay.keep_alive
+
+    def _arrived(self, request: bytes) -> None:
+        arrivals, name = self._arrivals, hash(request)
+        count = arrivals.get(name)
+        if count is None:
+            if len(arrivals) >= SEEN:
+                arrivals.popitem(last=False)
+            arrivals[name] = 1
+        elif count < 2:
+            arrivals[name] = 2
 
     def _still_holds(self, replay: Replay) -> bool:
         """Whether what the kept answer depended on still holds: the signature's time window,

@@ -9,6 +9,7 @@ measured side by side, round after round, is what to quote.
     .venv/bin/python bench/ab_hits.py --baseline 34307e8 --size 4KiB
     .venv/bin/python bench/ab_hits.py --baseline 34307e8 --size 1MiB --tier disk --rounds 4
     .venv/bin/python bench/ab_hits.py --baseline 34307e8 --size 1MiB --tier cold --rounds 4
+    .venv/bin/python bench/ab_hits.py --baseline 34307e8 --size 1MiB --tier cold --workers 2   # nodes of two workers
 
 `--tier cold`: every request a first read of its key (distinct keys, hard links of one file at
 the origin, never read before by that gateway; no warm-up), so each is an origin GET of the
@@ -79,6 +80,8 @@ def main() -> None:
     parser.add_argument("--tier", default="memory", choices=("memory", "disk", "cold"),
                         help="where the hits are served from (cold: first reads, from the origin)")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=1,
+                        help="server.workers of both gateways (CPU and faults are those of all their processes)")
     parser.add_argument("--shaped-latency", default="0", help="the origin's delay before each first byte, e.g. 20ms")
     parser.add_argument("--shaped-rate", default="0", help="the origin's bytes/s per connection, e.g. 80MB (0: no cap)")
     parser.add_argument("--seconds", type=float, default=5.0)
@@ -105,7 +108,8 @@ def main() -> None:
                             [{"path": str(tmp / f"disk-{round_}-{name.replace(' ', '-')}"), "quota": "4GiB"}])}
                     else:
                         tier = {"GATEWAY_CACHE_MEMORY_QUOTA": "1GiB"}
-                    gateway = cs.Gateway(name, origin, {"GATEWAY_SERVER_WORKERS": "1", **tier}, tmp, trees[name])
+                    gateway = cs.Gateway(name, origin, {"GATEWAY_SERVER_WORKERS": str(args.workers), **tier}, tmp,
+                                         trees[name])
                     gateway.start()
                     try:
                         paths = cs.presigned_paths(gateway.endpoint, keys)

@@ -10,7 +10,7 @@ import sys
 
 # In a fresh interpreter (the test process's own collector is left alone): the app's modules
 # loaded, the collector tuned, then cycles made and dropped, and only ordinary allocations after
-# them; no gc.collect() anywhere.
+# them; no gc.collect() after the tuning's own.
 PROGRAM = """
 import gc, json, weakref
 import gateway.app
@@ -43,7 +43,7 @@ def test_startup_objects_are_frozen_and_cycles_made_later_are_still_collected() 
     assert found["frozen"] > 10_000 and found["walked"] < 100  # the app's modules: no collection walks them
     assert found["threshold"][0] == 10_000 and found["callbacks"] == 1
     assert found["freed_at_once"] < 3_000  # not collected before enough new objects came ...
-    assert found["freed"] == 3_000  # ... then all of them, with no gc.collect()
+    assert found["freed"] == 3_000  # ... then all of them, with no gc.collect() asked for
     assert found["collections"][0] >= 1 and found["seconds"][0] > 0  # and the pauses were timed
 
 

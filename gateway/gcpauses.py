@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gc
 import time
+from bisect import bisect_left
 from typing import Any
 
 __all__ = ["BUCKETS", "PAUSES", "collect_less_often"]
@@ -44,8 +45,7 @@ class Pauses:
         took = time.perf_counter() - self._started
         generation = info["generation"]
         self.seconds[generation] += took
-        bucket = next((i for i, bound in enumerate(BUCKETS) if took <= bound), len(BUCKETS))
-        self.counts[generation][bucket] += 1
+        self.counts[generation][bisect_left(BUCKETS, took)] += 1
 
 
 PAUSES = Pauses()

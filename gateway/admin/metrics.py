@@ -89,11 +89,7 @@ class NodeCollector(Collector):
             "gateway_request_duration_seconds",
             "Time from a request's arrival to the last byte of its answer, by operation.", labels=["operation"])
         for operation, latency in sorted(stats.latency.items()):
-            cumulative, buckets = 0, []
-            for bound, count in zip((*map(str, LATENCY_BUCKETS), "+Inf"), latency.counts):
-                cumulative += count
-                buckets.append((bound, cumulative))
-            duration.add_metric([operation], buckets, latency.total)
+            duration.add_metric([operation], _cumulative(LATENCY_BUCKETS, latency.counts), latency.total)
         yield duration
         served = CounterMetricFamily(
             "gateway_served_bytes_total",
@@ -188,12 +184,17 @@ def _gc_pauses() -> Metric:
         "gateway_gc_pause_seconds", "Runs of Python's cyclic garbage collector, which pause the process's "
         "event loop, by generation (2: a full collection).", labels=["generation"])
     for generation, counts in enumerate(gcpauses.PAUSES.counts):
-        cumulative, buckets = 0, []
-        for bound, count in zip((*map(str, gcpauses.BUCKETS), "+Inf"), counts):
-            cumulative += count
-            buckets.append((bound, cumulative))
-        pauses.add_metric([str(generation)], buckets, gcpauses.PAUSES.seconds[generation])
+        pauses.add_metric([str(generation)], _cumulative(gcpauses.BUCKETS, counts), gcpauses.PAUSES.seconds[generation])
     return pauses
+
+
+def _cumulative(bounds: tuple[float, ...], counts: list[int]) -> list[tuple[str, int]]:
+    """A histogram's per-bucket counts (the last one past every bound) as Prometheus buckets."""
+    cumulative, buckets = 0, []
+    for bound, count in zip((*map(str, bounds), "+Inf"), counts):
+        cumulative += count
+        buckets.append((bound, cumulative))
+    return buckets
 
 
 def registry_for(node: Node) -> CollectorRegistry:

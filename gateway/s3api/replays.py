@@ -162,7 +162,7 @@ class Replays:
         started = time.perf_counter()
         if not self._still_holds(replay):
             del self._kept[request]
-            self._arrivals[hash(request)] = 2  # sent again before: kept anew once answered
+            self._arrived(request, again=True)  # sent again before: kept anew once answered
             return None
         app = self.app
         if replay.read is None:  # a HEAD
@@ -188,15 +188,13 @@ class Replays:
         stats.replayed += 1
         return [head, body], replay.keep_alive
 
-    def _arrived(self, request: bytes) -> None:
+    def _arrived(self, request: bytes, *, again: bool = False) -> None:
+        """Count an arrival of `request` (`again`: it is known to have come before); counts
+        stop at 2, all `keep` asks, and at most SEEN requests are counted."""
         arrivals, name = self._arrivals, hash(request)
-        count = arrivals.get(name)
-        if count is None:
-            if len(arrivals) >= SEEN:
-                arrivals.popitem(last=False)
-            arrivals[name] = 1
-        elif count < 2:
-            arrivals[name] = 2
+        if name not in arrivals and len(arrivals) >= SEEN:
+            arrivals.popitem(last=False)
+        arrivals[name] = 2 if again or name in arrivals else 1
 
     def _still_holds(self, replay: Replay) -> bool:
         """Whether what the kept answer depended on still holds: the signature's time window,

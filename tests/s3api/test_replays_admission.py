@@ -54,3 +54,12 @@ def test_requests_sent_once_do_not_push_out_one_sent_again() -> None:
     for number in range(3 * SEEN):  # each signed anew (a new x-amz-date), as DuckDB or curl sends them
         arrive(replays, b"GET /bkt/part-%d HTTP/1.1\r\nx-amz-date: %d\r\n\r\n" % (number, number), made)
     assert replays.kept() == [again] and made.made == 1
+
+
+def test_no_more_than_seen_requests_are_counted() -> None:
+    replays = Replays(app=None, size=4)  # type: ignore[arg-type]
+    for number in range(2 * SEEN):  # first arrivals, and kept ones found stale (counted as sent again)
+        request = b"GET /bkt/k%d HTTP/1.1\r\n\r\n" % number
+        assert replays.answer(request, []) is None
+        replays._arrived(request + b"stale", again=True)
+    assert len(replays._arrivals) == SEEN

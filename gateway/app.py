@@ -30,7 +30,7 @@ from gateway.node.journal import Journal
 from gateway.node.workers import WorkerSet
 from gateway.origin import Origin
 from gateway.s3api.hits import HitPath, http_head
-from gateway.s3api.replays import Keeper
+from gateway.s3api.replays import Keeper, LaterReplay
 from gateway.s3api.server import S3App
 from gateway.store.disk import DiskTier
 from gateway.store.blocks import BlockId
@@ -169,9 +169,10 @@ class GatewayApp:
         if self.hits is not None:
             self.hits.replays.keep(request, keeper)
 
-    def replay(self, request: bytes,
-               default_headers: list[tuple[bytes, bytes]]) -> tuple[list[bytes | memoryview], bool] | None:
-        """The answer to a kept request sent again byte for byte, or None: it is parsed as any other."""
+    def replay(self, request: bytes, default_headers: list[tuple[bytes, bytes]],
+               ) -> tuple[list[bytes | memoryview], bool] | LaterReplay | None:
+        """The answer to a kept request sent again byte for byte (a LaterReplay: once its block
+        came from another node), or None: it is parsed as any other."""
         hits = self.hits
         return None if hits is None else hits.replays.answer(request, default_headers)
 

@@ -28,11 +28,13 @@ declines (None). A request it answers (a cache hit, gateway.s3api.hits) runs no 
 and no task; any other request goes to the app as before. It may also answer `Later`: a GET
 whose one block another node holds runs a task that waits for the block, then sends the answer
 as a hit's (or, when the block could not be had, starts the app on the request). When a read
-from the socket held one whole request and nothing else, and `Hits` answered it, `Hits` keeps
-it; the same bytes
-arriving again on an idle connection are offered to `Hits.replay` before they are parsed
-at all (gateway.s3api.replays). Neither is used while the client is not reading its answers
-(the transport's buffer above its high-water mark): the app's answers then wait for it.
+from the socket held one whole request and nothing else, and `Hits` answered it (at once or
+later), `Hits` keeps it; the same bytes arriving again on an idle connection are offered to
+`Hits.replay` before they are parsed at all (gateway.s3api.replays). A kept request whose block
+another node holds is answered by a task too, with reading paused and no timer armed until it
+was (or, when the block could not be had, the request is parsed as any other). Neither is used
+while the client is not reading its answers (the transport's buffer above its high-water mark):
+the app's answers then wait for it.
 
 Idle keep-alive connections are uvicorn's `timeout_keep_alive` (`server.keepalive_timeout`),
 and SIGTERM's drain is bounded by its `timeout_graceful_shutdown` (`server.shutdown_timeout`).
@@ -46,8 +48,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import resource
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -55,25 +55,23 @@ from typing import Any, Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.config import ServerSettings
-from gateway.errors import S3_ERRORS
+from gateway.transport_errors import ErrorPage, TransportErrors
 
-__all__ = ["GuardedProtocol", "Limits", "protocol_factory", "raise_open_files_limit", "uvicorn_options"]
+__all__ = ["GuardedProtocol", "Limits", "protocol_factory", "uvicorn_options"]
 
 WRITE_HIGH_WATER = 64 * 1024  # the transport's write buffer: writing pauses above it ...
 WRITE_LOW_WATER = 16 * 1024  # ... and resumes below this
-_MARGIN_FILES = 1024  # open files besides clients': origin and peer pools, Redis, disk blocks (256 kept per tier)
 logger = logging.getLogger("gateway.server")
 
 
-ErrorPage = Callable[[str, "str | None"], tuple[str, bytes]]
-"""(S3 error code, resource) -> (request id, error document). The transport answers some
-errors itself (too many connections, a head too large or too slow) and renders them with
-the function it is given (gateway.s3api.responses.error_page), knowing nothing of S3's XML."""
-
-
-Later = Callable[[], Awaitable["Callable[[bool], list[bytes | memoryview]] | None"]]
-"""A hit that waits for its block first: awaited, it gives what makes the whole answer for the
-connection's keep-alive of that moment, or None: the app answers the request."""
+Later = Callable[[], Awaitable["tuple[Callable[[bool], list[bytes | memoryview]], Any] | None"]]
+"""A hit that waits for its block first: awaited, it gives (what makes the whole answer for the
+connection's keep-alive of that moment, what keeping the request to answer it again takes), or
+None: the app answers the request."""
+LaterReplay = Callable[[], Awaitable["tuple[list[bytes | memoryview], bool] | None"]]
+"""A kept request that waits for its block first: awaited, (the whole answer, keep-alive), or
+None: the request is parsed as any other."""
+_LATER = object()  # in place of what keeping a request takes, until its later answer gives it
 
 
 class Hits(Protocol):
@@ -88,10 +86,10 @@ class Hits(Protocol):
     def keep(self, request: bytes, keeper: Any) -> None:
         """`request`, exactly as read, was answered by `hit`, which gave `keeper`."""
 
-    def replay(self, request: bytes,
-               default_headers: list[tuple[bytes, bytes]]) -> tuple[list[bytes | memoryview], bool] | None:
-        """(the whole answer, keep-alive) to a request kept before, or None: it is parsed and
-        goes to `hit` as any other."""
+    def replay(self, request: bytes, default_headers: list[tuple[bytes, bytes]],
+               ) -> tuple[list[bytes | memoryview], bool] | LaterReplay | None:
+        """(the whole answer, keep-alive) to a request kept before, a LaterReplay, or None: it is
+        parsed and goes to `hit` as any other."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,56 +117,7 @@ def uvicorn_options(server: ServerSettings, error_page: ErrorPage, hits: Hits | 
 
 def protocol_factory(limits: Limits, error_page: ErrorPage, hits: Hits | None = None) -> Any:
     """What uvicorn.Config takes as `http`: builds a GuardedProtocol with `limits`."""
-    return functools.partial(GuardedProtocol, limits=limits, errors=_Errors(error_page), hits=hits)
-
-
-def raise_open_files_limit(max_connections: int) -> None:
-    """Raise this process's soft limit of open files (up to the hard one) to fit
-    `max_connections` clients plus the gateway's own files; warn when it cannot."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = max_connections + _MARGIN_FILES
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        new = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
-            soft = new
-        except (ValueError, OSError):
-            pass
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        logger.warning("open-files limit %d is below server.max_connections + %d; raise it (ulimit -n, "
-                          "LimitNOFILE=) or lower server.max_connections", soft, _MARGIN_FILES)
-
-
-class _Errors:
-    """The answers the protocol gives itself: whole HTTP messages, and ASGI apps that answer
-    in the application's place (with the connection closed)."""
-
-    def __init__(self, error_page: ErrorPage) -> None:
-        self.page = error_page
-        self.slow_down = self._refusal("SlowDown")
-        self.head_too_large = self._refusal("RequestHeaderSectionTooLarge")
-
-    def message(self, code: str) -> bytes:
-        """A whole HTTP/1.1 answer carrying S3 error `code`, closing the connection."""
-        status, _ = S3_ERRORS[code]
-        request_id, body = self.page(code, None)
-        head = (f"HTTP/1.1 {status} {'Bad Request' if status == 400 else 'Service Unavailable'}\r\n"
-                f"content-type: application/xml\r\ncontent-length: {len(body)}\r\nx-amz-request-id: {request_id}\r\n"
-                f"date: {time.strftime('%a, %d %b %Y %H:%M:%S GMT', time.gmtime())}\r\n"
-                "connection: close\r\n\r\n")
-        return head.encode("ascii") + body
-
-    def _refusal(self, code: str) -> Any:
-        status, _ = S3_ERRORS[code]
-
-        async def refuse(scope: Any, receive: Any, send: Any) -> None:
-            request_id, body = self.page(code, scope.get("path"))
-            await send({"type": "http.response.start", "status": status,
-                        "headers": [(b"content-type", b"application/xml"), (b"content-length", str(len(body)).encode()),
-                                    (b"x-amz-request-id", request_id.encode()), (b"connection", b"close")]})
-            await send({"type": "http.response.body", "body": body})
-
-        return refuse
+    return functools.partial(GuardedProtocol, limits=limits, errors=TransportErrors(error_page), hits=hits)
 
 
 class GuardedProtocol(HttpToolsProtocol):
@@ -185,7 +134,7 @@ class GuardedProtocol(HttpToolsProtocol):
     heads_too_large = 0
     stalls = 0
 
-    def __init__(self, *args: Any, limits: Limits, errors: _Errors, hits: Hits | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, limits: Limits, errors: TransportErrors, hits: Hits | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.limits = limits
         self._errors = errors
@@ -202,6 +151,9 @@ class GuardedProtocol(HttpToolsProtocol):
         self._alone: bytes | None = None  # a read that began at rest, while it is parsed
         self._messages = 0  # requests begun in it
         self._kept: Any = None  # what Hits gave for answering its request again
+        self._later_request: bytes | None = None  # the one request of a read, while its later answer is made
+        self._replaying = False  # a kept request's later answer is awaited (reading paused)
+        self._close_after = False  # SIGTERM came meanwhile: close once it was answered
 
     # --- connection -------------------------------------------------------------------------
 
@@ -224,19 +176,31 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_data = self.loop.time()
+        alone = self._in_head and not self._head_started and self._hits is not None and self._at_rest()
+        if alone:
+            answered = self._hits.replay(data, self.server_state.default_headers)  # type: ignore[union-attr]
+            if callable(answered):
+                self._replay_later(data, answered)
+                return
+            if answered is not None:
+                self._send_replayed(*answered)
+                return
+        self._read(data, alone)
+
+    def _read(self, data: bytes, alone: bool) -> None:
+        """Parse `data` (`alone`: it began at rest, and may hold one whole request to keep)."""
+        if alone:
+            self._alone, self._messages, self._kept = data, 0, None
         if self._in_head:
-            if not self._head_started and self._hits is not None and self._at_rest():
-                answered = self._hits.replay(data, self.server_state.default_headers)
-                if answered is not None:
-                    self._send_replayed(*answered)
-                    return
-                self._alone, self._messages, self._kept = data, 0, None
             self._head_bytes += len(data)
         try:
             super().data_received(data)
             if self._alone is not None and self._kept is not None and self._messages == 1 \
                     and self._in_head and not self._head_started:  # the one request read ended with the read
-                self._hits.keep(data, self._kept)  # type: ignore[union-attr]
+                if self._kept is _LATER:
+                    self._later_request = data
+                else:
+                    self._hits.keep(data, self._kept)  # type: ignore[union-attr]
         finally:
             self._alone = self._kept = None
         if self._in_head and self._head_bytes > self.limits.max_head_size and not self.transport.is_closing():
@@ -290,9 +254,9 @@ class GuardedProtocol(HttpToolsProtocol):
             super()._start_asgi_task(cycle, app)
             return
         if callable(hit):  # a block to wait for first: answered as a hit once it came, else by the app
-            task = self.loop.create_task(self._answer_later(cycle, app, hit))
-            task.add_done_callback(self.tasks.discard)
-            self.tasks.add(task)  # a graceful shutdown waits for it, as for the app's tasks
+            if self._alone is not None:
+                self._kept = _LATER
+            self._run(self._answer_later(cycle, app, hit))
             return
         answer, replay = hit
         if self._alone is not None:
@@ -306,18 +270,57 @@ class GuardedProtocol(HttpToolsProtocol):
             self.transport.close()
         cycle.on_response()
 
+    def _run(self, answering: Awaitable[None]) -> None:
+        task: asyncio.Task[None] = self.loop.create_task(answering)  # type: ignore[arg-type]
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)  # a graceful shutdown waits for it, as for the app's tasks
+
     async def _answer_later(self, cycle: Any, app: Any, later: Later) -> None:
         try:
-            make = await later()
+            made = await later()
         except Exception:
             logger.exception("the hit path failed; the app answers the request")
-            make = None
+            made = None
+        request, self._later_request = self._later_request, None
         if cycle.disconnected or self.transport.is_closing():  # the client left while the block came
             return
-        if make is None:
+        if made is None:
             super()._start_asgi_task(cycle, app)
-        else:
-            self._send_hit(cycle, make(cycle.keep_alive))
+            return
+        make, keeper = made
+        self._send_hit(cycle, make(cycle.keep_alive))
+        if request is not None:
+            self._hits.keep(request, keeper)  # type: ignore[union-attr]
+
+    def _replay_later(self, request: bytes, later: LaterReplay) -> None:
+        """A kept request whose block comes from another node: nothing more is read meanwhile,
+        and no timer closes the connection under it."""
+        self.flow.pause_reading()
+        self._replaying = True
+        for timer in (self._head_timer, self.timeout_keep_alive_task):
+            if timer is not None:
+                timer.cancel()
+        self._head_timer = self.timeout_keep_alive_task = None
+        self._run(self._answer_replay_later(request, later))
+
+    async def _answer_replay_later(self, request: bytes, later: LaterReplay) -> None:
+        try:
+            answered = await later()
+        except Exception:
+            logger.exception("the hit path failed; the request is parsed as any other")
+            answered = None
+        self._replaying = False
+        if self.transport.is_closing():  # the client left while the block came
+            return
+        if answered is not None:
+            self._send_replayed(*answered)
+        else:  # as if it had not been kept
+            self.flow.resume_reading()
+            self._read(request, True)
+            if self._close_after and self.cycle is not None:
+                self.cycle.keep_alive = False
+        if self._close_after and not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
+            self.transport.close()
 
     def _at_rest(self) -> bool:
         """No request is being read or answered, and the client reads what it is sent."""
@@ -415,6 +418,9 @@ class GuardedProtocol(HttpToolsProtocol):
         """SIGTERM: an idle TLS connection is aborted, not closed. Closing TLS waits for the
         client's close_notify, which an idle pooled client (a peer's, an SDK's) never reads
         to send: the drain would wait server.shutdown_timeout for nothing."""
+        if self._replaying:  # a request is being answered: closed once it was
+            self._close_after = True
+            return
         idle = self.cycle is None or self.cycle.response_complete
         if idle and self.transport.get_extra_info("sslcontext") is not None:
             self.transport.abort()

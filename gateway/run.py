@@ -9,8 +9,10 @@ import asyncio
 import contextlib
 import ctypes
 import functools
+import logging
 import os
 import pickle
+import resource
 import signal
 import socket
 import ssl
@@ -22,10 +24,12 @@ import uvicorn
 from gateway import gcpauses, log
 from gateway.app import create_app
 from gateway.config import ConfigError, Settings
-from gateway.httpserver import raise_open_files_limit, uvicorn_options
+from gateway.httpserver import uvicorn_options
 from gateway.node.workers import WorkerSet
 from gateway.s3api.responses import error_page
 from gateway.tls import reload_on_sighup
+
+_MARGIN_FILES = 1024  # open files besides clients': origin and peer pools, Redis, disk blocks (256 kept per tier)
 
 
 def run_server(settings: Settings) -> None:
@@ -54,6 +58,24 @@ def _config(settings: Settings, workers: WorkerSet | None) -> uvicorn.Config:
         assert config.ssl is not None
         reload_on_sighup(config.ssl, server.tls_cert_file, server.tls_key_file)
     return config
+
+
+def raise_open_files_limit(max_connections: int) -> None:
+    """Raise this process's soft limit of open files (up to the hard one) to fit
+    `max_connections` clients plus the gateway's own files; warn when it cannot."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = max_connections + _MARGIN_FILES
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        new = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+            soft = new
+        except (ValueError, OSError):
+            pass
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        logging.getLogger("gateway.server").warning(
+            "open-files limit %d is below server.max_connections + %d; raise it (ulimit -n, LimitNOFILE=) or lower "
+            "server.max_connections", soft, _MARGIN_FILES)
 
 
 # glibc's malloc gives an allocation of 128 KiB or more (its threshold rises with use, to 32 MiB

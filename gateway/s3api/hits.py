@@ -71,7 +71,7 @@ class HitPath:
         self.replays = Replays(app)
 
     def answer(self, scope: dict[str, Any], default_headers: list[tuple[bytes, bytes]], keep_alive: bool,
-               ) -> tuple[list[bytes | memoryview], Keeper] | Callable[[], Awaitable[_Make | None]] | None:
+               ) -> tuple[list[bytes | memoryview], Keeper] | Callable[[], Awaitable[tuple[_Make, Keeper] | None]] | None:
         """The whole HTTP answer to the request of `scope` (an ASGI HTTP scope) when it is a
         hit, with what keeping it to answer it again takes (replays.Keeper); a later answer
         (httpserver.Later) when it is a GET of one block another node owns; else None (nothing
@@ -111,7 +111,7 @@ class HitPath:
             engine.head_answered_now()
             answer.headers[reads.X_CACHE] = "hit-mem"  # as the app says of metadata from memory
             pieces = self._whole(made, b"", keep_alive)
-            return pieces, functools.partial(self._replay, made, meta, None, keep_alive)
+            return pieces, functools.partial(self._replay, made, meta, None)
         read = engine.one_block(bucket, key, meta, answer.start, answer.end)
         if read is None:
             return None
@@ -120,12 +120,13 @@ class HitPath:
             return functools.partial(self._later, made, meta, read) if engine.peer_owns(read) else None
         body, answer.headers[reads.X_CACHE] = hit
         pieces = self._whole(made, body, keep_alive)
-        return pieces, functools.partial(self._replay, made, meta, read, keep_alive)
+        return pieces, functools.partial(self._replay, made, meta, read)
 
-    async def _later(self, made: _Made, meta: ObjectMeta, read: OneBlock) -> _Make | None:
+    async def _later(self, made: _Made, meta: ObjectMeta, read: OneBlock) -> tuple[_Make, Keeper] | None:
         """A GET of one block another node owns: the block read as the app reads it (counted
-        as it counts it), then the answer, made for the connection's keep-alive of that moment;
-        None (nothing counted) when the read fails: the app answers, and says why."""
+        as it counts it), then (what makes the answer for the connection's keep-alive of that
+        moment, what keeping the request takes once it was made); None (nothing counted) when
+        the read fails: the app answers, and says why."""
         try:
             got = await self.app.engine.read_block(read, meta)
         except S3Error:  # ObjectChanged too: the app reads the object as it is now
@@ -134,7 +135,7 @@ class HitPath:
             body = got.body
             assert body is not None  # a read within one block is in hand
         made.answer.headers[reads.X_CACHE] = got.source
-        return functools.partial(self._whole, made, body)
+        return functools.partial(self._whole, made, body), functools.partial(self._replay, made, meta, read)
 
     def _whole(self, made: _Made, body: bytes | memoryview, keep_alive: bool) -> list[bytes | memoryview]:
         """The HTTP answer (head, body) to a request made up to its body, counted and logged."""
@@ -144,7 +145,7 @@ class HitPath:
         else:
             response = empty_response(request_id, status=answer.status, headers=answer.headers)
         made.status_line, made.raw_headers = _STATUS_LINES[answer.status], response.raw_headers
-        made.closing = _closing(keep_alive)
+        made.closing, made.keep_alive = _closing(keep_alive), keep_alive
         head = http_head(answer.status, made.default_headers, response.raw_headers, keep_alive)
         made.outcome = {"bytes": len(body), "cache": None}
         note_answer(made.outcome, answer.status, response.raw_headers)
@@ -153,9 +154,9 @@ class HitPath:
         app.stats.below_asgi += 1
         return [head, body]
 
-    def _replay(self, made: _Made, meta: ObjectMeta, read: OneBlock | None, keep_alive: bool) -> Replay | None:
+    def _replay(self, made: _Made, meta: ObjectMeta, read: OneBlock | None) -> Replay | None:
         """What answering the same request again takes (`read`: the block a GET's bytes came
-        from), or None when it may not be kept."""
+        from), or None when it may not be kept; once the answer was made (_whole)."""
         req = made.req
         identity = req.identity
         assert identity is not None
@@ -165,19 +166,20 @@ class HitPath:
             return None
         return Replay(req, identity.access_key, secret, *times, req.query.get("versionId"),
                       reads.wants_whole_checksums(req), meta, read, made.status_line, made.raw_headers,
-                      made.closing, keep_alive, answered_for(req, made.scope["method"], made.outcome))
+                      made.closing, made.keep_alive, answered_for(req, made.scope["method"], made.outcome))
 
 
 class _Made:
     """A request the hit path answers, up to its body; then what answering it made."""
 
     __slots__ = ("req", "scope", "request_id", "started", "answer", "default_headers",
-                 "status_line", "raw_headers", "closing", "outcome")
+                 "status_line", "raw_headers", "closing", "keep_alive", "outcome")
 
     def __init__(self, req: S3Request, scope: dict[str, Any], request_id: str, started: float,
                  answer: reads.ObjectAnswer, default_headers: list[tuple[bytes, bytes]]) -> None:
         self.req, self.scope, self.request_id, self.started = req, scope, request_id, started
         self.answer, self.default_headers = answer, default_headers
         self.status_line = self.closing = b""
+        self.keep_alive = True
         self.raw_headers: list[tuple[bytes, bytes]] = []
         self.outcome: dict[str, Any] = {}

@@ -29,20 +29,23 @@ What can change between two sends is asked again every time, of the same functio
 path asks: the metadata must still be the very object the answer was built from and fresh
 (Engine.fresh_now: TTLs, invalidations by writes through any worker or node), and the bytes
 must be in a tier that answers at once (Engine.read_block_now, of the block the hit path
-read: it also counts the block hit and the object's heat). Any difference, and the request
-goes the whole way as a new one. Each answer gets its own request id and Date and is counted
+read: it also counts the block hit and the object's heat), or, for a block another node owns,
+read from it as the hit path's later answer reads it (Engine.read_block), the answer sent once
+it came (LaterReplay). Any difference, and the request goes the whole way as a new one. Each answer gets its own request id and Date and is counted
 and logged as the hit path counts and logs it (S3App.finished_again, from an entry made once
 when the request is kept).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from gateway.engine import ObjectMeta, OneBlock
+from gateway.errors import S3Error
 from gateway.s3api.auth import Identity
 from gateway.s3api.auth.memo import SDK_INVOCATION_ID
 from gateway.s3api.responses import new_request_id
@@ -86,6 +89,10 @@ class Replay:
 
 Keeper = Callable[[], "Replay | None"]
 """What keeping a request answered by the hit path takes, made when it is kept (None: it may not be)."""
+
+LaterReplay = Callable[[], Awaitable["tuple[list[bytes | memoryview], bool] | None"]]
+"""A kept GET whose block another node owns: awaited, (the whole answer, keep-alive) once the
+block came, or None: the request goes the whole way."""
 
 
 def keepable(req: S3Request, identity: Identity, secret: str | None) -> tuple[float, float] | None:
@@ -151,10 +158,12 @@ class Replays:
             kept.popitem(last=False)
         kept[request] = replay
 
-    def answer(self, request: bytes,
-               default_headers: list[tuple[bytes, bytes]]) -> tuple[list[bytes | memoryview], bool] | None:
-        """(the whole HTTP answer, keep the connection open) to `request` sent again, or None
-        (nothing counted): the hit path and the app take it as a new request."""
+    def answer(self, request: bytes, default_headers: list[tuple[bytes, bytes]],
+               ) -> tuple[list[bytes | memoryview], bool] | LaterReplay | None:
+        """(the whole HTTP answer, keep the connection open) to `request` sent again; for a GET
+        whose block another node owns, what gives that answer once the block came (None: the
+        request goes the whole way); or None (nothing counted): the hit path and the app take
+        it as a new request."""
         replay = self._kept.get(request)
         if replay is None:
             self._arrived(request)
@@ -164,16 +173,34 @@ class Replays:
             del self._kept[request]
             self._arrived(request, again=True)  # sent again before: kept anew once answered
             return None
-        app = self.app
+        engine = self.app.engine
         if replay.read is None:  # a HEAD
-            app.engine.head_answered_now()
-            body: bytes | memoryview = b""
-            source = "hit-mem"
-        else:
-            hit = app.engine.read_block_now(replay.read, replay.meta)
-            if hit is None:
-                return None
-            body, source = hit
+            engine.head_answered_now()
+            return self._answered(replay, b"", "hit-mem", started, default_headers)
+        hit = engine.read_block_now(replay.read, replay.meta)
+        if hit is not None:
+            return self._answered(replay, *hit, started, default_headers)
+        if engine.peer_owns(replay.read):
+            return functools.partial(self._later, replay, replay.read, started, default_headers)
+        return None
+
+    async def _later(self, replay: Replay, read: OneBlock, started: float,
+                     default_headers: list[tuple[bytes, bytes]]) -> tuple[list[bytes | memoryview], bool] | None:
+        """A kept GET of a block another node owns, answered once the block came, read as the
+        hit path's later answer reads it (s3api.hits); None (nothing counted) when it cannot be
+        had: the request goes the whole way, and the app says why."""
+        try:
+            got = await self.app.engine.read_block(read, replay.meta)
+        except S3Error:  # ObjectChanged too
+            return None
+        async with got:
+            body = got.body
+            assert body is not None  # a read within one block is in hand
+        return self._answered(replay, body, got.source, started, default_headers)
+
+    def _answered(self, replay: Replay, body: bytes | memoryview, source: str, started: float,
+                  default_headers: list[tuple[bytes, bytes]]) -> tuple[list[bytes | memoryview], bool]:
+        """The whole answer to a kept request from its body, counted and logged."""
         if replay.segments is None:
             replay.segments, replay.rid_first = head_template(replay.raw_headers, replay.closing)
         segments = replay.segments
@@ -182,6 +209,7 @@ class Replays:
         first, second = (rid, label) if replay.rid_first else (label, rid)
         head = b"".join((replay.status_line, self._default_lines(default_headers), segments[0], first, segments[1],
                          second, segments[2]))
+        app = self.app
         app.finished_again(replay.answered, request_id, len(body), source, time.perf_counter() - started)
         stats = app.stats
         stats.below_asgi += 1

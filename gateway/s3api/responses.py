@@ -29,7 +29,7 @@ _request_ids = itertools.count(secrets.randbits(64), 0x9E3779B97F4A7C15)
 
 def error_page(code: str, resource: str | None) -> tuple[str, bytes]:
     """(request id, S3's error document) for a known error `code`: what the transport below
-    the app renders its own refusals with (gateway.httpserver.ErrorPage)."""
+    the app renders its own refusals with (gateway.transport_errors.ErrorPage)."""
     request_id = new_request_id()
     return request_id, xml.error_document(code, S3_ERRORS[code][1], resource=resource, request_id=request_id)
 

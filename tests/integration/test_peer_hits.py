@@ -6,6 +6,7 @@ the app answers (its error, or the object as it is now)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 
@@ -138,3 +139,65 @@ def test_an_object_gone_behind_the_fleet_is_the_apps_to_answer(fleet, direct):
     [(status, _, body)] = exchange(reader, presigned(reader, "k", {"Range": f"bytes={BLOCK}-{BLOCK + 9}"}), answers=1)
     assert status == 404 and b"<Code>NoSuchKey</Code>" in body, (status, body[:300])
     assert below_asgi(reader) == before  # the owner's refusal sent the request to the app
+
+
+def replayed(node: RunningGateway) -> int:
+    return node.server.config.app.s3.stats.replayed
+
+
+def test_a_request_sent_again_whose_block_a_peer_holds_is_answered_as_kept_and_alike(fleet, direct):
+    data = os.urandom(BLOCK - 7)
+    direct.put_object(Bucket="bkt", Key="k", Body=data)
+    reader, owner = reader_of(fleet)
+    for ranged in ({}, {"Range": "bytes=3-70"}):
+        request = presigned(reader, "k", ranged)
+        [first] = exchange(reader, request, answers=1)  # cold, or through the peer: the hit path's
+        exchange(reader, request, answers=1)  # its second arrival: kept
+        before, served = replayed(reader), owner.server.config.app.peer.served["below_asgi"]
+        again = [exchange(reader, request, answers=1)[0] for _ in range(3)]
+        assert replayed(reader) == before + 3, ranged  # nothing parsed or verified again
+        assert owner.server.config.app.peer.served["below_asgi"] == served + 3  # the block came from its owner each time
+        for answer in again:
+            assert answer[1]["x-cache"] == "hit-peer"
+            assert (answer[0], stable(answer[1]), answer[2]) == (first[0], stable(first[1]) | {"x-cache": "hit-peer"},
+                                                                 first[2]), ranged
+        assert len({answer[1]["x-amz-request-id"] for answer in again}) == 3
+        assert again[0][2] == (data[3:71] if ranged else data)
+
+
+def test_a_kept_request_whose_block_cannot_be_had_goes_the_whole_way(fleet, direct):
+    direct.put_object(Bucket="bkt", Key="k", Body=os.urandom(2 * BLOCK))
+    reader, owner = reader_of(fleet, 1)
+    exchange(reader, presigned(reader, "k", {"Range": "bytes=0-9"}), answers=1)  # metadata fresh
+    request = presigned(reader, "k", {"Range": f"bytes={BLOCK}-{BLOCK + 9}"})
+    for _ in range(3):  # answered as kept the third time
+        [(status, _, _)] = exchange(reader, request, answers=1)
+        assert status == 206
+    assert replayed(reader) == 1
+    direct.delete_object(Bucket="bkt", Key="k")  # behind the gateway; the reader's metadata stays fresh
+    store = owner.server.config.app.s3.engine.store
+    asyncio.run_coroutine_threadsafe(store.evict_prefix("bkt", "k"), owner.server.servers[0].get_loop()).result(10)
+    before = replayed(reader)
+    [(status, _, body)] = exchange(reader, request, answers=1)
+    assert status == 404 and b"<Code>NoSuchKey</Code>" in body, (status, body[:300])
+    assert replayed(reader) == before
+
+
+def test_requests_behind_a_kept_request_that_waits_for_its_block_are_answered_in_order(fleet, direct):
+    data = os.urandom(BLOCK // 3)
+    direct.put_object(Bucket="bkt", Key="k", Body=data)
+    reader, _ = reader_of(fleet)
+    kept = presigned(reader, "k")
+    for _ in range(3):
+        exchange(reader, kept, answers=1)
+    before = replayed(reader)
+    behind = presigned(reader, "k", {"Range": "bytes=1-2"})
+    answers = exchange(reader, kept, behind, kept, answers=3)  # each its own read on the server
+    assert [(status, body) for status, _, body in answers] == [(200, data), (206, data[1:3]), (200, data)]
+    assert replayed(reader) == before + 2
+    host, port = reader.endpoint.removeprefix("http://").split(":")
+    for _ in range(20):  # clients that leave while the block comes
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall(kept)
+    [(status, _, body)] = exchange(reader, kept, answers=1)
+    assert (status, body) == (200, data)

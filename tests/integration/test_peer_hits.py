@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
 
 import httpx
 from botocore.auth import S3SigV4QueryAuth
@@ -201,3 +202,35 @@ def test_requests_behind_a_kept_request_that_waits_for_its_block_are_answered_in
             sock.sendall(kept)
     [(status, _, body)] = exchange(reader, kept, answers=1)
     assert (status, body) == (200, data)
+
+
+def test_a_kept_request_waiting_for_its_block_at_shutdown_is_answered_then_closed(fleet, direct):
+    data = os.urandom(BLOCK // 4)
+    direct.put_object(Bucket="bkt", Key="k", Body=data)
+    reader, owner = reader_of(fleet)
+    kept = presigned(reader, "k")
+    for _ in range(3):
+        exchange(reader, kept, answers=1)
+    peer = owner.server.config.app.peer
+    serve = peer._serve_block
+
+    async def slowly(*args: object, **kwargs: object) -> object:
+        await asyncio.sleep(1)
+        return await serve(*args, **kwargs)
+
+    peer._serve_block_now, peer._serve_block = None, slowly  # the owner answers a second late
+    before = replayed(reader)
+    host, port = reader.endpoint.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(kept)
+        time.sleep(0.3)
+        reader.server.should_exit = True  # as SIGTERM: the node drains
+        answer = sock.makefile("rb")
+        status = int(answer.readline().split()[1])
+        headers = {}
+        while (line := answer.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        assert (status, answer.read(int(headers["content-length"]))) == (200, data)
+        assert answer.read(1) == b""  # then closed
+    assert replayed(reader) == before + 1

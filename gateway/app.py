@@ -16,8 +16,8 @@ from gateway.advisor.simulate import spec_from_settings
 from gateway.admin.node import Node
 from gateway.cluster.fleet import Fleet
 from gateway.cluster.membership import Membership, identity
-from gateway.cluster.peer_api import PeerApp
-from gateway.cluster.peers import PeerClient
+from gateway.cluster.peer_api import KeptBlock, PeerApp
+from gateway.cluster.peers import PEER_PREFIX, PeerClient
 from gateway.cluster.pins import RuntimePins
 from gateway.cluster.replication import Replication
 from gateway.cluster.shared import Shared
@@ -153,26 +153,38 @@ class GatewayApp:
             await self.s3(scope, receive, send)
 
     def hit(self, scope: dict[str, Any], default_headers: list[tuple[bytes, bytes]],
-            keep_alive: bool) -> tuple[list[bytes | memoryview], Keeper | None] | Later | None:
+            keep_alive: bool) -> tuple[list[bytes | memoryview], Keeper | KeptBlock] | Later | None:
         """A cache hit answered below ASGI (gateway.httpserver.Hits), or None: __call__ answers."""
         hits, path = self.hits, scope["path"]
         if hits is None or (self.admin is not None and self.admin.handles(path)):
             return None
         if self.peer is not None and self.peer.handles(path):  # a block another node or worker asks for
             answer = self.peer.answer_now(scope)
-            return None if answer is None else ([http_head(200, default_headers, answer[0], keep_alive), answer[1]], None)
+            if answer is None:
+                return None
+            headers, body, kept = answer
+            return [http_head(200, default_headers, headers, keep_alive), body], kept._replace(keep_alive=keep_alive)
         return hits.answer(scope, default_headers, keep_alive)
 
-    def keep(self, request: bytes, keeper: Keeper) -> None:
-        """`request`, read whole, was answered by `hit`: kept to be answered again if it arrived
-        before (s3api.replays)."""
-        if self.hits is not None:
+    def keep(self, request: bytes, keeper: Keeper | KeptBlock) -> None:
+        """`request`, read whole, was answered by `hit`: a block request kept to be answered
+        again (PeerApp.keep), an S3 request if it arrived before (s3api.replays)."""
+        if isinstance(keeper, KeptBlock):
+            if self.peer is not None:
+                self.peer.keep(request, keeper)
+        elif self.hits is not None:
             self.hits.replays.keep(request, keeper)
 
     def replay(self, request: bytes, default_headers: list[tuple[bytes, bytes]],
                ) -> tuple[list[bytes | memoryview], bool] | LaterReplay | None:
         """The answer to a kept request sent again byte for byte (a LaterReplay: once its block
         came from another node), or None: it is parsed as any other."""
+        if self.peer is not None and request.startswith(_PEER_REQUEST):
+            again = self.peer.replay(request)
+            if again is None:
+                return None
+            headers, body, keep_alive = again
+            return [http_head(200, default_headers, headers, keep_alive), body], keep_alive
         hits = self.hits
         return None if hits is None else hits.replays.answer(request, default_headers)
 
@@ -270,4 +282,5 @@ async def _stop(tasks: list[asyncio.Task[None]]) -> None:
 
 
 _STOP_ROUNDS = 5
+_PEER_REQUEST = f"GET {PEER_PREFIX}".encode()  # how the bytes of a request of the peer API begin
 _STOP_WAIT = 1.0  # seconds for the tasks to end after each cancel

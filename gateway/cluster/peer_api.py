@@ -6,17 +6,23 @@ requests signed with the cluster secret or the node's own (gateway.node.workers)
 from __future__ import annotations
 
 import base64
-from collections import Counter
+import time
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
 import orjson
 from starlette.types import Receive, Scope, Send
 
 from gateway import log
 from gateway.cluster.peers import (AUTH_HEADER, BLOCK_HEADER, BLOCK_PATH, CACHED_HEADER, HOLD_PATH, META_HEADER,
-                                   OPEN_PATH, PEER_PREFIX, OpenAnswer, PeerRefused, decode_query, refusal, verify)
+                                   MAX_SKEW, OPEN_PATH, PEER_PREFIX, OpenAnswer, PeerRefused, decode_query, refusal,
+                                   verify)
 
-__all__ = ["PeerApp"]
+__all__ = ["KEPT_REQUESTS", "KeptBlock", "PeerApp"]
+
+KEPT_REQUESTS = 1024  # block requests kept per process to be answered again, the oldest out first
+_MAX_KEPT_BYTES = 4096  # a longer request (a very long key) is answered the whole way every time
 
 # (bucket, key, etag, version id or "", object size, index, peers, in_file) -> the block's bytes, or
 # None when another worker of this node asked `in_file` and the block is in this worker's file of
@@ -33,6 +39,16 @@ ServeOpen = Callable[[str, str, str, int, bool, bool], Awaitable["OpenAnswer | N
 ServeHold = Callable[[str, str, str, str, int, int], Awaitable[int]]
 
 
+class KeptBlock(NamedTuple):
+    """A block request answered in the HTTP protocol, to be answered again when the same bytes
+    come again: the block asked for (ServeBlockNow's arguments), when its signature was made
+    (it is good until MAX_SKEW after), and the connection's keep-alive of its answer."""
+
+    block: tuple[str, str, str, str, int, int]
+    signed_at: int
+    keep_alive: bool = True
+
+
 class PeerApp:
     """Plain ASGI handler of /_peer/v1/block, /_peer/v1/open and /_peer/v1/hold.
 
@@ -40,7 +56,8 @@ class PeerApp:
     origin once); they raise PeerRefused for an S3 error the origin gave, LookupError
     when this node cannot serve blocks, ValueError for a block outside the object.
     `served[outcome]` counts answers (block, open, refused, unauthorized, ...); `below_asgi`
-    those of the blocks answered in the HTTP protocol (`answer_now`).
+    those of the blocks answered in the HTTP protocol (`answer_now`), `replayed` those of them
+    answered as kept (the same request bytes again, `replay`).
     """
 
     def __init__(self, cluster_secret: str, node_secret: str, serve_block: ServeBlock, serve_open: ServeOpen,
@@ -53,6 +70,7 @@ class PeerApp:
         self._serve_hold = serve_hold
         self._serve_block_now = serve_block_now
         self.served: Counter[str] = Counter()
+        self._kept: OrderedDict[bytes, KeptBlock] = OrderedDict()
 
     @staticmethod
     def handles(path: str) -> bool:
@@ -108,10 +126,11 @@ class PeerApp:
                       [(META_HEADER.encode(), base64.b64encode(opened.meta)), *(_IN_FILE if opened.data is None else []),
                        *(_CACHED if opened.cached else [])])
 
-    def answer_now(self, scope: Scope) -> tuple[list[tuple[bytes, bytes]], bytes | memoryview] | None:
+    def answer_now(self, scope: Scope) -> tuple[list[tuple[bytes, bytes]], bytes | memoryview, KeptBlock] | None:
         """(headers, body) of the 200 answer to a signed block request whose block a tier holds
-        now, made in the HTTP protocol (gateway.httpserver.Hits) as `__call__` would answer it;
-        None (nothing counted) for anything else, which `__call__` then answers."""
+        now, made in the HTTP protocol (gateway.httpserver.Hits) as `__call__` would answer it,
+        and what answering the same bytes again takes (`keep`); None (nothing counted) for
+        anything else, which `__call__` then answers."""
         if self._serve_block_now is None or scope["method"] != "GET" or scope["path"] != BLOCK_PATH:
             return None
         query = scope.get("query_string", b"").decode("latin-1")
@@ -121,15 +140,46 @@ class PeerApp:
         if params.get("file") == "1":  # a sibling may read the block from its file instead: __call__ says
             return None
         try:
-            data = self._serve_block_now(params["bucket"], params["key"], params["etag"], params["vid"],
-                                         int(params["size"]), int(params["index"]))
+            block = (params["bucket"], params["key"], params["etag"], params["vid"], int(params["size"]),
+                     int(params["index"]))
         except (KeyError, ValueError):
             return None
+        data = self._serve_block_now(*block)
         if data is None:
             return None
         self.served["block"] += 1
         self.served["below_asgi"] += 1
-        return _body_headers(len(data)), data
+        signed_at = int(next(v for n, v in scope["headers"] if n == _AUTH_HEADER).split(b" ")[1])  # verified above
+        return _body_headers(len(data)), data, KeptBlock(block, signed_at)
+
+    def keep(self, request: bytes, kept: KeptBlock) -> None:
+        """`request`, exactly as read, was answered by answer_now, which gave `kept`."""
+        if len(request) > _MAX_KEPT_BYTES:
+            return
+        self._kept[request] = kept
+        self._kept.move_to_end(request)
+        if len(self._kept) > KEPT_REQUESTS:
+            self._kept.popitem(last=False)
+
+    def replay(self, request: bytes) -> tuple[list[tuple[bytes, bytes]], bytes | memoryview, bool] | None:
+        """(headers, body, keep-alive) of the answer to a block request kept before and sent again
+        byte for byte: nothing is parsed or verified again, as the same bytes cannot verify
+        otherwise, but the signature's time is checked (as `verify` checks it) and the block
+        must be held now; else None (nothing counted): the request is parsed as any other."""
+        kept = self._kept.get(request)
+        if kept is None:
+            return None
+        if abs(time.time() - kept.signed_at) > MAX_SKEW:
+            del self._kept[request]
+            return None
+        assert self._serve_block_now is not None  # only answer_now keeps
+        data = self._serve_block_now(*kept.block)
+        if data is None:
+            return None
+        self.served["block"] += 1
+        self.served["below_asgi"] += 1
+        self.served["replayed"] += 1
+        return _body_headers(len(data)), data, kept.keep_alive
 
     def _signed(self, scope: Scope, query: str) -> tuple[int, bool]:
         """(200 if a secret signs the request, else 401 (no or malformed signature) before 403

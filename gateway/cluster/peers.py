@@ -56,6 +56,9 @@ META_HEADER = "x-gateway-meta"
 BLOCK_HEADER = "x-gateway-block"  # "file": the block is in the owner's file, not in the body
 CACHED_HEADER = "x-gateway-cached"  # "1": an open's block came from the owner's cache, not its origin
 MAX_SKEW = 300  # seconds a signature stays valid, for clocks that differ between nodes
+# A request is signed for the start of its minute: the same block asked for again within it is the
+# same bytes, which its owner answers as kept (PeerApp.replay); clocks may then differ by 240 s.
+_SIGNED_EVERY = 60
 _TRANSPORT_ERRORS = OSError  # the range client's ConnectionError and TimeoutError, and the name lookup's
 # Idle connections are closed before the peer's server would (uvicorn: 5 s), so a request rarely
 # meets a connection that is being closed under it (one that was is sent again once on a new one).
@@ -244,7 +247,8 @@ class PeerClient:
         except UnicodeEncodeError:  # not a key a client could have sent; the origin is asked instead
             raise PeerError("a key that cannot be sent to a peer") from None
         scheme, _, host = peer.url.partition("://")
-        headers = {"host": host, AUTH_HEADER: sign(self._secret, "GET", path, query)}
+        now = int(time.time())
+        headers = {"host": host, AUTH_HEADER: sign(self._secret, "GET", path, query, now - now % _SIGNED_EVERY)}
         self.requests += 1
         try:
             response = await self._client(scheme).get(host, f"{path}?{query}", headers, read_timeout=read_timeout)

@@ -10,6 +10,7 @@ import asyncio
 import os
 import socket
 import time
+from types import SimpleNamespace
 
 import httpx
 from botocore.auth import S3SigV4QueryAuth
@@ -234,3 +235,57 @@ def test_a_kept_request_waiting_for_its_block_at_shutdown_is_answered_then_close
         assert (status, answer.read(int(headers["content-length"]))) == (200, data)
         assert answer.read(1) == b""  # then closed
     assert replayed(reader) == before + 1
+
+
+def raw_block_request(node: RunningGateway, query: str, when: int) -> bytes:
+    header = sign(SECRET.encode(), "GET", BLOCK_PATH, query, when)
+    return (f"GET {BLOCK_PATH}?{query} HTTP/1.1\r\nhost: {node.endpoint.removeprefix('http://')}\r\n"
+            f"{AUTH_HEADER}: {header}\r\n\r\n").encode()
+
+
+def test_a_block_request_sent_again_is_answered_as_kept_while_its_signature_holds(fleet, direct, monkeypatch):
+    data = os.urandom(BLOCK + 10)
+    etag = direct.put_object(Bucket="bkt", Key="k", Body=data)["ETag"]
+    node = fleet.nodes[0]
+    peer_app = node.server.config.app.peer
+    query = encode_query([("bucket", "bkt"), ("key", "k"), ("etag", etag), ("vid", ""),
+                          ("size", str(len(data))), ("index", "1")])
+    request = raw_block_request(node, query, int(time.time()) - 280)
+    [(status, _, _)] = exchange(node, request, answers=1)  # not held yet: the ASGI app fetches and keeps it
+    assert status == 200
+    answers = [exchange(node, request, answers=1)[0] for _ in range(3)]  # answered below ASGI, then as kept
+    assert [(status, body) for status, _, body in answers] == [(200, data[BLOCK:])] * 3
+    assert answers[1][1] == answers[2][1] == answers[0][1]  # the same headers (Date aside: within a second)
+    assert peer_app.served["replayed"] == 2
+    # The block gone: the request is parsed and answered the whole way (the owner fetches it again).
+    store = node.server.config.app.s3.engine.store
+    asyncio.run_coroutine_threadsafe(store.evict_prefix("bkt", "k"), node.server.servers[0].get_loop()).result(10)
+    assert [(status, body) for status, _, body in exchange(node, request, answers=1)] == [(200, data[BLOCK:])]
+    assert peer_app.served["replayed"] == 2
+    for _ in range(2):  # held again: answered as kept again
+        exchange(node, request, answers=1)
+    assert peer_app.served["replayed"] == 4
+    # Past its signature's time, kept or not, it is refused as any stale signature.
+    import gateway.cluster.peer_api as peer_api
+    import gateway.cluster.peers as peers
+    later = SimpleNamespace(time=lambda: time.time() + 30)
+    monkeypatch.setattr(peer_api, "time", later)
+    monkeypatch.setattr(peers, "time", later)
+    host, port = node.endpoint.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(request)
+        assert sock.makefile("rb").readline().split()[1] == b"403"
+    assert peer_app.served["replayed"] == 4
+
+
+def test_a_node_asks_for_a_block_again_with_the_same_bytes_and_its_owner_answers_them_as_kept(fleet, direct):
+    data = os.urandom(BLOCK // 2)
+    direct.put_object(Bucket="bkt", Key="k", Body=data)
+    reader, owner = reader_of(fleet)
+    exchange(reader, presigned(reader, "k"), answers=1)  # cold: the owner opens it
+    peer_app = owner.server.config.app.peer
+    before = peer_app.served["replayed"]
+    for _ in range(3):  # signed for the start of the minute: a minute's start falls between at most two
+        [(status, headers, body)] = exchange(reader, presigned(reader, "k"), answers=1)
+        assert (status, headers["x-cache"], body) == (200, "hit-peer", data)
+    assert peer_app.served["replayed"] >= before + 1

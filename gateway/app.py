@@ -282,5 +282,5 @@ async def _stop(tasks: list[asyncio.Task[None]]) -> None:
 
 
 _STOP_ROUNDS = 5
-_PEER_REQUEST = f"GET {PEER_PREFIX}".encode()  # how the bytes of a request of the peer API begin
 _STOP_WAIT = 1.0  # seconds for the tasks to end after each cancel
+_PEER_REQUEST = f"GET {PEER_PREFIX}".encode()  # how the bytes of a request of the peer API begin

@@ -35,6 +35,7 @@ import hashlib
 import hmac
 import ssl
 import time
+from collections import OrderedDict
 from typing import NamedTuple, Protocol
 from urllib.parse import parse_qsl, quote, urlencode
 
@@ -59,6 +60,7 @@ MAX_SKEW = 300  # seconds a signature stays valid, for clocks that differ betwee
 # A request is signed for the start of its minute: the same block asked for again within it is the
 # same bytes, which its owner answers as kept (PeerApp.replay); clocks may then differ by 240 s.
 _SIGNED_EVERY = 60
+_SIGNED_KEPT = 4096  # requests whose query string and signature are kept for their minute
 _TRANSPORT_ERRORS = OSError  # the range client's ConnectionError and TimeoutError, and the name lookup's
 # Idle connections are closed before the peer's server would (uvicorn: 5 s), so a request rarely
 # meets a connection that is being closed under it (one that was is sent again once on a new one).
@@ -150,6 +152,8 @@ class PeerClient:
         self._tls = ssl.create_default_context(cafile=settings.peer_ca_file or None)
         self.requests = 0
         self.failures = 0
+        # (path, *parameters) -> (minute, query string, signature), the oldest made first out
+        self._made: OrderedDict[tuple[object, ...], tuple[int, str, str]] = OrderedDict()
 
     def _client(self, scheme: str) -> RangeClient:
         client = self._clients.get(scheme)
@@ -239,16 +243,31 @@ class PeerClient:
             raise PeerError(f"{peer.id} answered {status} to a hold")
         return fetched
 
+    def _signed(self, path: str, params: list[tuple[str, str]]) -> tuple[str, str]:
+        """(the query string, the x-gateway-peer value) of a request, signed for the start of its
+        minute: made once a minute for the same path and parameters (a block asked for again)."""
+        now = int(time.time())
+        minute = now - now % _SIGNED_EVERY
+        name: tuple[object, ...] = (path, *params)
+        made = self._made.get(name)
+        if made is None or made[0] != minute:
+            query = encode_query(params)
+            made = (minute, query, sign(self._secret, "GET", path, query, minute))
+            self._made[name] = made
+            self._made.move_to_end(name)
+            if len(self._made) > _SIGNED_KEPT:
+                self._made.popitem(last=False)
+        return made[1], made[2]
+
     async def _get(self, peer: Member, path: str, params: list[tuple[str, str]], limit: int,
                    budget: Budget | None = None, *, read_timeout: float | None = None,
                    ) -> tuple[int, dict[str, str], bytes]:
         try:
-            query = encode_query(params)
+            query, signature = self._signed(path, params)
         except UnicodeEncodeError:  # not a key a client could have sent; the origin is asked instead
             raise PeerError("a key that cannot be sent to a peer") from None
         scheme, _, host = peer.url.partition("://")
-        now = int(time.time())
-        headers = {"host": host, AUTH_HEADER: sign(self._secret, "GET", path, query, now - now % _SIGNED_EVERY)}
+        headers = {"host": host, AUTH_HEADER: signature}
         self.requests += 1
         try:
             response = await self._client(scheme).get(host, f"{path}?{query}", headers, read_timeout=read_timeout)

@@ -22,6 +22,9 @@ import mmap
 
 PAGE = mmap.PAGESIZE
 SMALLEST = 64 * 1024  # smaller bodies are read into a bytearray and copied: few pages to fault
+# Smaller bodies are not looked at with mincore: its system call (2-3 us) costs more than faulting
+# their few pages in as they are received saves, and most of the time they are in memory already.
+POPULATED = 256 * 1024
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+; elsewhere the pages fault in as they are written
 
 _new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
@@ -51,7 +54,7 @@ def fresh_bytes(size: int) -> tuple[bytes, memoryview]:
     data: bytes = _new_bytes(None, size)
     address = _address_of(data)
     start, end = -(-address // PAGE) * PAGE, (address + size) // PAGE * PAGE
-    if _populate and not all_in_memory(start, end):
+    if _populate and size >= POPULATED and not all_in_memory(start, end):
         if _madvise(start, end - start, _MADV_POPULATE_WRITE) != 0 and ctypes.get_errno() == errno.EINVAL:
             _populate = False
     return data, memoryview((ctypes.c_char * size).from_address(address)).cast("B")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.cluster.peers import decode_query, encode_query, sign, verify
+from gateway.config import ClusterSettings
 
 SECRET = b"cluster-secret"
 # Keys as the S3 layer hands them over: any text, bytes that are not UTF-8 as surrogateescapes.
@@ -45,3 +48,23 @@ def test_a_timestamp_of_non_ascii_digits_is_malformed():
     # Found by fuzz/fuzz_peers.py: "³".isdigit() is true, int("³") raised ValueError out of the peer API.
     for when in ("\u00b380", "\u0661\u0662", "1" * 5000):
         assert verify(SECRET, f"v1 {when} ab", "GET", "/_peer/v1/block", "a=1", now=1_000_000) == 401
+
+
+def test_a_request_is_signed_once_a_minute_for_the_start_of_it(monkeypatch):
+    import gateway.cluster.peers as peers
+
+    client = peers.PeerClient(ClusterSettings(secret=SECRET.decode()))
+    now = [60 * 16_666_667 + 59]  # the last second of a minute
+    monkeypatch.setattr(peers, "time", SimpleNamespace(time=lambda: now[0]))
+    params = [("bucket", "bkt"), ("key", "a/ké y"), ("index", "3")]
+    query, signature = client._signed("/_peer/v1/block", params)
+    assert query == encode_query(params)
+    assert signature == sign(SECRET, "GET", "/_peer/v1/block", query, 60 * 16_666_667)
+    assert verify(SECRET, signature, "GET", "/_peer/v1/block", query, now=now[0]) == 200
+    assert client._signed("/_peer/v1/block", list(params)) == (query, signature)  # the same bytes again
+    assert client._signed("/_peer/v1/open", params)[1] != signature
+    now[0] += 1  # the next minute: signed anew
+    assert client._signed("/_peer/v1/block", params) == (query, sign(SECRET, "GET", "/_peer/v1/block", query, now[0]))
+    for index in range(peers._SIGNED_KEPT + 10):  # at most _SIGNED_KEPT kept, the oldest out first
+        client._signed("/_peer/v1/block", [("index", str(index))])
+    assert len(client._made) == peers._SIGNED_KEPT

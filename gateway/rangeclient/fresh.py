@@ -10,7 +10,8 @@ call instead of 256 faults. Memory malloc gives again is in place already: a gat
 keeps freed blocks' memory in its heap (gateway.run.keep_large_allocations), and a block
 received and dropped (a peer's or another worker's) or evicted from a full memory tier frees
 one for the next. mincore says so (5 us per MiB), and the madvise, which walks every page
-even then (40 us per MiB), is skipped. Until the body is complete the object is this module's
+even then (40 us per MiB), is skipped. Bodies under 256 KiB are not looked at: their few pages
+fault in as they are received. Until the body is complete the object is this module's
 caller's alone; only then is it handed out, immutable from then on.
 """
 

@@ -78,7 +78,8 @@ class ServerSettings:
               "byte for byte (a presigned URL, a client's retry) is answered without being parsed or its "
               "signature checked again, while the object and the signature's time window still hold. In a "
               "fleet it also answers a GET of one block another node owns (once the block came) and the peer "
-              "API's requests for blocks this node holds. false sends every request through the app.")
+              "API's requests for blocks this node holds, both also as kept when they arrive again byte for "
+              "byte. false sends every request through the app.")
     shutdown_timeout: float = setting(
         30.0, "On SIGTERM, how long requests in flight may finish before they are cancelled and the node "
               "leaves the fleet and exits.")

@@ -29,7 +29,8 @@ benchmark took meanwhile (a cell is measured again when that exceeds --busy core
 the issue's targets as ratios measured in this run, and the gateways' peak RSS (VmHWM)
 against memory quota + 200 MB. gw-mem-2w is the memory gateway as a node of 2 workers
 (--workers; its CPU per request is compared with gw-mem's, the gateway CPU of every cell
-is in the table). With --profile it then runs py-spy on the warm memory
+is in the table; a warm gateway's note says which share of its GETs the hit path answered
+below ASGI and as kept, from its metrics). With --profile it then runs py-spy on the warm memory
 gateway under wrk load (4 KiB and 1 MiB) and on cold 1 MiB reads from the shaped origin,
 and summarises where the time goes. All gateway processes of a run execute one copy of
 gateway/ taken at the start (its commit is printed).
@@ -83,6 +84,7 @@ from tests.servers import free_port, moto_server
 
 KiB, MiB = 1024, 1024 * 1024
 BUCKET = "bench"
+ADMIN_TOKEN = "cache-serving"  # every gateway's admin API: its metrics say how hits were answered
 REGION = "us-east-1"
 USER = ("AKIABENCH0000000001", "bench-secret-000000000000000000000000001")
 ORIGIN_CREDENTIALS = ("origin-key", "origin-secret")
@@ -223,6 +225,20 @@ class Gateway:
     def cpu(self) -> float:
         """CPU seconds its processes (all workers of the node) used so far."""
         return tree_cpu(self.pid)
+
+    def hit_path(self) -> tuple[float, float, float]:
+        """(GETs answered, of them below ASGI, of them answered as kept) so far, from the node's
+        metrics (all its workers)."""
+        text = httpx.get(f"{self.endpoint}/_gateway/metrics", headers={"authorization": f"Bearer {ADMIN_TOKEN}"},
+                         timeout=10).text
+        counts = {"gateway_requests_total": 0.0, "gateway_hit_path_requests_total": 0.0,
+                  "gateway_hit_path_replayed_total": 0.0}
+        for line in text.splitlines():
+            name = line.split("{")[0].split(" ")[0]
+            if name in counts and (name != "gateway_requests_total" or 'operation="GetObject"' in line):
+                counts[name] += float(line.rsplit(" ", 1)[1])
+        return counts["gateway_requests_total"], counts["gateway_hit_path_requests_total"], \
+            counts["gateway_hit_path_replayed_total"]
 
     def tmpfs_bytes(self) -> int:
         """Bytes of the node's run folder on tmpfs (with several workers: the memory tier's block files)."""
@@ -973,7 +989,8 @@ def main(argv: list[str] | None = None) -> int:
             shaped = stack.enter_context(shaped_origin_process(shaped_root, tmp, args.shaped_latency, args.shaped_rate))
 
         disk_dir = tmp / "disk-tier"
-        common = {"GATEWAY_SERVER_WORKERS": "1"}  # one process, unless the setup says otherwise (gw-mem-<N>w)
+        # one process, unless the setup says otherwise (gw-mem-<N>w); the admin API for hit_path()
+        common = {"GATEWAY_SERVER_WORKERS": "1", "GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN}
         if args.block_size:
             common["GATEWAY_CACHE_BLOCK_SIZE"] = str(parse_size(args.block_size, "--block-size"))
         if args.readahead:
@@ -1022,9 +1039,10 @@ def main(argv: list[str] | None = None) -> int:
             def measure(setup: str, endpoint: str, keys: Sequence[str], expect: str | None, *,
                         cold: Gateway | None = None, server: Callable[[], float] | None = None,
                         cell_seconds: float = seconds, plan: SizePlan = plan, conns: int = conns,
-                        cells: list[Cell] = cells) -> None:
+                        cells: list[Cell] = cells, gateway: Gateway | None = None) -> None:
                 """One wrk and one py cell; `cold`: restart that gateway before each (empty cache);
-                `server`: the CPU seconds used so far by the server measured (a cold gateway's: counted)."""
+                `server`: the CPU seconds used so far by the server measured (a cold gateway's: counted);
+                `gateway`: a warm gateway, whose share of GETs answered below ASGI and as kept is noted."""
                 server = server or (cold.cpu if cold is not None else None)
                 # For a cold setup this reads the last key once; the restart below forgets it.
                 header = header_bytes(endpoint, presigned_paths(endpoint, keys[-1:])[0])
@@ -1034,6 +1052,7 @@ def main(argv: list[str] | None = None) -> int:
                         if cold is not None:
                             cold.restart()
                         cpu = server() if server is not None else 0.0
+                        paths_before = gateway.hit_path() if gateway is not None else None
                         with OtherLoad() as load:
                             if client == "wrk":
                                 run = run_wrk(setup, endpoint, presigned_paths(endpoint, keys), plan.size, conns,
@@ -1042,6 +1061,10 @@ def main(argv: list[str] | None = None) -> int:
                                 run = run_py(setup, endpoint, keys, plan.size, conns, cell_seconds,
                                              once=cold is not None, expect=expect)
                         run.other = load.cores
+                        if gateway is not None and paths_before is not None:
+                            gets, below, kept = (b - a for a, b in zip(paths_before, gateway.hit_path()))
+                            run.note = "; ".join(filter(None, [run.note, f"below ASGI {below / max(gets, 1):.0%},"
+                                                                         f" kept {kept / max(gets, 1):.0%}"]))
                         if server is not None:
                             run.server_cpu = server() - cpu
                         if attempt:
@@ -1071,19 +1094,20 @@ def main(argv: list[str] | None = None) -> int:
                 return min(count, max(4 * conns, int(4 * 10**9 // plan.size)))  # at most ~4 GB of objects
 
             measure("origin", origin, warm_keys, None)
-            warm_setups: list[tuple[str, str, str, Callable[[], float]]] = [
-                ("nginx", nginx, "HIT", lambda: tree_cpu(nginx_pid)),
-                ("nginx-tmpfs", nginx_tmpfs, "HIT", lambda: tree_cpu(nginx_tmpfs_pid)),
-                ("gw-mem", gw_mem.endpoint, "hit-mem", gw_mem.cpu), ("gw-disk", gw_disk.endpoint, "hit-disk", gw_disk.cpu)]
+            warm_setups: list[tuple[str, str, str, Callable[[], float], Gateway | None]] = [
+                ("nginx", nginx, "HIT", lambda: tree_cpu(nginx_pid), None),
+                ("nginx-tmpfs", nginx_tmpfs, "HIT", lambda: tree_cpu(nginx_tmpfs_pid), None),
+                ("gw-mem", gw_mem.endpoint, "hit-mem", gw_mem.cpu, gw_mem),
+                ("gw-disk", gw_disk.endpoint, "hit-disk", gw_disk.cpu, gw_disk)]
             if nginx_one is not None:
-                warm_setups.append(("nginx-tmpfs-1w", nginx_one[0], "HIT", lambda: tree_cpu(nginx_one[2])))
+                warm_setups.append(("nginx-tmpfs-1w", nginx_one[0], "HIT", lambda: tree_cpu(nginx_one[2]), None))
             if gw_workers is not None:
-                warm_setups.append((gw_workers.name, gw_workers.endpoint, "hit-mem", gw_workers.cpu))
-            for setup, endpoint, expect, server in warm_setups:
+                warm_setups.append((gw_workers.name, gw_workers.endpoint, "hit-mem", gw_workers.cpu, gw_workers))
+            for setup, endpoint, expect, server, gateway in warm_setups:
                 served = warm(endpoint, warm_keys, plan.size, conns)
                 if set(served) != {expect}:
                     print(f"   WARNING: {setup} after warm-up answered x-cache {dict(served)}, expected {expect}")
-                measure(setup, endpoint, warm_keys, expect, server=server)
+                measure(setup, endpoint, warm_keys, expect, server=server, gateway=gateway)
 
             # Cold: distinct keys never read through the gateway, each client on a freshly
             # started process (empty cache).

@@ -31,9 +31,9 @@ path asks: the metadata must still be the very object the answer was built from 
 must be in a tier that answers at once (Engine.read_block_now, of the block the hit path
 read: it also counts the block hit and the object's heat), or, for a block another node owns,
 read from it as the hit path's later answer reads it (Engine.read_block), the answer sent once
-it came (LaterReplay). Any difference, and the request goes the whole way as a new one. Each answer gets its own request id and Date and is counted
-and logged as the hit path counts and logs it (S3App.finished_again, from an entry made once
-when the request is kept).
+it came (LaterReplay). Any difference, and the request goes the whole way as a new one. Each
+answer gets its own request id and Date and is counted and logged as the hit path counts and
+logs it (S3App.finished_again, from an entry made once when the request is kept).
 """
 
 from __future__ import annotations

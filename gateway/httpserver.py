@@ -134,7 +134,8 @@ class GuardedProtocol(HttpToolsProtocol):
     heads_too_large = 0
     stalls = 0
 
-    def __init__(self, *args: Any, limits: Limits, errors: TransportErrors, hits: Hits | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, limits: Limits, errors: TransportErrors, hits: Hits | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.limits = limits
         self._errors = errors
@@ -319,7 +320,8 @@ class GuardedProtocol(HttpToolsProtocol):
             self._read(request, True)
             if self._close_after and self.cycle is not None:
                 self.cycle.keep_alive = False
-        if self._close_after and not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
+        answered_all = self.cycle is None or self.cycle.response_complete
+        if self._close_after and answered_all and not self.transport.is_closing():
             self.transport.close()
 
     def _at_rest(self) -> bool:

@@ -35,6 +35,7 @@ from gateway.s3api.server import IDENTIFIED, S3App, S3Request, answered_for, not
 
 # (keep-alive) -> the whole answer, made once the block of a GET another node owns came.
 _Make = Callable[[bool], list[bytes | memoryview]]
+_Later = Callable[[], Awaitable[tuple[_Make, Keeper] | None]]  # httpserver.Later
 
 _READS = frozenset({"GetObject", "HeadObject"})
 _BODY_HEADERS = (b"content-length", b"transfer-encoding")
@@ -71,7 +72,7 @@ class HitPath:
         self.replays = Replays(app)
 
     def answer(self, scope: dict[str, Any], default_headers: list[tuple[bytes, bytes]], keep_alive: bool,
-               ) -> tuple[list[bytes | memoryview], Keeper] | Callable[[], Awaitable[tuple[_Make, Keeper] | None]] | None:
+               ) -> tuple[list[bytes | memoryview], Keeper] | _Later | None:
         """The whole HTTP answer to the request of `scope` (an ASGI HTTP scope) when it is a
         hit, with what keeping it to answer it again takes (replays.Keeper); a later answer
         (httpserver.Later) when it is a GET of one block another node owns; else None (nothing

@@ -181,16 +181,17 @@ class Replays:
         if hit is not None:
             return self._answered(replay, *hit, started, default_headers)
         if engine.peer_owns(replay.read):
-            return functools.partial(self._later, replay, replay.read, started, default_headers)
+            return functools.partial(self._later, replay, started, default_headers)
         return None
 
-    async def _later(self, replay: Replay, read: OneBlock, started: float,
+    async def _later(self, replay: Replay, started: float,
                      default_headers: list[tuple[bytes, bytes]]) -> tuple[list[bytes | memoryview], bool] | None:
         """A kept GET of a block another node owns, answered once the block came, read as the
         hit path's later answer reads it (s3api.hits); None (nothing counted) when it cannot be
         had: the request goes the whole way, and the app says why."""
+        assert replay.read is not None  # a GET's
         try:
-            got = await self.app.engine.read_block(read, replay.meta)
+            got = await self.app.engine.read_block(replay.read, replay.meta)
         except S3Error:  # ObjectChanged too
             return None
         async with got:

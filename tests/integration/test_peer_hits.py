@@ -19,7 +19,7 @@ from botocore.credentials import Credentials
 
 from gateway.cluster.peers import AUTH_HEADER, BLOCK_PATH, encode_query, sign
 from tests.integration.test_fleet import BLOCK, SECRET, engine, fleet, make_fleet, owner_of, wait_for  # noqa: F401
-from tests.integration.test_replays import exchange
+from tests.integration.test_replays import exchange, read_head
 from tests.support import ADMIN, REGION, RunningGateway
 
 _UNSTABLE = {"date", "x-amz-request-id"}
@@ -185,13 +185,20 @@ def test_a_kept_request_whose_block_cannot_be_had_goes_the_whole_way(fleet, dire
     assert replayed(reader) == before
 
 
-def test_requests_behind_a_kept_request_that_waits_for_its_block_are_answered_in_order(fleet, direct):
-    data = os.urandom(BLOCK // 3)
+def kept_through_a_peer(fleet, direct, size: int) -> tuple[bytes, RunningGateway, RunningGateway, bytes]:  # type: ignore[no-untyped-def]
+    """(an object's bytes, a node that reads its block through a peer, the owner, a presigned GET
+    of it that node keeps: sent three times, answered as kept the third)."""
+    data = os.urandom(size)
     direct.put_object(Bucket="bkt", Key="k", Body=data)
-    reader, _ = reader_of(fleet)
+    reader, owner = reader_of(fleet)
     kept = presigned(reader, "k")
     for _ in range(3):
         exchange(reader, kept, answers=1)
+    return data, reader, owner, kept
+
+
+def test_requests_behind_a_kept_request_that_waits_for_its_block_are_answered_in_order(fleet, direct):
+    data, reader, _, kept = kept_through_a_peer(fleet, direct, BLOCK // 3)
     before = replayed(reader)
     behind = presigned(reader, "k", {"Range": "bytes=1-2"})
     answers = exchange(reader, kept, behind, kept, answers=3)  # each its own read on the server
@@ -206,12 +213,7 @@ def test_requests_behind_a_kept_request_that_waits_for_its_block_are_answered_in
 
 
 def test_a_kept_request_waiting_for_its_block_at_shutdown_is_answered_then_closed(fleet, direct):
-    data = os.urandom(BLOCK // 4)
-    direct.put_object(Bucket="bkt", Key="k", Body=data)
-    reader, owner = reader_of(fleet)
-    kept = presigned(reader, "k")
-    for _ in range(3):
-        exchange(reader, kept, answers=1)
+    data, reader, owner, kept = kept_through_a_peer(fleet, direct, BLOCK // 4)
     peer = owner.server.config.app.peer
     serve = peer._serve_block
 
@@ -227,11 +229,7 @@ def test_a_kept_request_waiting_for_its_block_at_shutdown_is_answered_then_close
         time.sleep(0.3)
         reader.server.should_exit = True  # as SIGTERM: the node drains
         answer = sock.makefile("rb")
-        status = int(answer.readline().split()[1])
-        headers = {}
-        while (line := answer.readline()) not in (b"\r\n", b""):
-            name, _, value = line.decode("latin-1").partition(":")
-            headers[name.strip().lower()] = value.strip()
+        status, headers = read_head(answer)
         assert (status, answer.read(int(headers["content-length"]))) == (200, data)
         assert answer.read(1) == b""  # then closed
     assert replayed(reader) == before + 1

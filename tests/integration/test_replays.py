@@ -13,7 +13,7 @@ import re
 import socket
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, BinaryIO
 
 import pytest
 from botocore.auth import S3SigV4QueryAuth
@@ -66,13 +66,19 @@ def exchange(gateway: RunningGateway, *writes: bytes, answers: int) -> list[tupl
             sock.sendall(payload)
             time.sleep(0.02)  # each write its own read on the server
         for _ in range(answers):
-            status = int(reader.readline().split()[1])
-            headers = {}
-            while (line := reader.readline()) not in (b"\r\n", b""):
-                name, _, value = line.decode("latin-1").partition(":")
-                headers[name.strip().lower()] = value.strip()
+            status, headers = read_head(reader)
             out.append((status, headers, reader.read(int(headers.get("content-length", 0)))))
     return out
+
+
+def read_head(reader: BinaryIO) -> tuple[int, dict[str, str]]:
+    """The status and headers (names lowered) of the next answer read from `reader`."""
+    status = int(reader.readline().split()[1])
+    headers = {}
+    while (line := reader.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return status, headers
 
 
 def head_exchange(gateway: RunningGateway, request: bytes) -> tuple[int, dict[str, str]]:
@@ -80,13 +86,7 @@ def head_exchange(gateway: RunningGateway, request: bytes) -> tuple[int, dict[st
     host, port = gateway.endpoint.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=5) as sock:
         sock.sendall(request)
-        reader = sock.makefile("rb")
-        status = int(reader.readline().split()[1])
-        headers = {}
-        while (line := reader.readline()) not in (b"\r\n", b""):
-            name, _, value = line.decode("latin-1").partition(":")
-            headers[name.strip().lower()] = value.strip()
-    return status, headers
+        return read_head(sock.makefile("rb"))
 
 
 def test_the_same_bytes_again_are_answered_as_kept_and_alike(gateway: RunningGateway) -> None:

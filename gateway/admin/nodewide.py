@@ -3,10 +3,13 @@ together, as one answer (gateway.admin.siblings asks the siblings for theirs).
 
 What each figure becomes: counts (requests, hits, misses, bytes, tier use, quotas and
 blocks, every counter and histogram) are summed over the workers, and ratios are worked
-out again from the sums; the uptime is the oldest worker's; what every worker knows alike
-(the node's name, the fleet's members, the replication controller's view) is taken from
-the lowest-numbered worker that answered, and gauges of such shared views are the largest
-any worker reports rather than a sum. A worker that did not answer is missing from the
+out again from the sums; the uptime is the oldest worker's; what every worker knows
+alike (the node's name, the replication controller's view) is taken from the
+lowest-numbered worker that answered, and gauges of such shared views are the largest any
+worker reports rather than a sum. The fleet's members are those every worker that answered
+sees: each worker keeps its own view (its own heartbeats), which may trail another's by a
+heartbeat, or longer while that worker cannot reach Redis, and a worker does not ask a
+member missing from its view for blocks. A worker that did not answer is missing from the
 sums, which `workers` (stats) and `gateway_workers_answered` (metrics) make visible;
 summed counters then dip for that scrape, as they do when a worker restarts.
 """
@@ -53,7 +56,7 @@ def node_stats(documents: list[dict[str, Any]], count: int) -> dict[str, Any]:
         "served_bytes": {source: served[source] for source in first["served_bytes"]},
         "tiers": _tiers(documents),
         "hot_objects": _hottest(documents),
-        "members": first["members"],
+        "members": sorted(set.intersection(*(set(d["members"]) for d in documents))),
         "pinned": sorted({(p["bucket"], p["prefix"]): p for d in documents for p in d["pinned"]}.values(),
                          key=lambda pin: (pin["bucket"], pin["prefix"])),
         "shadow": node_shadow([d["shadow"] for d in documents]),

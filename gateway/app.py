@@ -27,7 +27,7 @@ from gateway.events import SqsConsumer
 from gateway.heat import HeatCounter
 from gateway.httpserver import Later
 from gateway.node.journal import Journal
-from gateway.node.workers import WorkerSet
+from gateway.node.workers import WorkerSet, placement
 from gateway.origin import Origin
 from gateway.s3api.hits import HitPath, http_head
 from gateway.s3api.replays import Keeper, LaterReplay
@@ -221,10 +221,10 @@ def build_store(cache: CacheSettings, workers: WorkerSet | None = None) -> Tiere
     if cache.memory_quota == 0 and not cache.disk:
         return None
     workers = workers or WorkerSet()
-    alone, share = workers.alone, workers.count
+    alone, share, mine = workers.alone, workers.count, workers.index
 
-    def owns(block: BlockId) -> bool:
-        return workers.owns(block.bucket, block.key, block.index)
+    def owns(block: BlockId) -> bool:  # WorkerSet.owns, in one call: asked on every hit of a tier
+        return alone or placement(block.bucket, block.key, block.index) % share == mine
 
     memory: MemoryTier | SharedTier | None = None
     if cache.memory_quota > 0 and alone:

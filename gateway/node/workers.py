@@ -51,7 +51,7 @@ class WorkerSet:
     def owner(self, bucket: str, key: str, index: int) -> int:
         """The worker that owns block `index` of the object, whatever its version: a cold
         read, which does not know the version yet, asks the worker that will keep the block."""
-        return _placement(bucket, key, index) % self.count
+        return placement(bucket, key, index) % self.count
 
     def owns(self, bucket: str, key: str, index: int) -> bool:
         return self.count == 1 or self.owner(bucket, key, index) == self.index
@@ -86,6 +86,7 @@ class WorkerSet:
 
 
 @functools.lru_cache(maxsize=4096)  # asked on every hit of a node of several workers: the hot blocks' are kept
-def _placement(bucket: str, key: str, index: int) -> int:
+def placement(bucket: str, key: str, index: int) -> int:
+    """A block's place among the workers of a node (its owner is this modulo their count)."""
     name = f"{bucket}\0{key}\0{index}".encode("utf-8", "surrogateescape")
     return int.from_bytes(hashlib.blake2b(name, digest_size=8).digest(), "big")

@@ -191,16 +191,17 @@ class DiskTier:
         return self._hit(entry, data)
 
     def get_now(self, block_id: BlockId) -> bytes | memoryview | None:
-        """`get` without an await, through the files' mappings (store.mapped): on tmpfs (medium
-        "memory") any block; on a disk one of at most 4 MiB wholly in the page cache. None,
-        counting nothing, when the block is not held or would be read in a thread."""
-        entry = self._index.get(block_id.name)
+        """`get` without an await (store.mapped): on tmpfs any block; on a disk one of at most 4 MiB
+        all in the page cache. None, counting nothing, if not held or to be read in a thread."""
+        entry, files = self._index.get(block_id.name), self.files
         if entry is None or self._closed:
             return None
-        path = self.block_path(block_id.name)
-        try:
-            data = self._fetch(path, block_id, self.files.read) if isinstance(self.files, MappedBlocks) else \
-                self._read_cached(path, entry)
+        try:  # on tmpfs, a block mapped already is read without making its path
+            data = files.held(block_id.name) if isinstance(files, MappedBlocks) else None
+            if data is None:
+                path = self.block_path(block_id.name)
+                data = self._fetch(path, block_id, files.read) if isinstance(files, MappedBlocks) else \
+                    self._read_cached(path, entry)
         except Exception as exc:  # noqa: BLE001 -- as in get
             self._read_failed(block_id, entry, exc)
             return None

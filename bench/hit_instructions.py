@@ -1,0 +1,179 @@
+"""Instructions per warm 4 KiB hit of a node of one worker and of a node of two, counted by
+valgrind (callgrind): what sharing one cache costs a request, with nothing of what sharing
+the machine's cores costs.
+
+On this 2-core machine the CPU per request of a node of two workers moves from 1.0x to 1.75x
+one worker's from run to run of the same code (bench/workers_hits.py, bench/cache_serving.py):
+three busy processes preempting each other on two cores. Instructions do not move with that.
+Each node runs under `valgrind --tool=callgrind --trace-children=yes` (the supervisor and its
+workers too) in front of bench/shaped_origin.py; its objects are read once (the blocks come in)
+and each presigned URL twice (kept, as wrk's are), then every process's counters are zeroed
+(callgrind_control -z), `--requests` presigned GETs are sent one at a time over `--connections`
+keep-alive connections (the kernel spreads them among the workers), and every process's
+counters are dumped (callgrind_control -d): instructions per request, all processes summed, less
+what the node does while idle for as long (its timers, its supervisor's loop). Valgrind counts
+the processes' own instructions, not the kernel's: the system calls' work is not in them.
+
+    .venv/bin/python bench/hit_instructions.py
+    .venv/bin/python bench/hit_instructions.py --requests 4000 --connections 16
+
+Needs: apt-get install -y valgrind. About 3 minutes (Python is ~50x slower under valgrind).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import cache_serving as cs  # noqa: E402
+
+
+def start_node(origin: str, workers: int, folder: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """`gateway serve` of `workers` workers under callgrind; (process, port) once it serves."""
+    port = cs.free_port()
+    env = dict(os.environ, GATEWAY_ORIGIN_ENDPOINT=origin, GATEWAY_ORIGIN_ACCESS_KEY=cs.ORIGIN_CREDENTIALS[0],
+               GATEWAY_ORIGIN_SECRET_KEY=cs.ORIGIN_CREDENTIALS[1], GATEWAY_SERVER_HOST="127.0.0.1",
+               GATEWAY_SERVER_PORT=str(port), GATEWAY_SERVER_WORKERS=str(workers),
+               GATEWAY_CACHE_MEMORY_QUOTA="1GiB",
+               GATEWAY_AUTH_USERS=f'[{{"access_key": "{cs.USER[0]}", "secret_key": "{cs.USER[1]}", '
+                                  f'"grants": [{{"bucket": "{cs.BUCKET}", "access": "read"}}]}}]')
+    command = ["valgrind", "--tool=callgrind", "--trace-children=yes", "--dump-instr=no",
+               f"--callgrind-out-file={folder}/callgrind.%p", sys.executable, "-m", "gateway.cli", "serve",
+               "--log-level", "WARNING"]
+    log = open(folder / "node.log", "ab")  # noqa: SIM115 (kept open for the node's life)
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the node exited: {(folder / 'node.log').read_text()[-2000:]}")
+        if b"gateway listening on" in (folder / "node.log").read_bytes():  # said just before it serves
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=5).close()
+                return proc, port
+            except OSError:
+                pass
+        time.sleep(1)
+    raise SystemExit("the node did not serve within 10 minutes under valgrind")
+
+
+class Client:
+    """Presigned GETs, one at a time, round robin over keep-alive connections."""
+
+    def __init__(self, port: int, connections: int) -> None:
+        self.socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(connections)]
+        self.port = port
+
+    def get(self, sock: socket.socket, path: str) -> None:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n\r\n".encode())
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += sock.recv(65536)
+        head, _, body = data.partition(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 200"):
+            raise SystemExit(f"not a 200: {head[:200]!r}")
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
+        while len(body) < length:
+            body += sock.recv(max(65536, length - len(body)))
+
+    def send(self, paths: list[str], count: int) -> None:
+        for i in range(count):
+            self.get(self.socks[i % len(self.socks)], paths[i % len(paths)])
+
+    def close(self) -> None:
+        for sock in self.socks:
+            sock.close()
+
+
+def callgrind(action: str, pids: list[int]) -> None:
+    for pid in pids:
+        subprocess.run(["callgrind_control", action, str(pid)], check=True, capture_output=True)
+
+
+def dumped_instructions(folder: Path, before: set[Path]) -> dict[str, int]:
+    """Ir of each dump written since `before`, by file name."""
+    counts = {}
+    for dump in sorted(set(folder.glob("callgrind.*")) - before):
+        found = re.search(r"^(?:summary|totals): *(\d+)", dump.read_text(errors="replace"), re.M)
+        if found:
+            counts[dump.name] = int(found.group(1))
+    return counts
+
+
+def measure(origin: str, workers: int, keys: list[str], args: argparse.Namespace, folder: Path) -> float:
+    """Instructions per request of a node of `workers` (all its processes)."""
+    folder.mkdir()
+    proc, port = start_node(origin, workers, folder)
+    try:
+        paths = cs.presigned_paths(f"http://127.0.0.1:{port}", keys)  # signed for the node's host:port
+        client = Client(port, args.connections)
+        try:
+            client.send(paths, len(paths))  # the blocks come in
+            client.send(paths, 2 * len(paths) * args.connections)  # each URL again and again: kept where it lands
+            pids = cs.tree(proc.pid)
+            callgrind("-z", pids)
+            before = set(folder.glob("callgrind.*"))
+            started = time.monotonic()
+            client.send(paths, args.requests)
+            took = time.monotonic() - started
+            callgrind("-d", pids)
+            time.sleep(2)
+            counts = dumped_instructions(folder, before)
+            # What the node does meanwhile whatever it serves (timers, its supervisor's loop), over as long.
+            before_idle = set(folder.glob("callgrind.*"))
+            callgrind("-z", pids)
+            time.sleep(took)
+            callgrind("-d", pids)
+            time.sleep(2)
+            idle = sum(dumped_instructions(folder, before_idle).values())
+        finally:
+            client.close()
+        per_request = (sum(counts.values()) - idle) / args.requests
+        print(f"  {workers} worker{'s' if workers > 1 else ' '}: {per_request:10,.0f} instructions per request"
+              f" ({', '.join(f'{name}: {count / args.requests:,.0f}' for name, count in counts.items())};"
+              f" idle for as long: {idle / args.requests:,.0f})", flush=True)
+        return per_request
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="4KiB", help="object size")
+    parser.add_argument("--objects", type=int, default=64)
+    parser.add_argument("--requests", type=int, default=2000, help="requests counted per node")
+    parser.add_argument("--connections", type=int, default=8)
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        raise SystemExit("needs valgrind: apt-get install -y valgrind")
+    size = cs.parse_size(args.size, "--size")
+    tmp = Path(tempfile.mkdtemp(prefix="hit-instructions-"))
+    root = tmp / "objects"
+    (root / cs.BUCKET).mkdir(parents=True)
+    keys = cs.link_objects(root, "warm", size, args.objects)
+    print(f"{args.size} hits from the memory tier, {args.requests} presigned GETs sent one at a time over "
+          f"{args.connections} connections; gateway code {cs.code_version()}")
+    try:
+        with cs.shaped_origin_process(root, tmp, "0", "0") as origin:
+            counted = {workers: measure(origin, workers, keys, args, tmp / f"node-{workers}") for workers in (1, 2)}
+            print(f"  two workers / one: {counted[2] / counted[1]:.2f}x")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

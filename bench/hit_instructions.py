@@ -51,8 +51,8 @@ def start_node(origin: str, workers: int, folder: Path) -> tuple[subprocess.Pope
     command = ["valgrind", "--tool=callgrind", "--trace-children=yes", "--dump-instr=no",
                f"--callgrind-out-file={folder}/callgrind.%p", sys.executable, "-m", "gateway.cli", "serve",
                "--log-level", "WARNING"]
-    log = open(folder / "node.log", "ab")  # noqa: SIM115 (kept open for the node's life)
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    with open(folder / "node.log", "ab") as log:  # the node writes to its own copy of the descriptor
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -149,6 +149,7 @@ def measure(origin: str, workers: int, keys: list[str], args: argparse.Namespace
             proc.wait(timeout=120)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait()
 
 
 def main() -> None:

@@ -145,11 +145,11 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], what: str, log: Path | N
             time.sleep(0.1)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def _stop(proc: subprocess.Popen[bytes], timeout: float = 10) -> None:
     if proc.poll() is None:
         proc.terminate()
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()

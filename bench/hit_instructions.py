@@ -144,12 +144,7 @@ def measure(origin: str, workers: int, keys: list[str], args: argparse.Namespace
               f" idle for as long: {idle / args.requests:,.0f})", flush=True)
         return per_request
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        cs._stop(proc, timeout=120)  # valgrind takes its time to write the last dumps
 
 
 def main() -> None:

@@ -50,13 +50,19 @@ def reader_of(fleet, index: int = 0) -> tuple[RunningGateway, RunningGateway]:  
     return reader, owner
 
 
-def test_a_block_a_node_holds_is_answered_to_peers_below_asgi_and_alike(fleet, direct):
+def second_block_asked(fleet, direct) -> tuple[bytes, RunningGateway, str]:  # type: ignore[no-untyped-def]
+    """(an object of two blocks written behind the fleet, the first node, the query of a
+    block request for its second block)."""
     data = os.urandom(BLOCK + 10)
     etag = direct.put_object(Bucket="bkt", Key="k", Body=data)["ETag"]
-    node = fleet.nodes[0]
-    peer_app = node.server.config.app.peer
     query = encode_query([("bucket", "bkt"), ("key", "k"), ("etag", etag), ("vid", ""),
                           ("size", str(len(data))), ("index", "1")])
+    return data, fleet.nodes[0], query
+
+
+def test_a_block_a_node_holds_is_answered_to_peers_below_asgi_and_alike(fleet, direct):
+    data, node, query = second_block_asked(fleet, direct)
+    peer_app = node.server.config.app.peer
 
     def get(**headers: str) -> httpx.Response:
         signed = {AUTH_HEADER: sign(SECRET.encode(), "GET", BLOCK_PATH, query), **headers}
@@ -242,12 +248,8 @@ def raw_block_request(node: RunningGateway, query: str, when: int) -> bytes:
 
 
 def test_a_block_request_sent_again_is_answered_as_kept_while_its_signature_holds(fleet, direct, monkeypatch):
-    data = os.urandom(BLOCK + 10)
-    etag = direct.put_object(Bucket="bkt", Key="k", Body=data)["ETag"]
-    node = fleet.nodes[0]
+    data, node, query = second_block_asked(fleet, direct)
     peer_app = node.server.config.app.peer
-    query = encode_query([("bucket", "bkt"), ("key", "k"), ("etag", etag), ("vid", ""),
-                          ("size", str(len(data))), ("index", "1")])
     request = raw_block_request(node, query, int(time.time()) - 280)
     [(status, _, _)] = exchange(node, request, answers=1)  # not held yet: the ASGI app fetches and keeps it
     assert status == 200

@@ -47,8 +47,11 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from gateway import config, configdoc
+from tests.test_constraints import pinned_versions
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -362,11 +365,11 @@ def test_dockerfile_installs_with_install_sh_and_runs_as_non_root():
     runs = [args for op, args in steps if op == "RUN"]
     install_runs = [r for r in runs if "install.sh" in r or "pip" in r]
     assert install_runs == ["sh deploy/install.sh /src && rm -rf /src"], "the one install step is deploy/install.sh"
-    # What the install needs is copied: the build metadata, the readme it names, the package.
+    # What the install needs is copied: the build metadata, the readme it names, the tested versions, the package.
     copies = [args.split() for op, args in steps if op == "COPY"]
     copied = {src for *srcs, _ in copies for src in srcs}
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert {"pyproject.toml", pyproject["project"]["readme"], "gateway", "deploy/install.sh"} <= copied
+    assert {"pyproject.toml", pyproject["project"]["readme"], "constraints.txt", "gateway", "deploy/install.sh"} <= copied
     assert ["deploy/gateway.container.toml", IMAGE_CONFIG_PATH] in copies
     users = [args for op, args in steps if op == "USER"]
     assert users and users[-1].split(":")[0] not in ("0", "root")
@@ -381,8 +384,9 @@ def test_dockerfile_installs_with_install_sh_and_runs_as_non_root():
 def test_install_script_installs_the_package_as_pyproject_names_it():
     script = (DEPLOY / "install.sh").read_text()
     pips = [line.strip() for line in script.splitlines() if "pip install" in line and not line.lstrip().startswith("#")]
-    # The source tree itself, no extras: exactly the [project] dependencies of pyproject.toml.
-    assert pips == ['python3 -m pip install --no-cache-dir --disable-pip-version-check "$src"']
+    # The source tree itself, no extras: exactly the [project] dependencies of pyproject.toml, at the versions
+    # the suite passed with.
+    assert pips == ['python3 -m pip install --no-cache-dir --disable-pip-version-check -c "$src/constraints.txt" "$src"']
     assert "gateway --help" in script
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert pyproject["project"]["scripts"]["gateway"] == "gateway.cli:main"
@@ -393,7 +397,7 @@ def test_install_script_into_a_fresh_virtualenv(tmp_path):
     Dockerfile COPYs; then the installed `gateway` validates the image's config with the compose env."""
     source = tmp_path / "src"
     source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "constraints.txt"):
         shutil.copy(ROOT / name, source / name)
     shutil.copytree(ROOT / "gateway", source / "gateway", ignore=shutil.ignore_patterns("__pycache__"))
     (source / "deploy").mkdir()
@@ -413,6 +417,13 @@ def test_install_script_into_a_fresh_virtualenv(tmp_path):
     version, requires = json.loads(meta.stdout)
     assert version == pyproject["version"]
     assert sorted(r for r in requires if "extra ==" not in r) == sorted(pyproject["dependencies"])
+    # Each runtime dependency is installed at the version constraints.txt pins.
+    pinned = pinned_versions()
+    names = [Requirement(r).name for r in pyproject["dependencies"]]
+    installed = subprocess.run([str(venv / "bin" / "python"), "-c",
+                                "import importlib.metadata as m, json, sys; print(json.dumps([m.version(n) for n in sys.argv[1:]]))",
+                                *names], cwd=tmp_path, capture_output=True, check=True, timeout=60)
+    assert dict(zip(names, json.loads(installed.stdout))) == {name: pinned[canonicalize_name(name)] for name in names}
 
     node = _gateway_services(_compose())["gateway-1"]
     check_env = dict(env, **{k: str(v) for k, v in node["environment"].items()})

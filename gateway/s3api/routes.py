@@ -34,11 +34,11 @@ def resolve(method: str, bucket: str | None, key: str | None, query: Mapping[str
     if bucket is None:
         return Operation("ListBuckets", "none") if method == "GET" else None
     if key is None:
-        return _bucket_operation(method, query)
+        return _bucket_operation(method, query, headers)
     return _object_operation(method, query, headers)
 
 
-def _bucket_operation(method: str, query: Mapping[str, str]) -> Operation | None:
+def _bucket_operation(method: str, query: Mapping[str, str], headers: Mapping[str, str]) -> Operation | None:
     config = next((name for name in query if name in BUCKET_CONFIG_SUBRESOURCES), None)
     if method == "GET":
         if "location" in query:
@@ -65,6 +65,8 @@ def _bucket_operation(method: str, query: Mapping[str, str]) -> Operation | None
     if method == "POST":
         if "delete" in query:
             return Operation("DeleteObjects", "write")
+        if headers.get("content-type", "").lower().startswith("multipart/form-data"):
+            return Operation("PostObject", "write")  # authorized by the form's policy (s3api.postobject)
         return None
     return None
 

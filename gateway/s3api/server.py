@@ -25,6 +25,7 @@ from gateway.s3api import headers as hdrs
 from gateway.s3api.access import AccessPolicy
 from gateway.s3api.auth import Identity, RequestView, VerifiedSignatures, authenticate
 from gateway.s3api.body import VerifiedBody, receive_verified_body
+from gateway.s3api.form import FormReader, boundary_of
 from gateway.s3api.responses import error_response, new_request_id
 from gateway.s3api.routes import Operation, resolve
 from gateway.s3api.stats import RequestStats
@@ -195,6 +196,10 @@ class S3App:
                 spool_memory=server.spool_memory, spool_dir=server.spool_dir or None,
             )
         return req._body
+
+    def form(self, req: S3Request) -> FormReader:
+        """The request's multipart/form-data body (POST Object), read as it arrives."""
+        return FormReader(_body_chunks(req), boundary_of(req.headers.get("content-type", "")))
 
     async def small_body(self, req: S3Request, *, object_checksums: bool = False) -> tuple[VerifiedBody, bytes]:
         """A verified body that is an XML document: refused early above server.max_xml_size."""

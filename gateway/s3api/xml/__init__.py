@@ -2,7 +2,8 @@
 
 One module per document family: common (escaping, safe parsing, readers, Owner), error
 (the error document), buckets (ListBuckets, CreateBucket), listing (ListObjects v1/v2),
-delete (DeleteObjects), multipart (CompleteMultipartUpload). Callers use this package.
+delete (DeleteObjects), multipart (CompleteMultipartUpload), post (POST Object's tagging
+field and answer). Callers use this package.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from gateway.s3api.xml.listing import (
     validate_max_keys,
 )
 from gateway.s3api.xml.multipart import CompletedPart, parse_complete_multipart, render_complete_multipart_request
+from gateway.s3api.xml.post import parse_tagging, render_post_response
 
 __all__ = [
     "DEFAULT_XML_LIMIT",
@@ -60,12 +62,14 @@ __all__ = [
     "parse_delete_result",
     "parse_list_buckets",
     "parse_list_objects",
+    "parse_tagging",
     "render_complete_multipart_request",
     "render_delete_request",
     "render_delete_result",
     "render_list_buckets",
     "render_list_objects_v1",
     "render_list_objects_v2",
+    "render_post_response",
     "url_encode",
     "validate_max_keys",
     "xml_escape",

@@ -29,9 +29,10 @@ from gateway.s3api.responses import empty_response, xml_response
 # Object headers a form field sets (its name is the header's), besides x-amz-* fields.
 _HEADER_FIELDS = frozenset({"cache-control", "content-disposition", "content-encoding", "content-language",
                             "content-type", "expires"})
-# x-amz-* fields that authenticate the form, never sent on as headers.
-_AUTH_FIELDS = frozenset({"x-amz-algorithm", "x-amz-credential", "x-amz-date", "x-amz-signature",
-                          "x-amz-security-token"})
+# x-amz-* fields never sent on as headers: those that authenticate the form, and the checksum's
+# algorithm (sent as x-amz-sdk-checksum-algorithm beside a checksum value that was verified).
+_UNSENT_FIELDS = frozenset({"x-amz-algorithm", "x-amz-credential", "x-amz-date", "x-amz-signature",
+                            "x-amz-security-token", "x-amz-checksum-algorithm", "x-amz-sdk-checksum-algorithm"})
 _MAX_KEY_BYTES = 1024
 _TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz")
 
@@ -57,6 +58,8 @@ async def post_object(ctx: Context) -> Response:
         await form.finish()
         policy.check_size(body.length)
         headers.update(body.checksums)
+        for name in body.checksums:  # the algorithm beside its value, as SDKs send it (some origins need it)
+            headers["x-amz-sdk-checksum-algorithm"] = name[len("x-amz-checksum-"):].upper()
         headers["content-md5"] = base64.b64encode(bytes.fromhex(body.md5_hex)).decode()
         answer = await app.engine.put_object(bucket, key, headers=headers, body=body.chunks, body_length=body.length,
                                              resource=f"/{bucket}/{key}",
@@ -85,7 +88,7 @@ def _object_headers(fields: dict[str, str], file: FilePart) -> tuple[dict[str, s
     for name, value in fields.items():
         if name.startswith("x-amz-copy-source"):  # would make the PUT a copy of an object not authorized here
             raise S3Error("InvalidArgument", "A POST upload cannot copy an object.", extra={"ArgumentName": name[:64]})
-        if name in _HEADER_FIELDS or name == "content-md5" or (name.startswith("x-amz-") and name not in _AUTH_FIELDS):
+        if name in _HEADER_FIELDS or name == "content-md5" or (name.startswith("x-amz-") and name not in _UNSENT_FIELDS):
             wanted[name] = value
         elif name == "acl":
             wanted["x-amz-acl"] = value
@@ -101,8 +104,7 @@ def _object_headers(fields: dict[str, str], file: FilePart) -> tuple[dict[str, s
     headers = hdrs.for_origin_write(wire)
     hdrs.check_user_metadata(headers)
     # The file's length is known only once it ended, as a chunked body's is.
-    promised = {name: value for name, value in wire.items()
-                if name in hdrs.CHECKSUM_VALUES or name in ("content-md5", "x-amz-sdk-checksum-algorithm")}
+    promised = {name: value for name, value in wire.items() if name in hdrs.CHECKSUM_VALUES or name == "content-md5"}
     promised["transfer-encoding"] = "chunked"
     return headers, promised
 

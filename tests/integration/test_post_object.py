@@ -172,6 +172,7 @@ def test_tagging_acl_and_a_checksum_reach_the_origin(gateway, s3, direct):
     form = presigned(gateway.endpoint, "bkt", "t", fields=fields, conditions=[{k: v} for k, v in fields.items()])
     assert post(form, b"payload").status_code == 204
     assert direct.get_object_tagging(Bucket="bkt", Key="t")["TagSet"] == [{"Key": "team", "Value": "data eng"}]
+    assert direct.head_object(Bucket="bkt", Key="t", ChecksumMode="ENABLED")["ChecksumSHA256"] == good
     bad = presigned(gateway.endpoint, "bkt", "u", fields={"x-amz-checksum-sha256": good},
                     conditions=[{"x-amz-checksum-sha256": good}])
     refused = post(bad, b"not the payload")

@@ -8,7 +8,9 @@
 // It uploads the two files as minio-go uploads them (PutObject of known size, single PUT and
 // multipart; PutObject of unknown size, a multipart upload whose CompleteMultipartUpload carries
 // the object's composite x-amz-checksum-crc32c), reads them back (whole, ranged, StatObject,
-// ListObjects in pages, a presigned GET): PHASE "write-read". PHASE "delete" removes them with
+// ListObjects in pages, a presigned GET), and posts the small file as an HTML form would, with a
+// policy from PresignedPostPolicy (content type, user metadata, a length range and a CRC32C
+// checksum field): PHASE "write-read". PHASE "delete" removes them with
 // RemoveObjects (the test reads the origin in between). Each prints one JSON object with what it
 // saw: the test compares it with the origin. Any error ends it with exit 1.
 package main
@@ -21,6 +23,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/url"
 	"os"
@@ -169,6 +172,51 @@ func writeRead(ctx context.Context, client *minio.Client, bucket string, small, 
 	response.Body.Close()
 	out["presigned"] = map[string]any{"status": response.StatusCode, "sha": sha(body),
 		"signed": strings.Contains(presigned.RawQuery, "X-Amz-Signature=")}
+
+	out["posted"] = postForm(ctx, client, bucket, small)
+}
+
+// postForm uploads data to minio/posted.bin with a presigned POST policy, as a browser form
+// posts it (the policy's fields first, the file last), with net/http.
+func postForm(ctx context.Context, client *minio.Client, bucket string, data []byte) map[string]any {
+	step = "presigned POST policy"
+	policy := minio.NewPostPolicy()
+	crc := minio.ChecksumCRC32C.Hasher()
+	crc.Write(data)
+	for _, err := range []error{
+		policy.SetBucket(bucket), policy.SetKey("minio/posted.bin"), policy.SetExpires(time.Now().Add(5 * time.Minute)),
+		policy.SetContentType("application/x-posted"), policy.SetUserMetadata("origin", "minio-go"),
+		policy.SetContentLengthRange(1, int64(len(data))), policy.SetChecksum(minio.NewChecksum(minio.ChecksumCRC32C, crc.Sum(nil))),
+	} {
+		if err != nil {
+			fail(err)
+		}
+	}
+	target, fields := must2(client.PresignedPostPolicy(ctx, policy))
+	step = "POST the form"
+	var form bytes.Buffer
+	writer := multipart.NewWriter(&form)
+	for name, value := range fields {
+		if err := writer.WriteField(name, value); err != nil {
+			fail(err)
+		}
+	}
+	part := must(writer.CreateFormFile("file", "posted.bin"))
+	must(part.Write(data))
+	if err := writer.Close(); err != nil {
+		fail(err)
+	}
+	response := must(http.Post(target.String(), writer.FormDataContentType(), &form))
+	answer := must(io.ReadAll(response.Body))
+	response.Body.Close()
+	return map[string]any{"status": response.StatusCode, "etag": response.Header.Get("ETag"), "error": string(answer)}
+}
+
+func must2[A, B any](a A, b B, err error) (A, B) {
+	if err != nil {
+		fail(err)
+	}
+	return a, b
 }
 
 func remove(ctx context.Context, client *minio.Client, bucket string, out map[string]any) {

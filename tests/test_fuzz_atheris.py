@@ -21,7 +21,7 @@ FUZZ = ROOT / "fuzz"
 # Target -> mutated inputs after the seeds: about a second of fuzzing each on this machine
 # (the chunked harness signs and decodes whole bodies, so it runs ~700 inputs a second).
 RUNS = {"ranges": 3000, "chunked": 500, "xml": 3000, "auth": 2000, "request": 3000, "events": 3000,
-        "config": 3000, "peers": 3000}
+        "config": 3000, "peers": 3000, "form": 3000}
 
 
 def test_every_harness_is_smoke_tested() -> None:

@@ -93,11 +93,16 @@ class FormReader:
                 raise _malformed("the body ended inside the file")
 
     async def finish(self) -> None:
-        """Read the parts after the file to the end of the body (S3 ignores them), within the
-        same bound as the fields before it."""
+        """Read the parts after the file, and any epilogue, to the end of the body (S3 ignores
+        them), within the same bound as the fields before it."""
         self._budget = MAX_FIELD_BYTES
         while await self._next_part():
             await self._until(self._delimiter)
+        while await self._more():
+            self._budget -= len(self._buffer)
+            self._buffer.clear()
+            if self._budget < 0:
+                raise _too_large()
 
     async def _next_part(self) -> bool:
         """After a delimiter: True when a part follows, False at the final boundary."""
@@ -105,7 +110,7 @@ class FormReader:
             if not await self._more():
                 raise _malformed("the body ended after a boundary")
         if self._buffer[:2] == b"--":
-            self._buffer.clear()  # the epilogue is not read
+            self._buffer.clear()  # the epilogue (finish reads the rest of it)
             return False
         line = await self._until(b"\r\n")
         if line.strip(b" \t"):
@@ -119,7 +124,7 @@ class FormReader:
             found = self._buffer.find(marker, start)
             used = found + len(marker) if found >= 0 else len(self._buffer) - len(marker) + 1
             if used > self._budget:
-                raise S3Error("MaxPostPreDataLengthExceeded", extra={"MaxPostPreDataLengthExceeded": str(MAX_FIELD_BYTES)})
+                raise _too_large()
             if found >= 0:
                 self._budget -= used
                 data = bytes(self._buffer[:found])
@@ -135,6 +140,10 @@ class FormReader:
                 self._buffer += chunk
                 return True
         return False
+
+
+def _too_large() -> S3Error:
+    return S3Error("MaxPostPreDataLengthExceeded", extra={"MaxPostPreDataLengthExceeded": str(MAX_FIELD_BYTES)})
 
 
 def _text(value: bytes, name: str) -> str:

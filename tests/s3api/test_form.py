@@ -92,6 +92,14 @@ def test_a_preamble_and_fields_after_the_file_are_ignored():
     assert fields == {"key": "k"} and content == b"data"
 
 
+def test_an_epilogue_is_read_to_the_end_within_the_bound():
+    body = encode([("key", b"k")], b"data") + b"epilogue " * 100
+    assert read(body, list(range(0, len(body), 50)))[2] == b"data"
+    with pytest.raises(S3Error) as raised:
+        read(body + b"e" * MAX_FIELD_BYTES, list(range(0, len(body), 50)))
+    assert raised.value.code == "MaxPostPreDataLengthExceeded"
+
+
 def test_a_form_without_a_file():
     fields, part, _ = read(encode([("key", b"k")], None))
     assert fields == {"key": "k"} and part is None

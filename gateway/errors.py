@@ -5,8 +5,10 @@ from __future__ import annotations
 # code -> (HTTP status, default message), as S3 documents them.
 S3_ERRORS: dict[str, tuple[int, str]] = {
     "AccessDenied": (403, "Access Denied"),
+    "AccessForbidden": (403, "CORSResponse: This CORS request is not allowed."),
     "AuthorizationHeaderMalformed": (400, "The authorization header is malformed."),
     "AuthorizationQueryParametersError": (400, "Query-string authentication parameters are malformed."),
+    "BadRequest": (400, "Bad Request"),
     "BadDigest": (400, "The Content-MD5 or checksum value that you specified did not match what the server received."),
     "BucketAlreadyExists": (409, "The requested bucket name is not available."),
     "BucketAlreadyOwnedByYou": (409, "Your previous request to create the named bucket succeeded and you already own it."),

@@ -94,7 +94,7 @@ def meta_from_headers(items: Iterable[tuple[str, str]]) -> ObjectMeta:
     headers: dict[str, str] = {}
     for name, value in items:
         name = name.lower()
-        if name in _NOT_OBJECT_HEADERS:
+        if name in _NOT_OBJECT_HEADERS or name.startswith("access-control-"):
             continue
         headers[name] = value
     try:
@@ -121,6 +121,9 @@ _NOT_OBJECT_HEADERS = frozenset({
     # The digest of an upload's body, which some origins (moto) replay: S3 never answers a read
     # with it, and a client checks it against whatever it received (a range, say) and fails.
     "content-md5",
+    # CORS: the origin's answer to the gateway's own request (moto adds them to every answer of a
+    # bucket with CORS rules); the gateway answers each client's Origin itself (s3api.cors).
+    "vary",
 })
 
 

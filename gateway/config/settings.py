@@ -219,8 +219,9 @@ class MetadataSettings:
 
     max_entries: int = setting(100_000, "Most objects whose metadata is cached in process (metadata.cache.max.size).")
     ttl: float = setting(60.0, "Past it, cached metadata is revalidated with a conditional HEAD "
-                               "(metadata.cache.expiration.time).")
-    negative_ttl: float = setting(5.0, "How long a 404 from the origin is remembered.")
+                               "(metadata.cache.expiration.time), and a bucket's CORS rules are read again.")
+    negative_ttl: float = setting(5.0, "How long a 404 from the origin is remembered (and a failure to read a "
+                                       "bucket's CORS rules).")
     strict: bool = setting(False, "Revalidate on every request (a conditional HEAD; no data refetch).")
     stale_if_error: float = setting(3600.0, "Serve cached metadata this long past its TTL while the origin is down.")
 

@@ -22,6 +22,7 @@ from gateway.cluster.peers import OpenAnswer
 from gateway.cluster.replication import Change
 from gateway.cluster.shared import Shared
 from gateway.config import CacheSettings, ClusterSettings, ListingSettings, MetadataSettings
+from gateway.engine.bucketdocs import BucketDocuments
 from gateway.engine.coherence import Coherence
 from gateway.engine.fetch import BlockFetcher
 from gateway.engine.listings import Listings
@@ -104,9 +105,10 @@ class Engine:
                                                               fleet=fleet, coherence=coherence)
         self.metadata = Metadata(origin, metadata, coherence, shared=level2, fetch=self.fetch)
         self.listings = Listings(origin, listing, coherence, shared=level2)
+        self.bucket_documents = BucketDocuments(origin, ttl=metadata.ttl, error_ttl=metadata.negative_ttl)
         self.reads = Reads(origin, self.fetch, cache, self.budget, self.invalidate)
-        self.writes = Writes(origin, coherence, self.metadata, self.listings, shared=invalidation, fetch=self.fetch,
-                             cache=cache, fleet=fleet)
+        self.writes = Writes(origin, coherence, self.metadata, self.listings, self.bucket_documents,
+                             shared=invalidation, fetch=self.fetch, cache=cache, fleet=fleet)
         self.peers: Peers | None = None
         self.replicas: Replicas | None = None
         self.siblings: Siblings | None = None  # the other workers of this node
@@ -252,6 +254,11 @@ class Engine:
         self.metadata.stats["meta_hit"] += 1
         self.heat.hit(block.bucket, block.key)
         return got
+
+    async def bucket_cors(self, bucket: str) -> bytes | None:
+        """The bucket's CORS configuration document as the origin has it, None when it has none
+        (kept a while: engine.bucketdocs); raises the origin's S3Error when it cannot be read."""
+        return await self.bucket_documents.get(bucket, "cors")
 
     def head_answered_now(self) -> None:
         """A HEAD answered from fresh_now's metadata: counted as open_object counts that hit."""

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Iterable
 from gateway.cluster.fleet import Fleet
 from gateway.cluster.invalidation import Invalidations
 from gateway.config import CacheSettings
+from gateway.engine.bucketdocs import BucketDocuments
 from gateway.engine.coherence import Coherence
 from gateway.engine.fetch import BlockFetcher
 from gateway.engine.listings import Listings
@@ -49,8 +50,8 @@ class Forwarded:
 class Writes:
     """Event loop only."""
 
-    def __init__(self, origin: Origin, coherence: Coherence, metadata: Metadata, listings: Listings, *,
-                 shared: Invalidations | None = None, fetch: BlockFetcher | None = None,
+    def __init__(self, origin: Origin, coherence: Coherence, metadata: Metadata, listings: Listings,
+                 documents: BucketDocuments, *, shared: Invalidations | None = None, fetch: BlockFetcher | None = None,
                  cache: CacheSettings | None = None, fleet: Fleet | None = None) -> None:
         self.origin = origin
         self.shared = shared
@@ -58,6 +59,7 @@ class Writes:
         self._coherence = coherence
         self._metadata = metadata
         self._listings = listings
+        self._documents = documents
         self._fetch = fetch
         self.settings = cache or CacheSettings()
         self._fleet = fleet
@@ -155,6 +157,8 @@ class Writes:
         self._coherence.invalidated(bucket)
         self._metadata.cache.invalidate(bucket, key)
         self._listings.cache.invalidate(bucket, key)
+        if key is None:
+            self._documents.forget(bucket)
         if self._fetch is not None:
             self._fetch.forget_opens(bucket, key)
 
@@ -170,6 +174,7 @@ class Writes:
         self._coherence.purged()
         self._metadata.cache.clear()
         self._listings.cache.clear()
+        self._documents.forget()
         if self._fetch is not None:
             self._fetch.forget_opens()
 

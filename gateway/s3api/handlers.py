@@ -14,6 +14,7 @@ from gateway.errors import S3Error
 from gateway.s3api import headers as hdrs
 from gateway.s3api import xml
 from gateway.s3api.context import Context, Handler
+from gateway.s3api.cors import preflight
 from gateway.s3api.postobject import post_object
 from gateway.s3api.reads import get_object
 from gateway.s3api.responses import xml_response
@@ -301,6 +302,7 @@ HANDLERS: dict[str, Handler] = {
     "HeadObject": get_object,
     "PutObject": put_object,
     "PostObject": post_object,
+    "PreflightCORS": preflight,
     "UploadPart": put_object,
     "CopyObject": copy_object,
     "UploadPartCopy": copy_object,

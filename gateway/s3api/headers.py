@@ -29,6 +29,7 @@ _HOP_HEADERS = frozenset({
     "connection", "keep-alive", "transfer-encoding", "content-length", "date", "server",
     "x-amz-request-id", "x-amz-id-2", "proxy-connection", "upgrade", "content-range",
     "content-md5",  # an upload's digest, replayed by some origins; S3 never answers a read with it
+    "vary",  # with access-control-*: the origin's CORS answer to the gateway, not to the client (s3api.cors)
 })
 # x-amz headers that make a read the caller's own (encryption keys, payer, owner check):
 # such a read goes to the origin and its answer is not shared through the cache.
@@ -112,4 +113,5 @@ def for_origin_read(headers: Mapping[str, str], *, conditionals: bool) -> dict[s
 
 def from_origin(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
     """Origin response headers worth passing to the client (lowercase names)."""
-    return {name.lower(): value for name, value in headers if name.lower() not in _HOP_HEADERS}
+    return {name.lower(): value for name, value in headers
+            if name.lower() not in _HOP_HEADERS and not name.lower().startswith("access-control-")}

@@ -6,7 +6,7 @@ no ASGI cycle, task or response object run.
 It takes the same steps as the ASGI path, with the same functions (parse_request, the
 app's `identify`, the policy, reads.object_answer, the responses module), and counts
 and logs the same way (S3App.finished). At the first doubt (a body, a write, a sub-resource,
-a personal read, a miss, any S3 error such as a failed signature or a 304) it answers
+a personal read, an Origin header (CORS), a miss, any S3 error such as a failed signature or a 304) it answers
 None, having counted nothing, and the ASGI app takes the request; one that got as far as
 being authenticated is handed over parsed (server.IDENTIFIED), so a miss or a disk hit
 does not pay for parsing and the signature twice.
@@ -84,6 +84,8 @@ class HitPath:
             return None
         for name, value in scope["headers"]:
             if name in _BODY_HEADERS and (name == b"transfer-encoding" or value.strip() not in (b"", b"0")):
+                return None
+            if name == b"origin":  # a browser's: its answer carries the bucket's CORS headers (s3api.cors)
                 return None
         started = time.perf_counter()
         request_id = new_request_id()

@@ -33,6 +33,8 @@ def resolve(method: str, bucket: str | None, key: str | None, query: Mapping[str
     """The operation for this request, or None when S3 has no such operation (MethodNotAllowed)."""
     if bucket is None:
         return Operation("ListBuckets", "none") if method == "GET" else None
+    if method == "OPTIONS":
+        return Operation("PreflightCORS", "none")  # a browser's, never signed (s3api.cors)
     if key is None:
         return _bucket_operation(method, query, headers)
     return _object_operation(method, query, headers)

@@ -20,7 +20,7 @@ from gateway import log
 from gateway.config import Settings, User
 from gateway.engine import Engine
 from gateway.errors import S3Error
-from gateway.s3api import handlers
+from gateway.s3api import cors, handlers
 from gateway.s3api import headers as hdrs
 from gateway.s3api.access import AccessPolicy
 from gateway.s3api.auth import Identity, RequestView, VerifiedSignatures, authenticate
@@ -33,7 +33,7 @@ from gateway.s3api.stats import RequestStats
 _MAX_KEY_BYTES = 1024
 _MAX_HEADER_BYTES = 8192  # S3's limit on the request header section
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
-_METHODS = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE"})
+_METHODS = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"})
 # The scope key under which the hit path (s3api.hits) leaves a request it parsed and
 # authenticated and then declined, so that the app does not do that work again.
 IDENTIFIED = "gateway.identified"
@@ -124,6 +124,8 @@ class S3App:
         except Exception:
             log.s3api.exception("unhandled error in request %s", request_id)
             response = error_response(S3Error("InternalError"), request_id, method=scope["method"])
+        if req is not None and req.bucket and "origin" in req.headers and req.method != "OPTIONS":
+            await cors.add_headers(handlers.Context(req, self), response)
         if _unread_body(scope, req):
             # We answered without reading the body (an early error, or a client that
             # waits on Expect: 100-continue and will not send it): the connection can't

@@ -2,7 +2,7 @@
 
 One module per document family: common (escaping, safe parsing, readers, Owner), error
 (the error document), buckets (ListBuckets, CreateBucket), listing (ListObjects v1/v2),
-delete (DeleteObjects), multipart (CompleteMultipartUpload), post (POST Object's tagging
+cors (GetBucketCors), delete (DeleteObjects), multipart (CompleteMultipartUpload), post (POST Object's tagging
 field and answer). Callers use this package.
 """
 
@@ -16,6 +16,7 @@ from gateway.s3api.xml.buckets import (
     render_list_buckets,
 )
 from gateway.s3api.xml.common import DEFAULT_XML_LIMIT, S3_NS, Owner, url_encode, xml_escape
+from gateway.s3api.xml.cors import CorsRule, parse_cors_configuration
 from gateway.s3api.xml.delete import (
     DeleteCondition,
     DeletedEntry,
@@ -45,6 +46,7 @@ __all__ = [
     "S3_NS",
     "Bucket",
     "CompletedPart",
+    "CorsRule",
     "DeleteCondition",
     "DeleteErrorEntry",
     "DeleteRequest",
@@ -57,6 +59,7 @@ __all__ = [
     "RestoreStatus",
     "error_document",
     "parse_complete_multipart",
+    "parse_cors_configuration",
     "parse_create_bucket_configuration",
     "parse_delete_objects",
     "parse_delete_result",

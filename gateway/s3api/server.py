@@ -23,7 +23,7 @@ from gateway.errors import S3Error
 from gateway.s3api import cors, handlers
 from gateway.s3api import headers as hdrs
 from gateway.s3api.access import AccessPolicy
-from gateway.s3api.auth import Identity, RequestView, VerifiedSignatures, authenticate
+from gateway.s3api.auth import Identity, PayloadCheck, RequestView, VerifiedSignatures, authenticate
 from gateway.s3api.body import VerifiedBody, receive_verified_body
 from gateway.s3api.form import FormReader, boundary_of
 from gateway.s3api.responses import error_response, new_request_id
@@ -34,6 +34,7 @@ _MAX_KEY_BYTES = 1024
 _MAX_HEADER_BYTES = 8192  # S3's limit on the request header section
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _METHODS = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"})
+_PREFLIGHT = Identity(None, PayloadCheck("unsigned"))  # who sends a CORS preflight: anyone
 # The scope key under which the hit path (s3api.hits) leaves a request it parsed and
 # authenticated and then declined, so that the app does not do that work again.
 IDENTIFIED = "gateway.identified"
@@ -160,7 +161,13 @@ class S3App:
             _access_log(dict(answered.entry), request_id, sent, cache, seconds, self.observers, logged)
 
     def identify(self, req: S3Request) -> None:
-        """Authenticate the request (raising S3Error) and name its operation (None: none fits)."""
+        """Authenticate the request (raising S3Error) and name its operation (None: none fits).
+        A CORS preflight (OPTIONS) is not authenticated: browsers send it without credentials,
+        whatever a presigned URL's query says (S3 does not check it either)."""
+        if req.method == "OPTIONS":
+            req.identity = _PREFLIGHT
+            req.operation = resolve(req.method, req.bucket, req.key, req.query, req.headers)
+            return
         req.identity = authenticate(
             req.view, self.policy.secret_for, now=datetime.now(timezone.utc), max_skew=self._skew,
             bucket_from_host=req.host_bucket, verified=self.verified,

@@ -49,6 +49,11 @@ def test_preflights_follow_the_buckets_rules(gateway, s3):
         "access-control-allow-credentials": "true", "access-control-allow-headers": "range, x-amz-date",
         "access-control-expose-headers": "ETag", "access-control-max-age": "600",
         "vary": "Origin, Access-Control-Request-Headers, Access-Control-Request-Method"}
+    # A preflight of a presigned URL carries its query, signature and all: a preflight is never
+    # authenticated (the browser sends it for the method and headers, not with them).
+    signed = preflight(gateway.endpoint, "/web/a.parquet?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=00"
+                                         "&X-Amz-Credential=AKIAX%2F20260101%2Fus-east-1%2Fs3%2Faws4_request")
+    assert (signed.status_code, signed.headers["access-control-allow-origin"]) == (200, APP)
     anyone = preflight(gateway.endpoint, "/web", origin="http://elsewhere.org")
     assert (anyone.status_code, anyone.headers["access-control-allow-origin"]) == (200, "*")
     for response, status, error in (

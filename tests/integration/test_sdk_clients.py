@@ -119,6 +119,13 @@ def test_aws_sdk_js_v3(gateway, s3, direct, files, tmp_path):
     out = _js(gateway, "sdk-js", tmp_path, "write-read")
 
     origin = _origin(direct, "sdk-js")
+    # createPresignedPost's form, posted with Node's fetch: success_action_status 201 and its document.
+    posted = origin.pop("posted/js.bin")
+    assert posted["bytes"] == small
+    assert direct.head_object(Bucket="sdk-js", Key="posted/js.bin")["ContentType"] == "application/x-posted"
+    assert (out["posted"]["status"], out["posted"]["etag"]) == (201, posted["etag"])
+    assert "<Key>posted/js.bin</Key>" in out["posted"]["body"]
+    direct.delete_object(Bucket="sdk-js", Key="posted/js.bin")
     assert {k: v["size"] for k, v in origin.items()} == {
         "js/small.bin": SMALL_SIZE, "js/streamed.bin": SMALL_SIZE, "js/dir/big.bin": BIG_SIZE,
         "js/dir/stream-big.bin": BIG_SIZE, "js/copy.bin": SMALL_SIZE}

@@ -8,6 +8,7 @@
 // The SDK's defaults are kept: CRC32 request checksums (a header on a buffered body, an aws-chunked
 // trailer on a streamed one) and response checksum validation on GetObject (x-amz-checksum-mode:
 // ENABLED, the body checked against the checksum header of the answer, ranged answers included).
+// A presigned POST of the small file is posted as a form with Node's fetch (to posted/js.bin).
 // It prints one JSON object with what it saw; the test compares it with the origin. Any error
 // ends it with exit 1 and the error on stderr.
 "use strict";
@@ -20,6 +21,7 @@ const {
 } = require("@aws-sdk/client-s3");
 const { Upload } = require("@aws-sdk/lib-storage");
 const { getSignedUrl } = require("@aws-sdk/s3-request-presigner");
+const { createPresignedPost } = require("@aws-sdk/s3-presigned-post");
 
 let step = "start";  // what it was doing, for the error message
 const sha = (data) => crypto.createHash("sha256").update(data).digest("hex");
@@ -134,6 +136,21 @@ async function writeRead(s3, Bucket, small, big, smallFile, bigFile, out) {
   const fetched = await fetch(url, { signal: AbortSignal.timeout(30000) });
   out.presigned = { status: fetched.status, sha: sha(Buffer.from(await fetched.arrayBuffer())),
     signed: url.includes("X-Amz-Signature=") };
+
+  step = "presigned POST";
+  // A presigned POST (@aws-sdk/s3-presigned-post), posted as a web page posts a form, with Node's
+  // fetch and FormData, outside js/ (listed above): the test reads and removes it.
+  const post = await createPresignedPost(s3, {
+    Bucket, Key: "posted/${filename}", Expires: 300,
+    Conditions: [["starts-with", "$key", "posted/"], ["content-length-range", 1, small.length],
+      { "Content-Type": "application/x-posted" }, { success_action_status: "201" }],
+    Fields: { "Content-Type": "application/x-posted", success_action_status: "201" },
+  });
+  const form = new FormData();
+  for (const [name, value] of Object.entries(post.fields)) form.append(name, value);
+  form.append("file", new Blob([small]), "js.bin");
+  const posted = await fetch(post.url, { method: "POST", body: form, signal: AbortSignal.timeout(30000) });
+  out.posted = { status: posted.status, etag: posted.headers.get("etag"), body: await posted.text() };
 }
 
 // As a user whose grants only let it read: a read of the small file, then a refused PutObject.

@@ -25,7 +25,8 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "clients.md"
 # The placeholders the doc uses, as in deploy/gateway.example.toml.
 ENDPOINT, HOST = "http://gateway.internal:8080", "gateway.internal:8080"
 KEY, SECRET = "AKIAANALYTICS0000001", "analytics-secret-change-me"
-CHECKED = {"awscli", "boto3", "pyarrow", "duckdb", "rclone-config", "rclone", "s3cmd-config", "s3cmd"}
+CHECKED = {"awscli", "boto3", "presigned-post", "pyarrow", "duckdb", "rclone-config", "rclone", "s3cmd-config",
+           "s3cmd"}
 ROWS = (1000, 500)  # rows of events/part-0.parquet and part-1.parquet
 
 
@@ -89,6 +90,12 @@ def test_boto3_howto(gateway, warehouse, tmp_path):
     lines = out.stdout.decode().splitlines()
     assert lines[:2] == [f"{key} {len(data)}" for key, data in warehouse.items()]
     assert lines[2] == "b'PAR1'"
+
+
+def test_presigned_post_howto(gateway, warehouse, tmp_path, direct):
+    out = run_client([sys.executable, "-c", _snippet("presigned-post", gateway)], env=client_env(), cwd=str(tmp_path))
+    assert out.stdout.decode().splitlines() == ["201 b'day,visits\\n1,20\\n'"]
+    assert direct.get_object(Bucket="warehouse", Key="uploads/notes.csv")["Body"].read() == b"day,visits\n1,20\n"
 
 
 def test_pyarrow_howto(gateway, warehouse, tmp_path):

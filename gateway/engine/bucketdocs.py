@@ -46,6 +46,14 @@ class BucketDocuments:
             raise got
         return got
 
+    def get_now(self, bucket: str, name: str) -> tuple[bool, bytes | None]:
+        """(True, what `get` would answer) when it is kept and fresh; (False, None) when `get`
+        would have to ask the origin or would raise."""
+        entry = self._kept.get((bucket, name))
+        if entry is None or entry[0] <= self._clock() or isinstance(entry[1], S3Error):
+            return False, None
+        return True, entry[1]
+
     def forget(self, bucket: str | None = None) -> None:
         """Forget the documents of `bucket` (of every bucket when None)."""
         self._forgotten += 1

@@ -260,6 +260,10 @@ class Engine:
         (kept a while: engine.bucketdocs); raises the origin's S3Error when it cannot be read."""
         return await self.bucket_documents.get(bucket, "cors")
 
+    def bucket_cors_now(self, bucket: str) -> tuple[bool, bytes | None]:
+        """(True, what bucket_cors would answer) when that is in memory; (False, None) when it is not."""
+        return self.bucket_documents.get_now(bucket, "cors")
+
     def head_answered_now(self) -> None:
         """A HEAD answered from fresh_now's metadata: counted as open_object counts that hit."""
         self.metadata.stats["meta_hit"] += 1

@@ -6,8 +6,9 @@ The rules are the origin bucket's own (GetBucketCors, read with the gateway's cr
 kept a while: engine.bucketdocs). The first rule whose AllowedOrigin matches the Origin (one
 `*` may stand for any text), whose AllowedMethod holds the method, and, for a preflight, whose
 AllowedHeader patterns cover every header asked for (case-insensitive, one `*` each) applies.
-Requests that carry an Origin are answered by the app, never below ASGI (s3api.hits), so that
-no kept answer (s3api.replays) repeats headers of rules that have changed since.
+The hit path (s3api.hits) answers a request that carries an Origin when the bucket's document is
+in memory, with the same headers; a kept answer (s3api.replays) is answered again only while the
+bucket's document is the very one it was made with.
 """
 
 from __future__ import annotations
@@ -51,16 +52,21 @@ async def add_headers(ctx: Context, response: Response) -> None:
     then does not show the answer to the page."""
     req = ctx.req
     try:
-        rules = _rules(await ctx.app.engine.bucket_cors(req.bucket or ""))
+        document = await ctx.app.engine.bucket_cors(req.bucket or "")
     except S3Error:
         return
+    response.headers.update(answer_headers(document, req.headers["origin"], req.method))
+
+
+def answer_headers(document: bytes | None, origin: str, method: str) -> dict[str, str]:
+    """What the bucket's CORS document (None: it has none) adds to the answer of a request with
+    this Origin: Vary when it has rules, and the headers of the rule that matches, if one does.
+    The hit path (s3api.hits) adds the same with a document it has in memory."""
+    rules = _rules(document)
     if not rules:
-        return
-    origin = req.headers["origin"]
-    rule = matching(rules, origin, req.method, [])
-    response.headers["vary"] = _VARY
-    if rule is not None:
-        response.headers.update(allowed(rule, origin, []))
+        return {}
+    rule = matching(rules, origin, method, [])
+    return allowed(rule, origin, []) if rule is not None else {"vary": _VARY}
 
 
 def matching(rules: tuple[xml.CorsRule, ...], origin: str, method: str, asked: list[str]) -> xml.CorsRule | None:

@@ -6,7 +6,7 @@ no ASGI cycle, task or response object run.
 It takes the same steps as the ASGI path, with the same functions (parse_request, the
 app's `identify`, the policy, reads.object_answer, the responses module), and counts
 and logs the same way (S3App.finished). At the first doubt (a body, a write, a sub-resource,
-a personal read, an Origin header (CORS), a miss, any S3 error such as a failed signature or a 304) it answers
+a personal read, an Origin whose bucket's CORS rules are not in memory, a miss, any S3 error such as a failed signature or a 304) it answers
 None, having counted nothing, and the ASGI app takes the request; one that got as far as
 being authenticated is handed over parsed (server.IDENTIFIED), so a miss or a disk hit
 does not pay for parsing and the signature twice.
@@ -26,7 +26,7 @@ from typing import Any
 
 from gateway.engine import ObjectMeta, OneBlock
 from gateway.errors import S3Error
-from gateway.s3api import reads
+from gateway.s3api import cors, reads
 from gateway.s3api.context import Context
 from gateway.s3api import headers as hdrs
 from gateway.s3api.replays import Keeper, Replay, Replays, keepable
@@ -85,8 +85,6 @@ class HitPath:
         for name, value in scope["headers"]:
             if name in _BODY_HEADERS and (name == b"transfer-encoding" or value.strip() not in (b"", b"0")):
                 return None
-            if name == b"origin":  # a browser's: its answer carries the bucket's CORS headers (s3api.cors)
-                return None
         started = time.perf_counter()
         request_id = new_request_id()
         app = self.app
@@ -109,7 +107,14 @@ class HitPath:
             answer = reads.object_answer(req, meta, overrides)
         except S3Error:
             return None
+        origin, cors_document = req.headers.get("origin"), None
+        if origin is not None:  # a browser's: the bucket's CORS rules decide what the answer adds
+            known, cors_document = engine.bucket_cors_now(bucket)
+            if not known:
+                return None
+            answer.headers.update(cors.answer_headers(cors_document, origin, method))
         made = _Made(req, scope, request_id, started, answer, default_headers)
+        made.cors = cors_document
         if method == "HEAD":
             engine.head_answered_now()
             answer.headers[reads.X_CACHE] = "hit-mem"  # as the app says of metadata from memory
@@ -169,14 +174,15 @@ class HitPath:
             return None
         return Replay(req, identity.access_key, secret, *times, req.query.get("versionId"),
                       reads.wants_whole_checksums(req), meta, read, made.status_line, made.raw_headers,
-                      made.closing, made.keep_alive, answered_for(req, made.scope["method"], made.outcome))
+                      made.closing, made.keep_alive, answered_for(req, made.scope["method"], made.outcome),
+                      cors=made.cors)
 
 
 class _Made:
     """A request the hit path answers, up to its body; then what answering it made."""
 
     __slots__ = ("req", "scope", "request_id", "started", "answer", "default_headers",
-                 "status_line", "raw_headers", "closing", "keep_alive", "outcome")
+                 "status_line", "raw_headers", "closing", "keep_alive", "outcome", "cors")
 
     def __init__(self, req: S3Request, scope: dict[str, Any], request_id: str, started: float,
                  answer: reads.ObjectAnswer, default_headers: list[tuple[bytes, bytes]]) -> None:
@@ -186,3 +192,4 @@ class _Made:
         self.keep_alive = True
         self.raw_headers: list[tuple[bytes, bytes]] = []
         self.outcome: dict[str, Any] = {}
+        self.cors: bytes | None = None  # the bucket's CORS document the answer's headers came from

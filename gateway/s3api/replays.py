@@ -14,8 +14,9 @@ again, because none of that can come out otherwise for the same bytes:
 - the authorization: a pure function of the user, the action and the object (AccessPolicy
   is built once from the settings);
 - the answer's status and headers: a pure function of the request and the object's
-  metadata, except for If-Modified-Since and If-Unmodified-Since, which compare with the
-  clock: requests carrying them are not kept.
+  metadata (and, for a request with an Origin, of the bucket's CORS rules), except for
+  If-Modified-Since and If-Unmodified-Since, which compare with the clock: requests carrying
+  them are not kept.
 
 Nor are requests an AWS SDK marked as its own (`amz-sdk-invocation-id`, a new id per request,
 signed anew on a retry): they are never sent again byte for byte. Other clients sign each
@@ -26,7 +27,9 @@ count instead of a kept answer made for nothing (and dropped later), and does no
 the kept ones a request that is sent again.
 
 What can change between two sends is asked again every time, of the same functions the hit
-path asks: the metadata must still be the very object the answer was built from and fresh
+path asks: the bucket's CORS document, for a request with an Origin, must still be the same one
+the answer's headers came from (Engine.bucket_cors_now); the metadata must still be the very
+object the answer was built from and fresh
 (Engine.fresh_now: TTLs, invalidations by writes through any worker or node), and the bytes
 must be in a tier that answers at once (Engine.read_block_now, of the block the hit path
 read: it also counts the block hit and the object's heat), or, for a block another node owns,
@@ -85,6 +88,7 @@ class Replay:
     # order the answer had them (rid_first).
     segments: tuple[bytes, bytes, bytes] | None = None
     rid_first: bool = True
+    cors: bytes | None = None  # a request with an Origin: the bucket's CORS document its answer's headers came from
 
 
 Keeper = Callable[[], "Replay | None"]
@@ -233,8 +237,11 @@ class Replays:
         if replay.access_key is not None and self.app.policy.secret_for(replay.access_key) != replay.secret:
             return False
         req = replay.req
-        meta = self.app.engine.fresh_now(req.bucket or "", req.key or "", version_id=replay.version_id,
-                                         checksums=replay.checksums)
+        engine = self.app.engine
+        if "origin" in req.headers and engine.bucket_cors_now(req.bucket or "") != (True, replay.cors):
+            return False  # the CORS rules changed, or are not in memory: their headers are made anew
+        meta = engine.fresh_now(req.bucket or "", req.key or "", version_id=replay.version_id,
+                                checksums=replay.checksums)
         return meta is replay.meta
 
     def _default_lines(self, default_headers: list[tuple[bytes, bytes]]) -> bytes:

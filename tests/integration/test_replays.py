@@ -271,3 +271,35 @@ def test_a_connection_answered_again_is_kept_alive_by_its_requests_and_closed_wh
             started = time.monotonic()
             assert reader.read(1) == b""  # closed by the gateway, once idle
             assert 0.1 < time.monotonic() - started < 2.0
+
+
+def test_a_browsers_request_is_kept_with_the_cors_rules_it_was_answered_with(gateway: RunningGateway,
+                                                                           origin_endpoint: str) -> None:
+    """A GET with an Origin: the app answers it while the bucket's CORS rules are not in memory,
+    then the hit path with the same Access-Control-* headers, then it is answered as kept, until
+    the rules change (behind the gateway, read again once their TTL passed): the next answer
+    carries the new rules' headers, though the object's metadata did not change."""
+    admin = client(gateway.endpoint)
+    admin.put_bucket_cors(Bucket=BUCKET, CORSConfiguration={"CORSRules": [
+        {"AllowedOrigins": ["https://app.example.com"], "AllowedMethods": ["GET"], "ExposeHeaders": ["ETag"]}]})
+    put(gateway, "cors.txt", b"for a page")
+    request = presigned(gateway, "GET", "cors.txt", headers={"Origin": "https://app.example.com"})
+    s = stats(gateway)
+    seen = []
+    for _ in range(4):
+        below, replayed = s.below_asgi, s.replayed
+        status, headers, body = exchange(gateway, request, answers=1)[0]
+        assert (status, body) == (200, b"for a page")
+        seen.append((headers.get("access-control-allow-origin"), headers.get("access-control-expose-headers"),
+                     s.below_asgi - below, s.replayed - replayed))
+    # A miss and its rules read by the app; a hit below ASGI; then kept, twice.
+    assert seen == [("https://app.example.com", "ETag", 0, 0), ("https://app.example.com", "ETag", 1, 0),
+                    ("https://app.example.com", "ETag", 1, 1), ("https://app.example.com", "ETag", 1, 1)]
+    client(origin_endpoint, ("origin-key", "origin-secret")).put_bucket_cors(
+        Bucket=BUCKET, CORSConfiguration={"CORSRules": [{"AllowedOrigins": ["https://other.example.com"],
+                                                         "AllowedMethods": ["GET"]}]})
+    gateway.server.config.app.s3.engine.bucket_documents.forget(BUCKET)  # as the rules' TTL passing does
+    answers = [exchange(gateway, request, answers=1)[0] for _ in range(3)]
+    assert [(status, headers.get("access-control-allow-origin"), headers.get("vary", "")[:6], headers["x-cache"])
+            for status, headers, _ in answers] == [(200, None, "Origin", "hit-mem")] * 3
+    admin.delete_bucket_cors(Bucket=BUCKET)

@@ -48,13 +48,20 @@ async def preflight(ctx: Context) -> Response:
 
 async def add_headers(ctx: Context, response: Response) -> None:
     """The Access-Control-* headers of the rule that matches a request's Origin and method, on
-    its answer (error answers too). Rules that cannot be read now add nothing: the browser
-    then does not show the answer to the page."""
-    req = ctx.req
-    try:
-        document = await ctx.app.engine.bucket_cors(req.bucket or "")
-    except S3Error:
-        return
+    its answer (error answers too: an expired presigned URL's 403, for the page to see). Rules
+    that cannot be read now add nothing: the browser then does not show the answer to the page."""
+    req, engine, bucket = ctx.req, ctx.app.engine, ctx.req.bucket or ""
+    if req.user is None and not ctx.app.policy.allows(None, "read", bucket):
+        # Not signed by a known user (a refused request, say): only rules in memory are used, so
+        # that unauthenticated requests never make the gateway ask the origin for anything.
+        known, document = engine.bucket_cors_now(bucket)
+        if not known:
+            return
+    else:
+        try:
+            document = await engine.bucket_cors(bucket)
+        except S3Error:
+            return
     response.headers.update(answer_headers(document, req.headers["origin"], req.method))
 
 

@@ -91,6 +91,19 @@ def test_answers_carry_the_rule_of_their_origin_hits_too(gateway, s3):
     assert head.headers["vary"].startswith("Origin")
 
 
+def test_unsigned_requests_never_make_the_gateway_read_rules(gateway, s3, direct):
+    """A refused request with an Origin gets the rule's headers only from rules already in memory
+    (so the page sees the 403 of an expired URL), and never makes the gateway ask the origin."""
+    s3.create_bucket(Bucket="web")
+    direct.put_bucket_cors(Bucket="web", CORSConfiguration=RULES)
+    stranger = httpx.get(gateway.endpoint + "/web/k", headers={"origin": APP}, timeout=30)
+    assert (stranger.status_code, code(stranger)) == (403, "AccessDenied")
+    assert not cors_headers(stranger)  # the rules were not in memory, and were not read for it
+    assert preflight(gateway.endpoint, "/web/k").status_code == 200  # a preflight reads them
+    again = httpx.get(gateway.endpoint + "/web/k", headers={"origin": APP}, timeout=30)
+    assert (again.status_code, again.headers.get("access-control-allow-origin")) == (403, APP)
+
+
 def test_a_bucket_without_rules_adds_nothing_even_if_the_origin_does(gateway, s3, direct):
     """moto answers a bucket with CORS rules with CORS headers of its own, even to the gateway's
     requests: none of them is kept with the object or passed on."""

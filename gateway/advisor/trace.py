@@ -8,7 +8,7 @@ Access log lines (`gateway.access`, one JSON object per line; any text before th
 `{` on a line, such as a journald or syslog prefix, is ignored):
 
 - Only GetObject answers with status 200 or 206 and some body bytes are reads. Other
-  operations are skipped, except that a PutObject, CopyObject, DeleteObject or
+  operations are skipped, except that a PutObject, PostObject, CopyObject, DeleteObject or
   CompleteMultipartUpload that succeeded on a key gives that key a new version, as a new
   ETag does in the gateway: its old blocks are never hit again. (DeleteObjects names its
   keys only in its body, and writes made behind the gateway are not in its log: both
@@ -91,7 +91,7 @@ class Trace:
 
 
 _RANGE = re.compile(r"\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*")
-_WRITES = frozenset({"PutObject", "CopyObject", "DeleteObject", "CompleteMultipartUpload"})
+_WRITES = frozenset({"PutObject", "PostObject", "CopyObject", "DeleteObject", "CompleteMultipartUpload"})
 
 
 def _time(value: Any) -> float | None:

@@ -46,7 +46,7 @@ async def post_object(ctx: Context) -> Response:
         raise S3Error("IncorrectNumberOfFilesInPostRequest")
     policy = verify_post_policy(fields, app.policy.secret_for, now=datetime.now(timezone.utc))
     policy.check_fields(fields, bucket)
-    key = _key(fields, file)
+    req.key = key = _key(fields, file)  # from here the object the request names (errors, the access log)
     req.user = app.policy.user(policy.access_key)
     app.policy.check(req.user, "write", bucket, key)
     headers, promised = _object_headers(fields, file)
@@ -62,7 +62,7 @@ async def post_object(ctx: Context) -> Response:
             headers["x-amz-sdk-checksum-algorithm"] = name[len("x-amz-checksum-"):].upper()
         headers["content-md5"] = base64.b64encode(bytes.fromhex(body.md5_hex)).decode()
         answer = await app.engine.put_object(bucket, key, headers=headers, body=body.chunks, body_length=body.length,
-                                             resource=f"/{bucket}/{key}",
+                                             resource=req.resource,
                                              personal=bool(hdrs.personal_read_headers(headers)))
         await answer.aclose()
     return _answer(ctx, fields, bucket, key, answer.headers)

@@ -52,9 +52,11 @@ def test_other_lines_are_skipped_and_writes_make_new_versions() -> None:
         line(bytes=12),
         line(operation="PutObject", method="PUT", status=403, bytes=0),  # refused: same version
         line(bytes=12),
+        line(operation="PostObject", method="POST", status=204, bytes=0),  # a form upload of the key
+        line(bytes=14),
     ])
-    assert [(r.version, r.size) for r in trace.reads] == [(0, 10), (1, 12), (1, 12)]
-    assert trace.stats.writes == 1 and trace.stats.skipped == 6
+    assert [(r.version, r.size) for r in trace.reads] == [(0, 10), (1, 12), (1, 12), (2, 14)]
+    assert trace.stats.writes == 2 and trace.stats.skipped == 6
 
 
 def test_garbled_and_empty_logs_are_one_line_errors() -> None:

@@ -235,3 +235,18 @@ def test_garbage_forms_get_a_4xx(gateway, s3, direct, content_type, body):
     answer = httpx.post(gateway.endpoint + "/bkt", content=body, headers={"content-type": content_type}, timeout=30)
     assert 400 <= answer.status_code < 500 and error_code(answer), answer.text
     assert keys(direct, "bkt") == []
+
+
+def test_the_access_log_names_the_key_written_and_its_signer(gateway, s3):
+    """As a PutObject's: the advisor's trace (gateway/advisor/trace.py) takes it for a write of that key."""
+    s3.create_bucket(Bucket="shared")
+    entries: list[dict[str, object]] = []
+    observers = gateway.server.config.app.s3.observers
+    observers.append(entries.append)
+    try:
+        assert post(presigned(gateway.endpoint, "shared", "team/${filename}", key_pair=TEAM), b"x",
+                    filename="log.txt").status_code == 204
+    finally:
+        observers.remove(entries.append)
+    posted = [e for e in entries if e["operation"] == "PostObject"]
+    assert [(e["bucket"], e["key"], e["user"], e["status"]) for e in posted] == [("shared", "team/log.txt", TEAM[0], 204)]

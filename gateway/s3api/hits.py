@@ -4,12 +4,13 @@ when the page cache holds the block) is answered inside the HTTP protocol's call
 no ASGI cycle, task or response object run.
 
 It takes the same steps as the ASGI path, with the same functions (parse_request, the
-app's `identify`, the policy, reads.object_answer, the responses module), and counts
-and logs the same way (S3App.finished). At the first doubt (a body, a write, a sub-resource,
-a personal read, an Origin whose bucket's CORS rules are not in memory, a miss, any S3 error such as a failed signature or a 304) it answers
-None, having counted nothing, and the ASGI app takes the request; one that got as far as
-being authenticated is handed over parsed (server.IDENTIFIED), so a miss or a disk hit
-does not pay for parsing and the signature twice.
+app's `identify`, the policy, reads.object_answer, cors.answer_headers, the responses
+module), and counts and logs the same way (S3App.finished). At the first doubt (a body, a
+write, a sub-resource, a personal read, an Origin whose bucket's CORS rules are not in
+memory, a miss, any S3 error such as a failed signature or a 304) it answers None, having
+counted nothing, and the ASGI app takes the request; one that got as far as being
+authenticated is handed over parsed (server.IDENTIFIED), so a miss or a disk hit does not
+pay for parsing and the signature twice.
 
 In a fleet, a GET of one block another node owns gets a later answer: the steps above, then
 a task of the protocol waits for the block (Engine.read_block, as the app reads it) and the

@@ -8,7 +8,7 @@ kept a while: engine.bucketdocs). The first rule whose AllowedOrigin matches the
 AllowedHeader patterns cover every header asked for (case-insensitive, one `*` each) applies.
 The hit path (s3api.hits) answers a request that carries an Origin when the bucket's document is
 in memory, with the same headers; a kept answer (s3api.replays) is answered again only while the
-bucket's document is the very one it was made with.
+bucket's document is the same as the one it was made with.
 """
 
 from __future__ import annotations

@@ -39,6 +39,17 @@ _PERSONAL_READ_AMZ = (
 _OBJECT_READ_AMZ = (*_PERSONAL_READ_AMZ, "x-amz-checksum-mode")
 
 
+_CONTROL = frozenset(chr(c) for c in (*range(0x20), 0x7F)) - {"\t"}
+
+
+def check_no_control(name: str, value: str) -> None:
+    """A value a client gave for a header (a response-* override, a form field): no control
+    characters (CR or LF would end the header; S3 never sends them), else 400 InvalidArgument."""
+    if any(c in _CONTROL for c in value):
+        raise S3Error("InvalidArgument", "Header value cannot contain control characters.",
+                      extra={"ArgumentName": name[:64], "ArgumentValue": value.encode("unicode_escape").decode()[:256]})
+
+
 def as_sent(name: str, value: str) -> str:
     """A client's header value (its wire bytes, read as latin-1) as the text whose UTF-8 is
     exactly those bytes: the origin client sends and signs header text as UTF-8, so the

@@ -97,9 +97,10 @@ def _object_headers(fields: dict[str, str], file: FilePart) -> tuple[dict[str, s
     if "content-type" not in wanted and file.content_type:
         wanted["content-type"] = file.content_type
     for name, value in wanted.items():
-        if not set(name) <= _TOKEN or any(c < " " and c != "\t" or c == "\x7f" for c in value):
-            raise S3Error("InvalidArgument", "A form field cannot be sent on as a header.",
+        if not set(name) <= _TOKEN:
+            raise S3Error("InvalidArgument", "A form field's name cannot be sent on as a header's.",
                           extra={"ArgumentName": name[:64]})
+        hdrs.check_no_control(name, value)
     wire = {name: value.encode("utf-8").decode("latin-1") for name, value in wanted.items()}
     headers = hdrs.for_origin_write(wire)
     hdrs.check_user_metadata(headers)

@@ -130,18 +130,13 @@ def _validators(meta: ObjectMeta) -> dict[str, str]:
 def _checked_override(name: str, value: str) -> str:
     """A response-* value as a header can carry it: ISO-8859-1 (S3's rule) without control
     characters (CR or LF would end the header; S3 never sends them)."""
-    if any(c in _CONTROL for c in value):
-        raise S3Error("InvalidArgument", "Header value cannot contain control characters.",
-                      extra={"ArgumentName": name, "ArgumentValue": value.encode("unicode_escape").decode()[:256]})
+    hdrs.check_no_control(name, value)
     try:
         value.encode("latin-1")
     except UnicodeEncodeError:
         raise S3Error("InvalidArgument", "Header value cannot be represented using ISO-8859-1.",
                       extra={"ArgumentName": name, "ArgumentValue": value[:256]}) from None
     return value
-
-
-_CONTROL = frozenset(chr(c) for c in (*range(0x20), 0x7F)) - {"\t"}
 
 
 def _override_headers(overrides: dict[str, str]) -> dict[str, str]:

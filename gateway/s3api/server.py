@@ -166,14 +166,13 @@ class S3App:
         whatever a presigned URL's query says (S3 does not check it either)."""
         if req.method == "OPTIONS":
             req.identity = _PREFLIGHT
-            req.operation = resolve(req.method, req.bucket, req.key, req.query, req.headers)
-            return
-        req.identity = authenticate(
-            req.view, self.policy.secret_for, now=datetime.now(timezone.utc), max_skew=self._skew,
-            bucket_from_host=req.host_bucket, verified=self.verified,
-        )
-        if req.identity.access_key is not None:
-            req.user = self.policy.user(req.identity.access_key)
+        else:
+            req.identity = authenticate(
+                req.view, self.policy.secret_for, now=datetime.now(timezone.utc), max_skew=self._skew,
+                bucket_from_host=req.host_bucket, verified=self.verified,
+            )
+            if req.identity.access_key is not None:
+                req.user = self.policy.user(req.identity.access_key)
         if req.method in _METHODS:
             req.operation = resolve(req.method, req.bucket, req.key, req.query, req.headers)
 

@@ -155,6 +155,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._later_request: bytes | None = None  # the one request of a read, while its later answer is made
         self._replaying = False  # a kept request's later answer is awaited (reading paused)
         self._close_after = False  # SIGTERM came meanwhile: close once it was answered
+        self._unparsable: str | None = None  # bytes after whole requests were not HTTP: 400 once they are answered
 
     # --- connection -------------------------------------------------------------------------
 
@@ -176,6 +177,8 @@ class GuardedProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._unparsable is not None:  # nothing after what could not be parsed is read
+            return
         self._last_data = self.loop.time()
         alone = self._in_head and not self._head_started and self._hits is not None and self._at_rest()
         if alone:
@@ -196,15 +199,17 @@ class GuardedProtocol(HttpToolsProtocol):
             self._head_bytes += len(data)
         try:
             super().data_received(data)
+            # The one request read ended with the read (and nothing unparsable followed it).
             if self._alone is not None and self._kept is not None and self._messages == 1 \
-                    and self._in_head and not self._head_started:  # the one request read ended with the read
+                    and self._in_head and not self._head_started and self._unparsable is None:
                 if self._kept is _LATER:
                     self._later_request = data
                 else:
                     self._hits.keep(data, self._kept)  # type: ignore[union-attr]
         finally:
             self._alone = self._kept = None
-        if self._in_head and self._head_bytes > self.limits.max_head_size and not self.transport.is_closing():
+        if self._in_head and self._head_bytes > self.limits.max_head_size and not self.transport.is_closing() \
+                and self._unparsable is None:
             # The head is still incomplete: answer (unless an answer is being sent) and close.
             GuardedProtocol.heads_too_large += 1
             self._close_with("RequestHeaderSectionTooLarge")
@@ -355,6 +360,31 @@ class GuardedProtocol(HttpToolsProtocol):
         self._in_head = True
         self._head_started = False
         self._head_bytes = 0
+
+    # --- what is not HTTP ----------------------------------------------------------------
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn answers bytes it cannot parse with 400 and closes, at once. Whole requests
+        read before them are answered first (RFC 9112: in order; the 400 last, then the close),
+        whether the hit path or the app answers them: while one is, the 400 waits for it."""
+        self._unparsable = msg
+        for timer in (self._head_timer, self._body_timer):  # the garbage began a "head"
+            if timer is not None:
+                timer.cancel()
+        self._head_timer = self._body_timer = None
+        cycle = self.cycle
+        whole = cycle is not None and not cycle.more_body  # the last request read was whole
+        if whole and (self.pipeline or not cycle.response_complete) and not self.transport.is_closing():
+            self.flow.pause_reading()
+            return
+        super().send_400_response(msg)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        # Pipelined requests start (and hits are answered) inside super(): the last one done sends the 400.
+        if self._unparsable is not None and not self.pipeline and self.cycle.response_complete \
+                and not self.transport.is_closing():
+            super().send_400_response(self._unparsable)
 
     def _head_timeout(self) -> None:
         self._head_timer = None

@@ -7,13 +7,19 @@ spreads the connections among the workers that accept on the shared socket. The 
 run folder (the workers' unix sockets, the journal, the memory tier's files) is made on
 tmpfs, mode 0700, and removed at exit.
 
-It restarts a worker that exits (same index): at once when it had served a while, after a
-growing pause when it dies right after starting, and it gives up, stopping the others,
-when that happens RESTART_LIMIT times in a row or a worker reports a configuration error:
-a node that cannot start fails with the reason rather than looping. SIGTERM and SIGINT stop
-the node: SIGTERM to every worker, which drains within server.shutdown_timeout, SIGKILL to
-any still running KILL_MARGIN later. SIGHUP goes on to every worker (each reloads its TLS
-files). A worker whose supervisor is gone (its stdin at EOF) stops the same way.
+It restarts a worker that exits (same index), while the others go on serving: at once when
+it had run EARLY seconds, else after a pause that doubles with each such death in a row (up
+to MAX_PAUSE), whether it had served (killed, crashed on a request) or never came up (a
+crash loop, logged as an error each time). The node gives up, stopping every worker, only
+while none serves: when every worker failed to come up RESTART_LIMIT times in a row, or one
+reports a configuration error; a node that cannot start fails with the reason rather than
+looping. (gunicorn halts on a worker that cannot boot even while others serve; nginx's
+master keeps serving with the workers it has, which is what a node that serves does here.)
+
+SIGTERM and SIGINT stop the node: SIGTERM to every worker, which drains within
+server.shutdown_timeout, SIGKILL to any still running KILL_MARGIN later. SIGHUP goes on to
+every worker (each reloads its TLS files). A worker whose supervisor is gone (its stdin at
+EOF) stops the same way.
 
 This process serves nothing itself: it imports neither the app nor an event loop. The
 `gateway serve` command becomes it (become_supervisor: an exec, same pid) once its checks
@@ -47,8 +53,10 @@ __all__ = ["NodeFailed", "become_supervisor", "supervise", "usable_cores", "work
 
 logger = logging.getLogger("gateway.server")
 
-RESTART_LIMIT = 3  # deaths in a row right after starting that stop the node
-EARLY = 5.0  # seconds: a worker that exits sooner after starting failed to start
+RESTART_LIMIT = 3  # failures in a row to come up, of every worker while none serves, that stop the node
+EARLY = 5.0  # seconds: a worker that exits sooner after starting is restarted after a pause
+FIRST_PAUSE = 0.5  # seconds before restarting a worker that died early once; doubled each time in a row
+MAX_PAUSE = 30.0  # seconds: the longest pause before a restart
 START_TIMEOUT = 60.0  # seconds for a worker to serve once started; past it, it is killed (and failed to start)
 KILL_MARGIN = 5.0  # seconds past server.shutdown_timeout before a stopping worker is killed
 BACKLOG = 2048  # uvicorn's default
@@ -56,7 +64,7 @@ TICK = 0.1  # seconds between looks at the workers and the signals received
 
 
 class NodeFailed(Exception):
-    """The node cannot run: a worker keeps dying as it starts."""
+    """The node cannot run: no worker serves, and every one keeps dying as it starts."""
 
 
 def worker_count(server: ServerSettings) -> int:
@@ -283,7 +291,8 @@ class _Node:
         self.run_dir = run_dir
         self.secret = os.urandom(32)
         self.workers: dict[int, _Worker] = {}
-        self.failures = [0] * count  # deaths in a row right after starting, per index
+        self.early = [0] * count  # deaths in a row soon after starting (EARLY), per index: the pause grows
+        self.unstarted = [0] * count  # failures in a row to come up (never reported "ready"), per index
         self.due: dict[int, float] = {}  # index -> when to start it again
         self.selector = selectors.DefaultSelector()
 
@@ -348,24 +357,31 @@ class _Node:
             was_ready = worker.ready
             worker.read_report()
             if worker.ready and not was_ready:
+                self.unstarted[worker.index] = 0
                 logger.info("worker %d serves (pid %d)", worker.index, worker.proc.pid)
 
     def _exited(self, worker: _Worker) -> None:
         worker.read_report()
         self._forget(worker)
-        code = worker.proc.returncode
-        if worker.error:
-            raise ConfigError(worker.error)
+        index, code = worker.index, worker.proc.returncode
         early = not worker.ready or time.monotonic() - worker.started < EARLY
-        self.failures[worker.index] = self.failures[worker.index] + 1 if early else 0
-        failures = self.failures[worker.index]
-        if failures >= RESTART_LIMIT:
-            raise NodeFailed(f"worker {worker.index} exited ({_describe(code)}) right after starting, "
-                             f"{failures} times in a row; its log above says why")
-        pause = 0.5 * 2 ** (failures - 1) if early else 0.0
-        logger.warning("worker %d (pid %d) exited (%s); starting it again in %.1fs", worker.index, worker.proc.pid,
-                       _describe(code), pause)
-        self.due[worker.index] = time.monotonic() + pause
+        self.early[index] = self.early[index] + 1 if early else 0
+        self.unstarted[index] = 0 if worker.ready else self.unstarted[index] + 1
+        serving = any(w.ready for w in self.workers.values())
+        if worker.error and not serving:
+            raise ConfigError(worker.error)
+        if not serving and all(failed >= RESTART_LIMIT for failed in self.unstarted):
+            raise NodeFailed(f"worker {index} exited ({_describe(code)}) right after starting, "
+                             f"{self.unstarted[index]} times in a row, and no worker serves; its log above says why")
+        pause = min(MAX_PAUSE, FIRST_PAUSE * 2 ** min(self.early[index] - 1, 16)) if early else 0.0
+        self.due[index] = time.monotonic() + pause
+        if worker.ready:
+            logger.warning("worker %d (pid %d) exited (%s); starting it again in %.1fs", index, worker.proc.pid,
+                           _describe(code), pause)
+            return
+        # A crash loop: the node goes on with the workers that serve, and tries again, ever less often.
+        logger.error("worker %d (pid %d) exited (%s) before it served, %d times in a row; starting it again in %.1fs",
+                     index, worker.proc.pid, worker.error or _describe(code), self.unstarted[index], pause)
 
     def _forget(self, worker: _Worker) -> None:
         del self.workers[worker.index]

@@ -314,3 +314,111 @@ def test_a_killed_nodes_run_folder_is_removed_by_the_next(origin: str):
     (stale / "worker-0.sock").write_bytes(b"")  # a socket file no one listens on
     with GatewayProcess(origin, workers=2, GATEWAY_CACHE_MEMORY_QUOTA="64MiB") as node:
         assert not stale.exists() and len(run_folders(node.port)) == 1
+
+
+def pids_said(node: GatewayProcess, index: int, what: str) -> list[int]:
+    """The pids of worker `index` in the node's "worker N <what> (pid P)" lines, in order."""
+    pattern = re.compile(rf"worker {index} {what} \(pid (\d+)\)")
+    return [int(match.group(1)) for line in node.printed() if (match := pattern.search(line))]
+
+
+def new_pid(node: GatewayProcess, index: int, what: str, known: list[int] | set[int]) -> int:
+    """The pid of the next worker `index` the node says <what> of, past `known`; fails at once
+    when the node exits meanwhile."""
+    assert node.proc is not None
+    wait_for(lambda: set(pids_said(node, index, what)) - set(known) or node.proc.poll() is not None, 30,
+             f"worker {index} {what}")
+    assert node.proc.poll() is None, f"the node exited: {''.join(node.printed()[-20:])}"
+    (pid,) = set(pids_said(node, index, what)) - set(known)
+    return pid
+
+
+class Reader:
+    """GETs of one object through the node, one after another in a thread, until stopped:
+    (when each started, whether it got the object)."""
+
+    def __init__(self, node: GatewayProcess, key: str, body: bytes) -> None:
+        self.results: list[tuple[float, bool]] = []
+        self._s3 = client(node.endpoint)
+        self._key, self._body = key, body
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._read)
+
+    def _read(self) -> None:
+        while not self._done.is_set():
+            started = time.monotonic()
+            try:
+                ok = self._s3.get_object(Bucket=BUCKET, Key=self._key)["Body"].read() == self._body
+            except Exception:  # any failure of a read is what is counted
+                ok = False
+            self.results.append((started, ok))
+
+    def __enter__(self) -> Reader:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(30)
+
+    def failed(self) -> int:
+        return [ok for _, ok in self.results].count(False)
+
+
+def test_a_worker_killed_again_and_again_after_serving_is_restarted_while_the_node_serves(node: GatewayProcess):
+    """Killed four times, each time once it served, the last three soon after it started:
+    not a crash loop. It comes back each time (after a growing pause), the other worker serves
+    all along, and the node never exits."""
+    assert node.proc is not None
+    body = os.urandom(300 * 1024)
+    client(node.endpoint).put_object(Bucket=BUCKET, Key="read-on", Body=body)
+    killed: list[int] = []
+    with Reader(node, "read-on", body) as reader:
+        for _ in range(4):
+            victim = new_pid(node, 0, "serves", killed)
+            answered = len(reader.results)
+            wait_for(lambda: len(reader.results) > answered + 3, 30, "reads while worker 0 serves")
+            os.kill(victim, signal.SIGKILL)
+            killed.append(victim)
+            assert node.proc.poll() is None
+        new_pid(node, 0, "serves", killed)
+        answered = len(reader.results)
+        wait_for(lambda: len(reader.results) > answered + 20, 30, "20 reads once it is back")
+    assert node.proc.poll() is None, "the node exited"
+    assert reader.failed() <= len(killed), f"{reader.failed()} of {len(reader.results)} reads failed"
+    output = node.stop()
+    assert all(f"(pid {pid}) exited (killed by SIGKILL); starting it again" in output for pid in killed)
+    assert "Error:" not in output and "before it served" not in output
+
+
+def test_a_worker_that_never_comes_up_is_retried_ever_less_often_while_the_other_serves(node: GatewayProcess):
+    """Worker 1 killed each time before it serves, more than RESTART_LIMIT times: a crash loop,
+    logged as an error each time, restarted after ever longer pauses; worker 0 serves all along,
+    and worker 1 serves again once it is let be."""
+    assert node.proc is not None
+    body = b"served by the worker that stays"
+    client(node.endpoint).put_object(Bucket=BUCKET, Key="loop", Body=body)
+    served = set(pids_said(node, 1, "serves"))
+    killed: list[int] = []
+    with Reader(node, "loop", body) as reader:
+        os.kill(pids_said(node, 1, "started")[-1], signal.SIGKILL)  # the one serving: then a new one, killed as it starts
+        killed.append(pids_said(node, 1, "started")[-1])
+        for _ in range(4):
+            victim = new_pid(node, 1, "started", killed)
+            os.kill(victim, signal.SIGKILL)
+            killed.append(victim)
+        new_pid(node, 1, "serves", served)
+        answered = len(reader.results)
+        wait_for(lambda: len(reader.results) > answered + 10, 30, "reads once both serve")
+    assert node.proc.poll() is None, "the node exited"
+    assert reader.failed() <= 1, f"{reader.failed()} of {len(reader.results)} reads failed"
+    came_up = any(pid in pids_said(node, 1, "serves") for pid in killed[1:])
+    output = node.stop()
+    if came_up:
+        pytest.skip("a worker came up before the test could kill it")
+    pauses = [float(pause) for pause in re.findall(r"worker 1 \(pid \d+\) exited \(killed by SIGKILL\) before it served, "
+                                                   r"\d times in a row; starting it again in ([\d.]+)s", output)]
+    # Doubled each time (the first kill, of the worker serving since the node started, may
+    # have been soon after its start too, which already counts).
+    assert len(pauses) == 4 and pauses[0] in (0.5, 1.0) and all(b == 2 * a for a, b in zip(pauses, pauses[1:])), pauses
+    assert "before it served, 4 times in a row" in output and "Error:" not in output

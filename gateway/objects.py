@@ -3,8 +3,9 @@ remembered 404, and the form both take in the shared (Redis) level."""
 
 from __future__ import annotations
 
+import base64
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
@@ -57,7 +58,9 @@ class Missing:
 
 
 # The shared (L2) form of metadata; "v" lets nodes of different versions share a Redis
-# (an entry of an unknown version is a miss).
+# (an entry of an unknown version is a miss). Not bumped for headers_carried: an entry of
+# an older node (or a peer's answer) may hold a value no header can carry, so decoding
+# makes its headers safe again (idempotent), and nothing written so far turns into a miss.
 _META_FORMAT = 3  # 3: no Content-MD5 kept (entries of 2 may hold one)
 
 
@@ -83,7 +86,7 @@ def decode_meta(payload: bytes) -> ObjectMeta | Missing | None:
                            tuple((str(n), str(v)) for n, v in m.get("extra", ())))  # older entries: none
         return ObjectMeta(size=int(data["size"]), etag=str(data["etag"]),
                           last_modified=datetime.fromisoformat(data["last_modified"]),
-                          headers={str(n): str(v) for n, v in data["headers"].items()},
+                          headers=headers_carried({str(n): str(v) for n, v in data["headers"].items()}),
                           complete=bool(data["complete"]))
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -97,6 +100,7 @@ def meta_from_headers(items: Iterable[tuple[str, str]]) -> ObjectMeta:
         if name in _NOT_OBJECT_HEADERS or name.startswith("access-control-"):
             continue
         headers[name] = value
+    headers = headers_carried(headers)
     try:
         size = int(headers.get("content-length", "0"))
     except ValueError:
@@ -144,6 +148,57 @@ def _qualify_composite_checksums(headers: dict[str, str]) -> None:
             qualified = True
     if qualified:
         headers.setdefault("x-amz-checksum-type", "COMPOSITE")
+
+
+# What HTTP lets a header carry (RFC 9110 5.1 and 5.5): a name is a token; a value holds no
+# control character but the tab (obs-text, bytes 0x80-0xFF, passes as it always did).
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_NOT_IN_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def headers_carried(headers: Mapping[str, str]) -> dict[str, str]:
+    """The origin's object headers (names lower-cased, values latin-1 text of their bytes)
+    as headers can carry them to a client, the way S3 answers metadata REST cannot carry:
+    a user metadata value with a control character comes RFC 2047 encoded (the B encoding
+    of its UTF-8 bytes: `=?UTF-8?B?...?=`); a user metadata entry that cannot be sent (a
+    name that is no token, a value that is no UTF-8) is left out and counted in
+    `x-amz-missing-meta`; any other header that cannot be sent is left out. Every other
+    header is kept byte for byte. Applying it twice changes nothing more.
+
+    (Else the ASGI server refuses the whole answer, and the hit path writes what it refused.)
+    """
+    if not any(_NOT_IN_VALUE.search(value) or not _TOKEN.fullmatch(name) for name, value in headers.items()):
+        return dict(headers)
+    out: dict[str, str] = {}
+    missing = 0
+    for name, value in headers.items():
+        user = name.startswith("x-amz-meta-")
+        if _TOKEN.fullmatch(name) and not _NOT_IN_VALUE.search(value):
+            out[name] = value
+        elif user and _TOKEN.fullmatch(name) and (encoded := _b_encoded(value)) is not None:
+            out[name] = encoded
+        elif user:
+            missing += 1
+    if missing:
+        try:
+            missing += int(out.get("x-amz-missing-meta", "0"))
+        except ValueError:
+            pass
+        out["x-amz-missing-meta"] = str(missing)
+    return out
+
+
+def _b_encoded(value: str) -> str | None:
+    """One RFC 2047 encoded-word of the value's UTF-8 bytes, or None if its bytes are no UTF-8.
+
+    One word however long (RFC 2047 would split at 75 characters, into words a client joins
+    again): user metadata is at most 2 KiB, and a single word is decoded by anything."""
+    try:
+        raw = value.encode("latin-1")
+        raw.decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return None
+    return f"=?UTF-8?B?{base64.b64encode(raw).decode('ascii')}?="
 
 
 _CHECKSUM_SETTINGS = frozenset({"x-amz-checksum-type", "x-amz-checksum-mode", "x-amz-checksum-algorithm"})

@@ -11,6 +11,7 @@ from gateway.engine.engine import Engine, OpenObject
 from gateway.engine.metadata import ObjectHead
 from gateway.engine.reads import ObjectRead, OneBlock
 from gateway.engine.writes import Forwarded
-from gateway.objects import ObjectMeta, meta_from_headers
+from gateway.objects import ObjectMeta, headers_carried, meta_from_headers
 
-__all__ = ["Engine", "Forwarded", "ObjectHead", "ObjectMeta", "ObjectRead", "OneBlock", "OpenObject", "meta_from_headers"]
+__all__ = ["Engine", "Forwarded", "ObjectHead", "ObjectMeta", "ObjectRead", "OneBlock", "OpenObject", "headers_carried",
+           "meta_from_headers"]

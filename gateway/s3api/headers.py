@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from gateway.engine import headers_carried
 from gateway.errors import S3Error
 
 _MAX_USER_METADATA = 2048
@@ -123,6 +124,7 @@ def for_origin_read(headers: Mapping[str, str], *, conditionals: bool) -> dict[s
 
 
 def from_origin(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """Origin response headers worth passing to the client (lowercase names)."""
-    return {name.lower(): value for name, value in headers
-            if name.lower() not in _HOP_HEADERS and not name.lower().startswith("access-control-")}
+    """Origin response headers worth passing to the client (lowercase names), as a header
+    can carry them (objects.headers_carried: what the origin stored, another client wrote)."""
+    return headers_carried({name.lower(): value for name, value in headers
+                            if name.lower() not in _HOP_HEADERS and not name.lower().startswith("access-control-")})

@@ -132,7 +132,7 @@ class Engine:
         """Every part's counters together (each part keeps its own)."""
         total: Counter[str] = Counter()
         for part in (self.fetch, self.metadata, self.listings, self.writes, self.peers, self.replicas, self.siblings,
-                     self.journal):
+                     self.journal, self.bucket_documents):
             if part is not None:
                 total.update(part.stats)
         return total
@@ -255,10 +255,16 @@ class Engine:
         self.heat.hit(block.bucket, block.key)
         return got
 
-    async def bucket_cors(self, bucket: str) -> bytes | None:
+    async def bucket_cors(self, bucket: str, *, known: bool = True) -> bytes | None:
         """The bucket's CORS configuration document as the origin has it, None when it has none
-        (kept a while: engine.bucketdocs); raises the origin's S3Error when it cannot be read."""
-        return await self.bucket_documents.get(bucket, "cors")
+        (kept a while: engine.bucketdocs); raises the origin's S3Error when it cannot be read.
+        `known` False: nobody vouches for the name (a preflight's, with a user who may reach any
+        bucket), so asking the origin for it is rate-limited (SlowDown) and kept apart."""
+        return await self.bucket_documents.get(bucket, "cors", known=known)
+
+    def bucket_exists(self, bucket: str) -> None:
+        """A request of a known user succeeded on `bucket` (engine.bucketdocs.note_exists)."""
+        self.bucket_documents.note_exists(bucket)
 
     def bucket_cors_now(self, bucket: str) -> tuple[bool, bytes | None]:
         """(True, what bucket_cors would answer) when that is in memory; (False, None) when it is not."""

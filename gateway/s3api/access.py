@@ -13,6 +13,8 @@ class AccessPolicy:
     def __init__(self, settings: AuthSettings) -> None:
         self._users = {u.access_key: u for u in settings.users}
         self._anonymous = frozenset(settings.anonymous_read)
+        self._named = self._anonymous | {g.bucket for u in settings.users for g in u.grants if g.bucket != "*"}
+        self._any_bucket = any(u.admin or any(g.bucket == "*" for g in u.grants) for u in settings.users)
 
     def user(self, access_key: str) -> User | None:
         return self._users.get(access_key)
@@ -47,6 +49,14 @@ class AccessPolicy:
             return []
         return sorted({g.prefix for g in user.grants
                        if g.bucket in ("*", bucket) and g.prefix.startswith(prefix) and g.prefix != prefix})
+
+    def serves(self, bucket: str) -> bool | None:
+        """Whether some request could be allowed on `bucket`: True when a grant or
+        auth.anonymous_read names it, False when no user may reach it, None when only an admin
+        or a `*` grant reaches it (then it is served if it exists)."""
+        if bucket in self._named:
+            return True
+        return None if self._any_bucket else False
 
     def may_see_bucket(self, user: User | None, bucket: str) -> bool:
         """ListBuckets shows only the buckets a user holds some grant on."""

@@ -9,6 +9,15 @@ AllowedHeader patterns cover every header asked for (case-insensitive, one `*` e
 The hit path (s3api.hits) answers a request that carries an Origin when the bucket's document is
 in memory, with the same headers; a kept answer (s3api.replays) is answered again only while the
 bucket's document is the same as the one it was made with.
+
+A preflight is answered to anyone, so its bucket name may be made up, and each name the gateway
+looked up would cost a request at the origin and an entry in memory. So a preflight asks the
+origin only about buckets the gateway has reason to believe it serves: one named by a grant or by
+auth.anonymous_read is looked up as any request's; one no grant can reach (no admin, no `*` grant)
+is answered at once as having no CORS rules, as S3 answers for a bucket that has none; one only an
+admin or a `*` grant reaches is looked up freely once it is known to exist (a known user's request
+on it succeeded, or an earlier lookup found it), and otherwise within a small rate limit (SlowDown
+beyond it), its answer kept apart from the rules of buckets that exist (engine.bucketdocs).
 """
 
 from __future__ import annotations
@@ -35,7 +44,11 @@ async def preflight(ctx: Context) -> Response:
     if method not in _METHODS:
         raise S3Error("BadRequest", f"Invalid Access-Control-Request-Method: {(method or 'null')[:64]}")
     asked = [h.strip().lower() for h in req.headers.get("access-control-request-headers", "").split(",") if h.strip()]
-    rules = _rules(await ctx.app.engine.bucket_cors(req.bucket or ""))
+    bucket = req.bucket or ""
+    served = ctx.app.policy.serves(bucket) if bucket else False
+    # A bucket no user may reach has no rules to apply: the origin is not asked (see the module
+    # docstring); one only an admin or a `*` grant reaches is looked up within a rate limit.
+    rules = () if served is False else _rules(await ctx.app.engine.bucket_cors(bucket, known=served is True))
     resource = {"Method": method, "ResourceType": "OBJECT" if req.key else "BUCKET"}
     if not rules:
         raise S3Error("AccessForbidden", "CORSResponse: CORS is not enabled for this bucket.", extra=resource)
@@ -58,8 +71,10 @@ async def add_headers(ctx: Context, response: Response) -> None:
         if not known:
             return
     else:
-        try:
-            document = await engine.bucket_cors(bucket)
+        policy = ctx.app.policy
+        known = policy.serves(bucket) is True or policy.may_see_bucket(req.user, bucket)
+        try:  # a name the signer may not use and no grant names: within the rate limit of such names
+            document = await engine.bucket_cors(bucket, known=known)
         except S3Error:
             return
     response.headers.update(answer_headers(document, req.headers["origin"], req.method))

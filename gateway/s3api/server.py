@@ -143,7 +143,11 @@ class S3App:
 
     def finished(self, req: S3Request | None, scope: Scope, request_id: str, outcome: dict[str, Any],
                  seconds: float) -> None:
-        """A request answered (`outcome`: see note_answer): counted, and its access-log entry."""
+        """A request answered (`outcome`: see note_answer): counted, and its access-log entry.
+        One of a known user that succeeded shows that its bucket exists (Engine.bucket_exists:
+        a CORS preflight for it may then ask the origin for its rules without a rate limit)."""
+        if req is not None and req.user is not None and req.bucket is not None and outcome["status"] < 400:
+            self.engine.bucket_exists(req.bucket)
         self.stats.record(
             req.operation.name if req is not None and req.operation is not None else "unknown",
             outcome["status"], seconds, cache=outcome["cache"], sent=outcome["bytes"])

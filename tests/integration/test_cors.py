@@ -11,8 +11,8 @@ import xml.etree.ElementTree as ET
 import httpx
 import pytest
 
-from gateway.config import RedisSettings
-from tests.support import base_settings, client
+from gateway.config import AuthSettings, RedisSettings
+from tests.support import READER, base_settings, client
 
 pytestmark = pytest.mark.usefixtures("clean_origin")
 APP = "https://app.example.com"
@@ -144,3 +144,72 @@ def test_rules_changed_through_one_gateway_apply_at_once_on_another(start_gatewa
     assert preflight(b.endpoint, "/web/k", origin="https://only.example.net").status_code == 200
     admin_a.delete_bucket_cors(Bucket="web")
     assert preflight(b.endpoint, "/web/k", origin="https://only.example.net").status_code == 403
+
+
+def origin_requests(gateway) -> int:  # type: ignore[no-untyped-def]
+    return sum(gateway.server.config.app.s3.engine.origin.requests.values())
+
+
+def test_preflights_for_made_up_buckets_cost_the_origin_a_bounded_number_of_requests(gateway, direct):
+    """Anyone may send a preflight. Here an admin may reach every bucket, so a name no grant
+    names is looked up only within a rate limit, and kept apart from the rules of buckets that
+    exist; a bucket a grant names ("shared"), or one found to exist ("web"), keeps its answers,
+    with no signed request through the gateway first."""
+    for bucket in ("shared", "web"):
+        direct.create_bucket(Bucket=bucket)
+        direct.put_bucket_cors(Bucket=bucket, CORSConfiguration=RULES)
+    documents = gateway.server.config.app.s3.engine.bucket_documents
+    assert preflight(gateway.endpoint, "/web/k").status_code == 200  # found to exist: looked up freely later
+    before, started = origin_requests(gateway), time.monotonic()
+    answers: list[int] = []
+    real: list[tuple[int, str | None]] = []
+    asked = {"origin": APP, "access-control-request-method": "GET"}
+    with httpx.Client(timeout=30) as http:
+        for i in range(1000):
+            answers.append(http.options(f"{gateway.endpoint}/made-up-{i:04d}/k", headers=asked).status_code)
+            if i % 100 == 99:
+                documents.forget("shared")  # as their TTL passing does: read again, in the middle of the flood
+                documents.forget("web")
+                for bucket in ("shared", "web"):
+                    ok = http.options(f"{gateway.endpoint}/{bucket}/k", headers=asked)
+                    real.append((ok.status_code, ok.headers.get("access-control-allow-origin")))
+    elapsed = time.monotonic() - started
+    sent = origin_requests(gateway) - before - 2 * 10  # the 20 reads of the real buckets' rules
+    assert sent <= 20 + 2 * elapsed + 1, (sent, elapsed)  # lookup_burst, then lookups_per_second
+    assert set(answers) <= {403, 503} and answers.count(503) >= 1000 - sent
+    assert real == [(200, APP)] * 20
+    kept, unknown, _ = documents.sizes()
+    assert kept == 2 and unknown <= sent  # the made-up names are kept apart, and only those looked up
+
+
+def test_without_an_admin_a_preflight_for_a_name_no_grant_names_never_asks_the_origin(start_gateway, clean_origin):
+    users = tuple(u for u in base_settings(clean_origin).auth.users if not u.admin)
+    gw = start_gateway(auth=AuthSettings(users=users, anonymous_read=("public",)))
+    direct = client(clean_origin, ("origin-key", "origin-secret"))
+    direct.create_bucket(Bucket="shared")
+    direct.put_bucket_cors(Bucket="shared", CORSConfiguration=RULES)
+    direct.create_bucket(Bucket="unnamed")
+    direct.put_bucket_cors(Bucket="unnamed", CORSConfiguration=RULES)
+    before = origin_requests(gw)
+    with httpx.Client(timeout=30) as http:
+        refused = [http.options(f"{gw.endpoint}/{bucket}/k", headers={"origin": APP, "access-control-request-method": "GET"})
+                   for bucket in [f"made-up-{i}" for i in range(200)] + ["unnamed"]]
+    assert origin_requests(gw) == before
+    assert {(r.status_code, code(r)) for r in refused} == {(403, "AccessForbidden")}
+    shared = preflight(gw.endpoint, "/shared/k")  # a grant names it: its rules, read for the preflight
+    assert (shared.status_code, shared.headers["access-control-allow-origin"]) == (200, APP)
+    assert origin_requests(gw) == before + 1
+
+
+def test_a_signer_refused_on_made_up_buckets_makes_a_bounded_number_of_lookups(gateway, clean_origin):
+    """A user's request on a bucket no grant of theirs names is refused; the rules its answer
+    would carry are looked up only within the rate limit of names nobody vouches for."""
+    reader = client(gateway.endpoint, READER)
+    urls = [reader.generate_presigned_url("get_object", Params={"Bucket": f"made-up-{i:03d}", "Key": "k"})
+            for i in range(80)]
+    before, started = origin_requests(gateway), time.monotonic()
+    with httpx.Client(timeout=30) as http:
+        statuses = {http.get(url, headers={"origin": APP}).status_code for url in urls}
+    elapsed = time.monotonic() - started
+    assert statuses == {403}
+    assert origin_requests(gateway) - before <= 20 + 2 * elapsed + 1

@@ -338,6 +338,16 @@ def test_v1_document() -> None:
         "</Contents></ListBucketResult>").encode()
 
 
+def test_v1_encodes_all_but_its_prefix() -> None:
+    page = ListPage(contents=[entry("a b+/c")], common_prefixes=["a b+/d e/"], is_truncated=True)
+    body = v1(page, prefix="a b+\n", delimiter="+", marker="a b", encoding_type="url")
+    assert (b"<Prefix>a b+&#xa;</Prefix><Marker>a+b</Marker><NextMarker>a+b%2B/d+e/</NextMarker><MaxKeys>1000</MaxKeys>"
+            b"<Delimiter>%2B</Delimiter><EncodingType>url</EncodingType>") in body
+    assert b"<Key>a+b%2B/c</Key>" in body and b"<CommonPrefixes><Prefix>a+b%2B/d+e/</Prefix>" in body
+    assert b"<Prefix>a+b%2B%0A</Prefix><StartAfter>a+b</StartAfter>" in v2(
+        page, prefix="a b+\n", start_after="a b", encoding_type="url")
+
+
 def test_v1_next_marker_only_for_truncated_delimited_listings() -> None:
     page = ListPage(contents=[entry("a")], common_prefixes=["b/"], is_truncated=True)
     body = v1(page, delimiter="/", marker="m", max_keys=2, encoding_type="url")
@@ -351,8 +361,9 @@ def test_v1_next_marker_only_for_truncated_delimited_listings() -> None:
 
 @settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(any_key, tricky), min_size=1, max_size=5), st.lists(st.one_of(any_key, tricky), max_size=3),
-       st.one_of(any_key, tricky))
-def test_v1_keys_survive_a_real_client(keys: list[str], prefixes: list[str], marker: str) -> None:
+       st.one_of(any_key, tricky), st.one_of(xml_key, tricky))
+def test_v1_keys_survive_a_real_client(keys: list[str], prefixes: list[str], marker: str, prefix: str) -> None:
+    # Prefix is echoed as sent, not encoded: one XML cannot carry fails the client, as S3's does.
     page = ListPage(contents=[entry(k, owner=Owner("id")) for k in keys], common_prefixes=prefixes, is_truncated=True)
 
     def handler(q: dict[str, list[str]]) -> tuple[int, bytes]:
@@ -360,12 +371,12 @@ def test_v1_keys_survive_a_real_client(keys: list[str], prefixes: list[str], mar
                        encoding_type=q["encoding-type"][0])
 
     with serving(handler):
-        got = client().list_objects(Bucket="b", Prefix=marker, Delimiter=marker, Marker=marker)
+        got = client().list_objects(Bucket="b", Prefix=prefix, Delimiter=marker, Marker=marker)
     assert [c["Key"] for c in got["Contents"]] == keys
     assert all(c["Owner"] == {"ID": "id"} for c in got["Contents"])
     assert [c["Prefix"] for c in got.get("CommonPrefixes", [])] == prefixes
     assert got["Marker"] == marker and got["Delimiter"] == marker
-    assert unquote_plus(got["Prefix"]) == marker  # botocore leaves v1's Prefix encoded
+    assert got["Prefix"] == prefix  # S3 echoes v1's Prefix as sent, and botocore does not decode it
     assert got["NextMarker"] == max([keys[-1]] + prefixes[-1:])
 
 
@@ -374,7 +385,7 @@ def test_v1_keys_survive_a_real_client(keys: list[str], prefixes: list[str], mar
 
 def test_parse_an_s3_listing() -> None:
     body = (b'<?xml version="1.0" encoding="UTF-8"?>\n<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
-            b"<Name>b</Name><Prefix>run+books/</Prefix><Marker></Marker><NextMarker>run+books/a%2Bb</NextMarker>"
+            b"<Name>b</Name><Prefix>run books/</Prefix><Marker></Marker><NextMarker>run+books/a%2Bb</NextMarker>"
             b"<MaxKeys>1</MaxKeys><Delimiter>/</Delimiter><EncodingType>url</EncodingType><IsTruncated>true"
             b"</IsTruncated><Contents><Key>run+books/a%2Bb</Key><LastModified>2026-03-23T15:29:28.000Z</LastModified>"
             b"<ETag>&quot;6761d6772dc789aa1a2be9e51757c93b&quot;</ETag><ChecksumAlgorithm>CRC64NVME"

@@ -117,6 +117,8 @@ class GatewayApp:
         self.admin = AdminApp(self.settings.admin, node, self.workers)  # answers for the node's workers
         if not self.workers.alone:  # a (re)started worker takes the runtime pins its siblings hold
             self._tasks.append(asyncio.create_task(self.admin.adopt_pins(), name="gateway-adopt-pins"))
+            # and keeps its counts where the worker after it goes on from them (admin.ledger)
+            self._tasks.append(asyncio.create_task(self.admin.keep_counts(), name="gateway-counts"))
 
     async def shutdown(self) -> None:
         await _stop([task for task in [self._invalidations, *self._tasks] if task is not None])

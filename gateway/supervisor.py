@@ -4,8 +4,8 @@ The supervisor binds the node's TCP socket once and starts the workers (`python 
 gateway.run`), each with the socket, its WorkerSet (in GATEWAY_WORKER) and a pipe it
 reports on: "ready" once it serves, or the configuration error it stopped on. The kernel
 spreads the connections among the workers that accept on the shared socket. The node's
-run folder (the workers' unix sockets, the journal, the memory tier's files) is made on
-tmpfs, mode 0700, and removed at exit.
+run folder (the workers' unix sockets, the journal, their counters' ledgers, the memory
+tier's files) is made on tmpfs, mode 0700, and removed at exit.
 
 It restarts a worker that exits (same index), while the others go on serving: at once when
 it had run EARLY seconds, else after a pause that doubles with each such death in a row (up

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -11,13 +12,14 @@ import orjson
 from starlette.types import Receive, Scope, Send
 
 from gateway.admin import dashboard
+from gateway.admin.ledger import PERIOD, Counts, Ledger, read
 from gateway.admin.load import load_prefix
 from gateway.admin.metrics import CONTENT_TYPE_LATEST, registry_for, render
 from gateway.admin.node import Node
-from gateway.admin.nodewide import families, node_metrics, node_shadow, node_stats, workers_figure
+from gateway.admin.nodewide import Family, families, node_metrics, node_shadow, node_stats, workers_figure
 from gateway.admin.ready import readiness
 from gateway.admin.siblings import ACTION_TIMEOUT, LOCAL, SiblingAdmin
-from gateway.admin.stats import HOT_OBJECTS, stats_document
+from gateway.admin.stats import HOT_OBJECTS, stats_counts, stats_document
 from gateway.cluster.peers import decode_query
 from gateway.config import AdminSettings
 from gateway.errors import S3Error
@@ -55,6 +57,9 @@ class AdminApp:
     and, without Redis, its pins); what `purge` and `events` invalidate reaches the other
     workers through the node's invalidation journal; `load` runs on this worker, its reads
     going to each block's owner. `healthz`, `readyz` and `dashboard` are this worker's answer.
+    The counters it shows never go down while the node runs (gateway.admin.ledger): each
+    worker's count goes on from the workers before it at its index, and a sibling that does
+    not answer counts with what it last wrote (`keep_counts` writes them).
     """
 
     def __init__(self, settings: AdminSettings, node: Node, workers: WorkerSet | None = None) -> None:
@@ -64,6 +69,9 @@ class AdminApp:
         self.workers = workers or WorkerSet()
         self.siblings = None if self.workers.alone else SiblingAdmin(self.workers, settings.path)
         self._token = settings.token.encode()
+        # (Without an admin token no one reads the counters: nothing to keep.)
+        self.ledger = None if self.siblings is None or not self._token \
+            else Ledger(self.workers.ledger_path(self.workers.index))
         self._routes: dict[tuple[str, str], Handler] = {
             ("GET", "/healthz"): self._healthz,
             ("HEAD", "/healthz"): self._healthz,
@@ -90,6 +98,34 @@ class AdminApp:
     async def aclose(self) -> None:
         if self.siblings is not None:
             await self.siblings.aclose()
+        if self.ledger is not None:  # every request was answered: nothing this worker counted is lost
+            self._counted()
+
+    async def keep_counts(self) -> None:
+        """Write this worker's counts to its ledger every PERIOD seconds (a node of several),
+        when it answered anything since: an idle worker does nothing."""
+        last: dict[str, Any] = {}
+        while self.ledger is not None:
+            if (now := stats_counts(self.node)) != last:  # some µs; collecting every counter takes ~1 ms
+                self._counted()
+                last = now
+            await asyncio.sleep(PERIOD)
+
+    def _counted(self) -> tuple[list[Family], dict[str, Any]]:
+        """This worker's metric families and stats counts, with its predecessors' counts
+        (a node of several workers), written to its ledger before anyone is shown them."""
+        own, counts = families(self.registry), stats_counts(self.node)
+        if self.ledger is None:
+            return own, counts
+        own, counts = self.ledger.carry(own, counts)
+        self.ledger.write(own, counts)
+        return own, counts
+
+    def _absent(self, answers: list[dict[str, Any]]) -> list[Counts]:
+        """The ledgers of the siblings missing from `answers` (each names its "worker")."""
+        assert self.siblings is not None
+        missing = workers_figure(answers, self.siblings.count)["missing"]
+        return [counts for index in missing if (counts := read(self.workers.ledger_path(index))) is not None]
 
     async def adopt_pins(self) -> None:
         """Take the runtime pins the siblings hold, once, as a worker starts (or restarts)
@@ -157,25 +193,30 @@ class AdminApp:
         if self.siblings is None:
             return await _send(send, 200, render(self.registry), CONTENT_TYPE_LATEST.encode())
         others = await self.siblings.ask("GET", "/metrics")
-        parts = [await self._own_metrics("GET", {}), *others]
+        parts = [{**await self._own_metrics("GET", {}), "worker": self.workers.index}, *others]
         text = node_metrics([part["families"] for part in parts], node_shadow(part["shadow"] for part in parts),
-                            self.siblings.count)
+                            self.siblings.count, [counts.families for counts in self._absent(parts)])
         await _send(send, 200, text, CONTENT_TYPE_LATEST.encode())
 
     async def _own_metrics(self, method: str, query: dict[str, str]) -> dict[str, Any]:
         shadow = self.node.shadow
-        return {"families": families(self.registry), "shadow": shadow.estimates() if shadow is not None else None}
+        return {"families": self._counted()[0], "shadow": shadow.estimates() if shadow is not None else None}
 
     async def _stats(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.siblings is None:
             return await _json(send, 200, stats_document(self.node))
         others = await self.siblings.ask("GET", "/stats")
-        own = {**await self._own_stats("GET", {}), "worker": self.workers.index}
-        await _json(send, 200, node_stats([own, *others], self.siblings.count))
+        parts = [{**await self._own_stats("GET", {}), "worker": self.workers.index}, *others]
+        await _json(send, 200, node_stats(parts, self.siblings.count, [counts.stats for counts in self._absent(parts)]))
 
     async def _own_stats(self, method: str, query: dict[str, str]) -> dict[str, Any]:
         # More of the hottest objects than are shown: one warm on every worker still ranks in the sum.
-        return stats_document(self.node, hot=4 * HOT_OBJECTS)
+        document = stats_document(self.node, hot=4 * HOT_OBJECTS)
+        if self.ledger is not None:  # its counts go on from its predecessors'
+            counts = self._counted()[1]
+            hits, misses = counts["hits"], counts["misses"]
+            document.update(counts, hit_ratio=hits / (hits + misses) if hits + misses else 0.0)
+        return document
 
     async def _pin(self, scope: Scope, receive: Receive, send: Send) -> None:
         query = _query(scope)

@@ -9,9 +9,13 @@ lowest-numbered worker that answered, and gauges of such shared views are the la
 worker reports rather than a sum. The fleet's members are those every worker that answered
 sees: each worker keeps its own view (its own heartbeats), which may trail another's by a
 heartbeat, or longer while that worker cannot reach Redis, and a worker does not ask a
-member missing from its view for blocks. A worker that did not answer is missing from the
-sums, which `workers` (stats) and `gateway_workers_answered` (metrics) make visible;
-summed counters then dip for that scrape, as they do when a worker restarts.
+member missing from its view for blocks.
+
+The node's counters (counter and histogram families, the stats' requests, hits, misses and
+served bytes) never go down while the node runs: each worker's count goes on from its
+predecessors' (gateway.admin.ledger), and a worker that did not answer counts with what it
+last wrote to its ledger. Its other figures are missing from the answer, which `workers`
+(stats) and `gateway_workers_answered` (metrics) make visible.
 """
 
 from __future__ import annotations
@@ -26,10 +30,15 @@ from prometheus_client.registry import Collector
 
 from gateway.admin.stats import HOT_OBJECTS
 
-__all__ = ["Family", "families", "node_metrics", "node_shadow", "node_stats", "workers_figure"]
+__all__ = ["COUNTS", "Family", "add_counts", "counting", "families", "node_metrics", "node_shadow", "node_stats",
+           "sum_families", "workers_figure"]
 
 # A metric family as data: [name, help, type, [[sample name, labels, value], ...]].
 Family = list[Any]
+# The counters of a `stats` document: plain counts, and served_bytes by source.
+COUNTS = ("requests", "hits", "misses", "served_bytes")
+# Metric types whose samples only grow (a histogram's buckets, count and sum of durations too).
+_COUNTING = frozenset({"counter", "histogram", "summary"})
 
 # Gauges of something every worker sees alike (the fleet's hot objects, the controller's
 # leadership, held by one worker): the node's value is the largest, not the sum.
@@ -37,23 +46,22 @@ _SHARED_GAUGES = frozenset({"gateway_hot_objects", "gateway_replication_leader"}
 _SHADOW_RATIO = "gateway_shadow_hit_ratio"
 
 
-def node_stats(documents: list[dict[str, Any]], count: int) -> dict[str, Any]:
+def node_stats(documents: list[dict[str, Any]], count: int, absent: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
     """The node's `stats` from its workers' own documents (stats_document plus "worker",
-    its index), one per worker that answered; `workers` says which did."""
+    its index), one per worker that answered; `workers` says which did. `absent`: the
+    COUNTS of the workers that did not answer, as their ledgers hold them."""
     documents = sorted(documents, key=lambda document: int(document["worker"]))
     first = documents[0]
-    hits, misses = sum(d["hits"] for d in documents), sum(d["misses"] for d in documents)
-    served: Counter[str] = Counter()
-    for document in documents:
-        served.update(document["served_bytes"])
+    counts = add_counts([*documents, *absent])
+    hits, misses = counts["hits"], counts["misses"]
     return {
         "node": first["node"],
         "uptime_seconds": max(d["uptime_seconds"] for d in documents),
-        "requests": sum(d["requests"] for d in documents),
+        "requests": counts["requests"],
         "hits": hits,
         "misses": misses,
         "hit_ratio": hits / (hits + misses) if hits + misses else 0.0,
-        "served_bytes": {source: served[source] for source in first["served_bytes"]},
+        "served_bytes": {source: counts["served_bytes"].get(source, 0) for source in first["served_bytes"]},
         "tiers": _tiers(documents),
         "hot_objects": _hottest(documents),
         "members": sorted(set.intersection(*(set(d["members"]) for d in documents))),
@@ -63,6 +71,17 @@ def node_stats(documents: list[dict[str, Any]], count: int) -> dict[str, Any]:
         "replication": next((d["replication"] for d in documents if d["replication"] is not None), None),
         "workers": workers_figure(documents, count),
     }
+
+
+def add_counts(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The COUNTS of `parts` (stats documents, or ledgers' counts) summed."""
+    served: Counter[str] = Counter()
+    totals = {"requests": 0, "hits": 0, "misses": 0}
+    for part in parts:
+        for figure in totals:
+            totals[figure] += part[figure]
+        served.update(part["served_bytes"])
+    return {**totals, "served_bytes": dict(served)}
 
 
 def workers_figure(answers: Iterable[dict[str, Any]], count: int) -> dict[str, Any]:
@@ -127,18 +146,50 @@ def families(registry: CollectorRegistry) -> list[Family]:
             for metric in registry.collect()]
 
 
-def node_metrics(parts: list[list[Family]], shadow: dict[str, Any] | None, count: int) -> bytes:
-    """The node's Prometheus text from its workers' families (`families`, one list per
-    worker that answered): one family per name, each sample summed over the workers (see
-    the module docstring for the exceptions), and gateway_workers / gateway_workers_answered."""
-    merged: dict[str, Metric] = {}
+def counting(parts: list[Family]) -> list[Family]:
+    """Of metric families, those that only count up (counters, histograms): what a worker's
+    ledger keeps (gauges, such as a tier's use, are its current state and go with it)."""
+    return [family for family in parts if family[2] in _COUNTING]
+
+
+def sum_families(parts: Iterable[list[Family]]) -> list[Family]:
+    """Metric families of several workers (or of one worker and its predecessors) as one:
+    one family per name, each sample summed over the parts, or the largest for a gauge of
+    a shared view (see the module docstring)."""
+    merged: dict[str, Family] = {}
+    index: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], int]] = {}
     for part in parts:
         for name, documentation, kind, samples in part:
             family = merged.get(name)
             if family is None:
-                family = merged[name] = Metric(name, documentation, kind)
-            _add(family, samples)
-    ratio = merged.get(_SHADOW_RATIO)
+                family = merged[name] = [name, documentation, kind, []]
+                index[name] = {}
+            held, at = family[3], index[name]
+            shared = name in _SHARED_GAUGES
+            for sample, labels, value in samples:
+                key = (sample, tuple(sorted(labels.items())))
+                where = at.get(key)
+                if where is None:
+                    at[key] = len(held)
+                    held.append([sample, labels, value])
+                else:
+                    held[where][2] = max(held[where][2], value) if shared else held[where][2] + value
+    return list(merged.values())
+
+
+def node_metrics(parts: list[list[Family]], shadow: dict[str, Any] | None, count: int,
+                 absent: Iterable[list[Family]] = ()) -> bytes:
+    """The node's Prometheus text from its workers' families (`families`, one list per
+    worker that answered; `absent`: the counting families of those that did not, as their
+    ledgers hold them): one family per name, each sample summed over the workers (see
+    the module docstring for the exceptions), and gateway_workers / gateway_workers_answered."""
+    merged: list[Metric] = []
+    for name, documentation, kind, samples in sum_families([*parts, *absent]):
+        family = Metric(name, documentation, kind)
+        for sample, labels, value in samples:
+            family.add_sample(sample, labels, value)
+        merged.append(family)
+    ratio = next((family for family in merged if family.name == _SHADOW_RATIO), None)
     if ratio is not None and shadow is not None:
         estimated = shadow["shadows"]
         ratio.samples = [s._replace(value=estimated[s.labels["store"]]["hit_ratio"]) if s.labels.get("store") in estimated
@@ -147,22 +198,8 @@ def node_metrics(parts: list[list[Family]], shadow: dict[str, Any] | None, count
                GaugeMetricFamily("gateway_workers_answered", "Of this node's workers, those whose figures this answer "
                                  "holds (the others did not answer in time).", value=len(parts))]
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families([*merged.values(), *workers]))
+    registry.register(_Families([*merged, *workers]))
     return generate_latest(registry)
-
-
-def _add(family: Metric, samples: list[list[Any]]) -> None:
-    """One worker's samples into the node's `family`: summed with the same samples (name
-    and labels) of the workers before, or the largest for a gauge of a shared view."""
-    shared = family.name in _SHARED_GAUGES
-    index = {(s.name, tuple(sorted(s.labels.items()))): i for i, s in enumerate(family.samples)}
-    for name, labels, value in samples:
-        at = index.get((name, tuple(sorted(labels.items()))))
-        if at is None:
-            family.add_sample(name, labels, value)
-        else:
-            held = family.samples[at].value
-            family.samples[at] = family.samples[at]._replace(value=max(held, value) if shared else held + value)
 
 
 class _Families(Collector):

@@ -16,16 +16,16 @@ def stats_document(node: Node, hot: int = HOT_OBJECTS) -> dict[str, Any]:
     block reads; "shadow" is the estimate of the hit ratio at 1x, 2x and 4x the quotas (None
     when off); "replication" is the hot-object replication controller (None outside a fleet).
     `hot`: how many of the hottest objects to name."""
-    hits, misses = node.hits, node.misses
-    served = node.requests.served
+    counts = stats_counts(node)
+    hits, misses = counts["hits"], counts["misses"]
     return {
         "node": node.name,
         "uptime_seconds": round(node.uptime, 3),
-        "requests": node.requests.total,
+        "requests": counts["requests"],
         "hits": hits,
         "misses": misses,
         "hit_ratio": hits / (hits + misses) if hits + misses else 0.0,
-        "served_bytes": {source: served[source] for source in SOURCE_NAMES},
+        "served_bytes": counts["served_bytes"],
         "tiers": [
             {"name": label, "medium": tier.medium, "used_bytes": tier.used, "quota_bytes": tier.quota,
              "blocks": len(tier)}
@@ -38,6 +38,13 @@ def stats_document(node: Node, hot: int = HOT_OBJECTS) -> dict[str, Any]:
         "shadow": node.shadow.estimates() if node.shadow is not None else None,
         "replication": _replication(node),
     }
+
+
+def stats_counts(node: Node) -> dict[str, Any]:
+    """The counters of the stats document: {"requests", "hits", "misses", "served_bytes"}."""
+    served = node.requests.served
+    return {"requests": node.requests.total, "hits": node.hits, "misses": node.misses,
+            "served_bytes": {source: served[source] for source in SOURCE_NAMES}}
 
 
 def _replication(node: Node) -> dict[str, Any] | None:

@@ -29,7 +29,7 @@ class WorkerSet:
 
     index: int = 0
     count: int = 1
-    run_dir: str = ""  # the node's private folder (on tmpfs): sockets, the journal, the memory tier's files
+    run_dir: str = ""  # the node's private folder (on tmpfs): sockets, the journal, ledgers, the memory tier's files
     secret: bytes = b""  # signs the calls between the workers
 
     def __post_init__(self) -> None:
@@ -58,6 +58,10 @@ class WorkerSet:
 
     def socket_path(self, index: int) -> str:
         return os.path.join(self.run_dir, f"worker-{index}.sock")
+
+    def ledger_path(self, index: int) -> str:
+        """Where worker `index` keeps its counts, for the worker after it (gateway.admin.ledger)."""
+        return os.path.join(self.run_dir, f"counters-{index}")
 
     @property
     def journal_path(self) -> str:

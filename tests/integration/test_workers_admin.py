@@ -241,12 +241,18 @@ def test_a_load_through_one_worker_fills_the_node(node):
 def test_a_sibling_gone_or_hung_leaves_a_partial_answer_that_says_so(node):
     w0, w1 = node
     fill(w0, w1)
+    counted(w1, len(KEYS))
+    gone = own_stats(w1)
     w1.__exit__()
     started = time.monotonic()
     stats = admin(w0, "GET", "/stats").json()
     assert time.monotonic() - started < 1.0  # refused at once
     assert stats["workers"] == {"count": 2, "answered": 1, "missing": [1]}
-    assert stats["requests"] == own_stats(w0)["requests"]
+    # Its counts as it left them in its ledger: the node's counters do not go down; the rest is left out.
+    assert stats["requests"] == own_stats(w0)["requests"] + gone["requests"]
+    assert stats["served_bytes"] == {source: own_stats(w0)["served_bytes"][source] + gone["served_bytes"][source]
+                                     for source in gone["served_bytes"]}
+    assert stats["tiers"][0]["blocks"] == own_stats(w0)["tiers"][0]["blocks"]
     summary = CliRunner().invoke(main, ["stats", "--url", w0.endpoint, "--token", TOKEN]).output
     assert "workers   1 of 2 answered; the figures lack worker 1" in summary
     assert admin(w0, "POST", "/purge?bucket=bkt").json()["workers"] == {"count": 2, "answered": 1, "missing": [1]}
@@ -350,5 +356,66 @@ def test_gateway_serve_with_two_workers_answers_for_the_node_on_every_connection
             assert time.monotonic() < deadline, "the node did not answer with both workers again"
             time.sleep(0.1)
         assert admin(node, "GET", "/stats").json()["pinned"] == [{"bucket": "bkt", "prefix": "hot/"}]
+    finally:
+        node.stop()
+
+
+COUNTERS = ("counter", "histogram")
+STATS_COUNTS = ("requests", "hits", "misses")
+
+
+def node_counters(node: GatewayProcess) -> tuple[dict[tuple[str, frozenset[tuple[str, str]]], float], dict[str, int]]:
+    """The node's counters as one scrape of `metrics` (every counter and histogram sample)
+    and one of `stats` (its counts, served bytes by source) show them."""
+    metrics = {(s.name, frozenset(s.labels.items())): s.value
+               for family in text_string_to_metric_families(admin(node, "GET", "/metrics").text)
+               if family.type in COUNTERS for s in family.samples}
+    stats = admin(node, "GET", "/stats").json()
+    return metrics, {**{figure: stats[figure] for figure in STATS_COUNTS},
+                     **{f"served_bytes {source}": count for source, count in stats["served_bytes"].items()}}
+
+
+def never_lower(before: tuple[dict, dict], after: tuple[dict, dict]) -> None:  # type: ignore[type-arg]
+    for earlier, later in zip(before, after):
+        lower = {name: (value, later.get(name)) for name, value in earlier.items() if later.get(name, -1) < value}
+        assert not lower, f"{len(lower)} counters went down, such as {dict(list(lower.items())[:4])}"
+
+
+def test_the_nodes_counters_never_go_down_when_a_worker_is_killed(clean_origin):
+    """A worker SIGKILLed and started again: every counter of the node (metrics and stats),
+    read before, while it is gone and after, is never lower than it was, and the node goes
+    on counting from there."""
+    node = GatewayProcess(clean_origin, workers=2, GATEWAY_ADMIN_TOKEN=TOKEN, GATEWAY_CACHE_MEMORY_QUOTA="64MiB")
+    node.start()
+    try:
+        client(node.endpoint).create_bucket(Bucket="bkt")
+        for key in KEYS:
+            client(node.endpoint).put_object(Bucket="bkt", Key=key, Body=key.encode() * 100)
+
+        def read_all() -> None:
+            for key in KEYS:
+                for _ in range(2):  # a new client, so a new connection: the kernel shares them out
+                    client(node.endpoint).get_object(Bucket="bkt", Key=key)["Body"].read()
+
+        read_all()
+        first = node_counters(node)
+        assert first[1]["requests"] >= 3 * len(KEYS)
+        for _ in range(2):  # twice: the worker after the first one killed, too
+            read_all()
+            seen = [node_counters(node)]
+            victim = min(node.worker_pids())
+            os.kill(victim, signal.SIGKILL)  # right after both workers showed their counts
+            deadline = time.monotonic() + 30  # the supervisor starts another in its place
+            while True:
+                seen.append(node_counters(node))  # while it is gone, then once the new one answers
+                never_lower(seen[-2], seen[-1])
+                if victim not in node.worker_pids() and admin(node, "GET", "/stats").json()["workers"]["answered"] == 2:
+                    break
+                assert time.monotonic() < deadline, "the node did not answer with both workers again"
+            read_all()
+            never_lower(seen[-1], node_counters(node))
+        last = node_counters(node)
+        never_lower(first, last)
+        assert last[1]["requests"] >= first[1]["requests"] + 2 * 2 * len(KEYS)  # the reads after, counted on top
     finally:
         node.stop()

@@ -37,7 +37,8 @@ def _workers(stats: dict[str, Any]) -> list[str]:
         return []
     line = f"workers   {workers['answered']} of {workers['count']} answered"
     if workers["missing"]:
-        line += f"; the figures lack worker {', '.join(map(str, workers['missing']))}"
+        missing = ", ".join(map(str, workers["missing"]))
+        line += f"; worker {missing}: counts as last written, the other figures missing"
     return [line]
 
 

@@ -254,7 +254,7 @@ def test_a_sibling_gone_or_hung_leaves_a_partial_answer_that_says_so(node):
                                      for source in gone["served_bytes"]}
     assert stats["tiers"][0]["blocks"] == own_stats(w0)["tiers"][0]["blocks"]
     summary = CliRunner().invoke(main, ["stats", "--url", w0.endpoint, "--token", TOKEN]).output
-    assert "workers   1 of 2 answered; the figures lack worker 1" in summary
+    assert "workers   1 of 2 answered; worker 1: counts as last written, the other figures missing" in summary
     assert admin(w0, "POST", "/purge?bucket=bkt").json()["workers"] == {"count": 2, "answered": 1, "missing": [1]}
     # A sibling that takes the connection and never answers: its calls time out.
     path = w0.server.config.app.workers.socket_path(1)

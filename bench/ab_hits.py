@@ -1,7 +1,7 @@
 """Warm hits (or cold reads) of one gateway process, this work tree against an earlier commit, in one run.
 
 Each round starts a fresh gateway of each code tree (alternating which goes first) in front of
-bench/shaped_origin.py (no delay and no rate cap unless --shaped-latency/--shaped-rate), warms it, and measures presigned GETs with wrk
+bench/shaped_origin.py (no delay and no rate cap unless --shaped-latency/--shaped-rate), warms it, and measures GETs with wrk
 (32 connections): req/s, the gateway's user and system CPU and its page faults per request. On this shared
 2-core machine absolute figures drift by tens of percent between runs; the ratio of two trees
 measured side by side, round after round, is what to quote.
@@ -15,7 +15,11 @@ measured side by side, round after round, is what to quote.
 the origin, never read before by that gateway; no warm-up), so each is an origin GET of the
 object's one block (1 MiB: the gateway's default block size) received, stored and sent.
 
-`--fresh`: every request carries an unsigned header of its own (`X-Bench-Request`), so no
+What wrk sends (--signing, as in bench/cache_serving.py): by default GetObject requests each signed
+anew by botocore, as the SDKs send them (presigned-new: each presigned URL its own; same-bytes: one
+presigned URL per key, sent again byte for byte).
+
+`--fresh`: the same-bytes URLs, but every request carries an unsigned header of its own (`X-Bench-Request`), so no
 request is the bytes of an earlier one: warm hits are answered by the hit path below ASGI, none
 by gateway.s3api.replays (what a client that signs each request anew, as the SDKs do, gets).
 
@@ -85,6 +89,11 @@ def main() -> None:
     parser.add_argument("--shaped-latency", default="0", help="the origin's delay before each first byte, e.g. 20ms")
     parser.add_argument("--shaped-rate", default="0", help="the origin's bytes/s per connection, e.g. 80MB (0: no cap)")
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--signing", default="sdk", choices=cs.SIGNINGS,
+                        help="what wrk sends (bench/cache_serving.py): sdk = each request signed anew by botocore, "
+                             "as the SDKs send a GetObject; presigned-new = each URL its own; same-bytes = one "
+                             "presigned URL per key, sent again and again")
+    parser.add_argument("--requests", type=int, default=30000, help="requests per wrk file (sdk, presigned-new)")
     parser.add_argument("--fresh", action="store_true",
                         help="a header of its own on every request: hits take the hit path, none is a request sent again")
     args = parser.parse_args()
@@ -115,9 +124,12 @@ def main() -> None:
                         paths = cs.presigned_paths(gateway.endpoint, keys)
                         if args.tier != "cold":
                             cs.run_wrk("warm-up", gateway.endpoint, paths, size, 32, 2, tmp)
+                        requests = None if args.fresh else cs.wrk_requests(
+                            args.signing, gateway.endpoint, keys, len(keys) if args.tier == "cold" else args.requests)
                         before, faults = user_system_ticks(gateway), minor_faults(gateway.pid)
                         cell = cs.run_wrk(name, gateway.endpoint, paths, size, 32, args.seconds, tmp,
-                                          distinct=args.tier == "cold", fresh=args.fresh)
+                                          distinct=args.tier == "cold", fresh=args.fresh, raw=requests,
+                                          signing=args.signing)
                         after, faults = user_system_ticks(gateway), minor_faults(gateway.pid) - faults
                     finally:
                         gateway.stop()

@@ -16,10 +16,14 @@ per size (32, 32, 4 connections), it measures GETs against these setups:
 
 with two load generators, both sending SigV4-signed requests:
 
-  wrk         wrk (C) replaying presigned URLs, one per object (boto3
-              generate_presigned_url, signature_version s3v4): the signature is in the
-              query, and the gateway verifies it on every request, as S3 does. A Lua
-              script cycles through the list of paths.
+  wrk         wrk (C) cycling through a file of whole requests made before the cell (a Lua
+              script), one row per kind (--signing): by default `sdk`, GetObject requests as
+              boto3 sends them, made by botocore itself (a client's get_object caught before
+              sending): SigV4 in the Authorization header, each with its own x-amz-date (one
+              second apart, within S3's 15-minute skew for the run) and amz-sdk-invocation-id;
+              `presigned-new`, presigned URLs each its own (its own X-Amz-Date and signature);
+              `same-bytes`, one presigned URL per object sent again and again (what only a
+              dashboard reusing one URL sends: gateway.s3api.replays answers it as kept).
   py          an asyncio + aiohttp client, N workers, that signs every request in the
               Authorization header (SigV4, as boto3 does) just before sending it.
 
@@ -41,6 +45,13 @@ load generator takes CPU from the server it measures.
     .venv/bin/python bench/cache_serving.py                 # ~6 minutes
     .venv/bin/python bench/cache_serving.py --profile       # plus py-spy profiles (~40 s more)
     .venv/bin/python bench/cache_serving.py --sizes 4KiB --seconds 3   # a quick look
+    .venv/bin/python bench/cache_serving.py --hits --code HEAD --profile   # hits as SDKs send them (~3 min)
+
+`--hits` measures only warm hits, as docs/benchmarks.md "Hits as SDKs send them" reports them:
+the gateway (one worker, memory tier) against nginx proxy_cache on tmpfs (one worker, sendfile
+off), both on CPU 0 and wrk on CPU 1 (taskset), 1,000 objects of 4 KiB and 100 of 1 MiB, one
+row per --hits-rows entry (SDK-signed 4 KiB and 1 MiB, each-new presigned 4 KiB, same-bytes
+4 KiB), the same request file sent to both; with --profile, py-spy of SDK-signed 4 KiB hits.
 
 Needs: apt-get install -y nginx wrk; .venv/bin/pip install aiohttp (py-spy for --profile).
 Results and the machine they were taken on: docs/benchmarks.md.
@@ -173,6 +184,7 @@ class Gateway:
     peak_once: int = 0
     workers: int = 1  # server.workers it runs with
     starts: int = 0
+    cpus: str = ""  # run it (every process and thread) under `taskset -c cpus`
 
     @property
     def endpoint(self) -> str:
@@ -200,7 +212,8 @@ class Gateway:
         log = self.workdir / f"{self.name.replace('/', '-')}.log"
         with open(log, "ab") as fh:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gateway.cli", "serve", "--log-level", "WARNING"],
+                [*(["taskset", "-c", self.cpus] if self.cpus else []),
+                 sys.executable, "-m", "gateway.cli", "serve", "--log-level", "WARNING"],
                 cwd=self.code, env=env, stdout=fh, stderr=subprocess.STDOUT,
             )
         _wait_http(self.endpoint + "/", self.proc, f"gateway {self.name}", log)
@@ -273,7 +286,7 @@ error_log {dir}/error.log warn;
 events {{ worker_connections 4096; }}
 http {{
     access_log off;
-    sendfile on;
+    sendfile {sendfile};
     tcp_nopush on;
     keepalive_requests 1000000;
     client_body_temp_path {dir}/client_body;
@@ -308,9 +321,11 @@ http {{
 
 @contextmanager
 def nginx_process(origin: str, workdir: Path, workers: str, *, name: str = "nginx",
-                  cache: Path | None = None) -> Iterator[tuple[str, Path, int]]:
+                  cache: Path | None = None, sendfile: bool = True,
+                  cpus: str = "") -> Iterator[tuple[str, Path, int]]:
     """apt nginx as a subprocess with a generated nginx.conf; yields (endpoint, conf path, master pid).
-    `cache`: the proxy_cache folder (default: in `workdir`, on disk; /dev/shm/... for tmpfs)."""
+    `cache`: the proxy_cache folder (default: in `workdir`, on disk; /dev/shm/... for tmpfs);
+    `cpus`: run it (master and workers) under `taskset -c cpus`."""
     if shutil.which("nginx") is None:
         raise SystemExit("nginx not found: apt-get install -y nginx")
     root = workdir / name
@@ -319,8 +334,9 @@ def nginx_process(origin: str, workdir: Path, workers: str, *, name: str = "ngin
     conf = root / "nginx.conf"
     user = "user root;\n" if os.geteuid() == 0 else ""  # workers may write the cache in our temp folder
     conf.write_text(NGINX_CONF.format(user=user, workers=workers, dir=root, port=port,
-                                      cache=cache or root / "cache", origin=urlsplit(origin).netloc))
-    proc = subprocess.Popen(["nginx", "-c", str(conf), "-p", str(root), "-e", str(root / "error.log")],
+                                      cache=cache or root / "cache", origin=urlsplit(origin).netloc,
+                                      sendfile="on" if sendfile else "off"))
+    proc = subprocess.Popen([*(["taskset", "-c", cpus] if cpus else []), "nginx", "-c", str(conf), "-p", str(root), "-e", str(root / "error.log")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     endpoint = f"http://127.0.0.1:{port}"
     try:
@@ -463,6 +479,137 @@ class HeaderSigner:
             "authorization": f"AWS4-HMAC-SHA256 Credential={self.access_key}/{scope}, "
                              f"SignedHeaders={signed}, Signature={signature}",
         }
+
+
+# --- requests as the SDKs send them ----------------------------------------------------------------
+
+# What wrk sends, one kind per row (--signing):
+#   sdk            a GetObject as botocore signs it: SigV4 in the Authorization header, each
+#                  request with its own x-amz-date and amz-sdk-invocation-id (so its own
+#                  signature), and every header botocore sends; made by botocore itself
+#   presigned-new  a presigned GET, each URL its own (its own X-Amz-Date, so its own signature)
+#   same-bytes     one presigned URL per key, sent again byte for byte (what only a dashboard
+#                  reusing one URL sends; gateway.s3api.replays answers it as kept)
+SIGNINGS = ("sdk", "presigned-new", "same-bytes")
+DATE_WINDOW = 600  # seconds a request file's dates spread over: well inside S3's 15-minute skew
+
+
+@contextmanager
+def botocore_clock(start: float) -> Iterator[Callable[[float], None]]:
+    """botocore's signing clock set by the caller: yields `set_time(epoch seconds)`. botocore's
+    signers (its own, and awscrt's that it picks when awscrt is installed, as here) read the
+    time through `get_current_datetime`, patched in their modules only: the signing is theirs."""
+    import datetime as dt
+    import importlib
+
+    now = [dt.datetime.fromtimestamp(start, dt.timezone.utc).replace(tzinfo=None)]
+
+    def current(remove_tzinfo: bool = True) -> dt.datetime:
+        return now[0] if remove_tzinfo else now[0].replace(tzinfo=dt.timezone.utc)
+
+    def set_time(epoch: float) -> None:
+        now[0] = dt.datetime.fromtimestamp(epoch, dt.timezone.utc).replace(tzinfo=None)
+
+    modules = []
+    for name in ("botocore.auth", "botocore.signers", "botocore.crt.auth"):
+        try:
+            modules.append(importlib.import_module(name))
+        except ImportError:  # botocore.crt.auth without awscrt
+            pass
+    saved = [module.get_current_datetime for module in modules]
+    for module in modules:
+        module.get_current_datetime = current
+    try:
+        yield set_time
+    finally:
+        for module, original in zip(modules, saved):
+            module.get_current_datetime = original
+
+
+def _dates(count: int, start: float) -> Iterator[float]:
+    """One date per request: from a minute before `start`, moving one second at a time, as many
+    requests per second as it takes to spread `count` over at most DATE_WINDOW seconds."""
+    per_second = max(1, math.ceil(count / DATE_WINDOW))
+    for i in range(count):
+        yield start - 60 + i // per_second
+
+
+def wire_bytes(method: str, url: str, headers: Sequence[tuple[str, str | bytes]]) -> bytes:
+    """The request as botocore puts it on the wire (urllib3 over http.client): the request line,
+    Accept-Encoding: identity (added by http.client), then its headers in their order."""
+    parts = urlsplit(url)
+    target = parts.path + (f"?{parts.query}" if parts.query else "")
+    lines = [f"{method} {target} HTTP/1.1", "Accept-Encoding: identity"]
+    for name, value in headers:
+        lines.append(f"{name}: {value.decode() if isinstance(value, bytes) else value}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def sdk_requests(endpoint: str, keys: Sequence[str], count: int, *, start: float | None = None) -> list[bytes]:
+    """`count` GetObject requests (keys in turn) as boto3 sends them to `endpoint`: made by a
+    boto3 client's own get_object (handlers, signer, user agent, invocation id), caught before
+    sending (botocore's before-send event answers them with an empty 200), each signed at its
+    own date (_dates)."""
+    from botocore.awsrequest import AWSResponse
+
+    s3 = s3_client(endpoint, USER)
+    caught: list[bytes] = []
+
+    class _Empty:
+        def stream(self, **_: object) -> Iterator[bytes]:
+            return iter([b""])
+
+    def catch(request, **_: object) -> AWSResponse:  # type: ignore[no-untyped-def]
+        caught.append(wire_bytes(request.method, request.url, list(request.headers.items())))
+        return AWSResponse(request.url, 200, {"content-length": "0", "etag": '"bench"'}, _Empty())
+
+    s3.meta.events.register("before-send.s3.GetObject", catch)
+    start = time.time() if start is None else start
+    with botocore_clock(start) as set_time:
+        for i, date in enumerate(_dates(count, start)):
+            set_time(date)
+            s3.get_object(Bucket=BUCKET, Key=keys[i % len(keys)])
+    return caught
+
+
+def presigned_new_requests(endpoint: str, keys: Sequence[str], count: int, *,
+                           start: float | None = None) -> list[bytes]:
+    """`count` presigned GETs (keys in turn) from boto3's generate_presigned_url, each at its own
+    date (_dates), so no two are the same URL while no more than len(keys) share a second; sent
+    as wrk sends a URL (request line and Host)."""
+    s3 = s3_client(endpoint, USER)
+    host = urlsplit(endpoint).netloc
+    start = time.time() if start is None else start
+    out = []
+    with botocore_clock(start) as set_time:
+        for i, date in enumerate(_dates(count, start)):
+            set_time(date)
+            url = s3.generate_presigned_url("get_object", Params={"Bucket": BUCKET, "Key": keys[i % len(keys)]},
+                                            ExpiresIn=PRESIGN_EXPIRES)
+            parts = urlsplit(url)
+            out.append(f"GET {parts.path}?{parts.query} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+    if len(set(out)) != len(out):
+        raise SystemExit("presigned-new: two requests of the file are the same bytes")
+    return out
+
+
+def same_bytes_requests(endpoint: str, keys: Sequence[str]) -> list[bytes]:
+    """One presigned GET per key (presigned_paths), as wrk sends a URL: cycled, each is sent
+    again byte for byte."""
+    host = urlsplit(endpoint).netloc
+    return [f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode() for path in presigned_paths(endpoint, keys)]
+
+
+def wrk_requests(signing: str, endpoint: str, keys: Sequence[str], count: int) -> list[bytes]:
+    """The requests wrk cycles through for one row: `count` of them (same-bytes: one per key;
+    a cold row, whose keys are each read once, passes count=len(keys))."""
+    if signing == "sdk":
+        return sdk_requests(endpoint, keys, count)
+    if signing == "presigned-new":
+        return presigned_new_requests(endpoint, keys, count)
+    if signing == "same-bytes":
+        return same_bytes_requests(endpoint, keys)
+    raise SystemExit(f"--signing: one of {', '.join(SIGNINGS)}, not {signing!r}")
 
 
 # --- other load on the machine -------------------------------------------------------------------
@@ -609,6 +756,40 @@ end
 """
 
 
+WRK_RAW_LUA = """\
+-- bench/cache_serving.py: send each request of a file in turn, as it is (args: file, thread count).
+-- The file holds whole GET requests (no body), each ending with an empty line.
+local requests, n, i, step = {}, 0, 0, 1
+local counter = 0
+
+function setup(thread)
+  counter = counter + 1
+  thread:set("id", counter)
+end
+
+function init(args)
+  local fh = assert(io.open(args[1], "rb"))
+  local data = fh:read("*a")
+  fh:close()
+  local pos = 1
+  while true do
+    local stop = string.find(data, "\\r\\n\\r\\n", pos, true)
+    if not stop then break end
+    n = n + 1
+    requests[n] = string.sub(data, pos, stop + 3)
+    pos = stop + 4
+  end
+  step = tonumber(args[2])
+  i = id - 1
+end
+
+function request()
+  local one = requests[(i % n) + 1]
+  i = i + step
+  return one
+end
+""" + WRK_LUA[WRK_LUA.index("function done"):]
+
 def header_bytes(endpoint: str, path: str) -> int:
     """The size of one answer's status line and headers, to take out of wrk's byte count."""
     with httpx.Client(timeout=300) as client, client.stream("GET", endpoint + path) as resp:
@@ -620,23 +801,32 @@ def header_bytes(endpoint: str, path: str) -> int:
 
 
 def run_wrk(setup: str, endpoint: str, paths: Sequence[str], size: int, connections: int, seconds: float,
-            workdir: Path, *, distinct: bool = False, header_size: int = 0, fresh: bool = False) -> Cell:
+            workdir: Path, *, distinct: bool = False, header_size: int = 0, fresh: bool = False,
+            raw: Sequence[bytes] | None = None, signing: str = "", cpus: str = "") -> Cell:
     """wrk -t1 -cN for `seconds`, cycling through `paths` (each used once when `distinct`;
     with `fresh`, every request carries an unsigned header of its own, so none is sent again
-    byte for byte: gateway.s3api.replays answers none).
+    byte for byte: gateway.s3api.replays answers none). With `raw`, it cycles through these
+    whole requests instead (wrk_requests of kind `signing`, the cell's client "wrk:<signing>";
+    `paths` is not used), and the note says when it sent the file more than once. `cpus`: run
+    wrk under `taskset -c cpus`.
 
     req/s counts complete answers; MB/s counts every body byte received, also of answers
     still in flight when the time is up (wrk counts bytes as they arrive): with 64 MiB
     objects and a few connections, complete answers alone would undercount.
     """
-    script = workdir / "cycle.lua"
+    script = workdir / ("raw.lua" if raw is not None else "cycle.lua")
     if not script.exists():
-        script.write_text(WRK_LUA)
-    listing = workdir / "paths.txt"
-    listing.write_text("\n".join(paths) + "\n")
+        script.write_text(WRK_RAW_LUA if raw is not None else WRK_LUA)
+    listing = workdir / ("requests.txt" if raw is not None else "paths.txt")
+    if raw is not None:
+        listing.write_bytes(b"".join(raw))
+    else:
+        listing.write_text("\n".join(paths) + "\n")
+    pool = len(raw) if raw is not None else len(paths)
     timeout = max(10, int(size / MiB))
-    cmd = ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", f"{timeout}s",
-           "-s", str(script), endpoint, "--", str(listing), "1", *(["fresh"] if fresh else [])]
+    cmd = [*(["taskset", "-c", cpus] if cpus else []),
+           "wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", f"{timeout}s",
+           "-s", str(script), endpoint, "--", str(listing), "1", *(["fresh"] if fresh and raw is None else [])]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + timeout + 60, check=False)
     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("WRK ")), None)
     if line is None:
@@ -645,13 +835,16 @@ def run_wrk(setup: str, endpoint: str, paths: Sequence[str], size: int, connecti
     errors = r["status"] + r["read"] + r["write"] + r["timeout"] + r["connect"]
     ok = r["requests"] - r["status"]
     notes = []
-    if distinct and r["requests"] + connections > len(paths):
-        notes.append(f"pool of {len(paths)} keys reused: some reads were warm")
+    if distinct and r["requests"] + connections > pool:
+        notes.append(f"pool of {pool} keys reused: some reads were warm")
+    elif raw is not None and r["requests"] + connections > pool:
+        notes.append(f"file of {pool:,} requests sent {(r['requests'] + connections) / pool:.1f}x")
     if ok == 0:
         notes.append(f"no answer completed in {seconds:g}s")
     payload = max(0, r["bytes"] - r["requests"] * header_size)
     p50, p99 = (r["p50_us"] / 1e3, r["p99_us"] / 1e3) if ok else (float("nan"), float("nan"))
-    return Cell(setup, "wrk", size, ok, errors, r["duration_us"] / 1e6, p50, p99, "; ".join(notes), payload)
+    client = "wrk" if raw is None else f"wrk:{signing}"
+    return Cell(setup, client, size, ok, errors, r["duration_us"] / 1e6, p50, p99, "; ".join(notes), payload)
 
 
 async def _py_load(endpoint: str, keys: Sequence[str], size: int, connections: int, seconds: float,
@@ -826,23 +1019,25 @@ def summarise_profile(raw: Path, top: int = 12) -> str:
 
 
 def profile_gateway(gw: Gateway, label: str, paths: Sequence[str], size: int, connections: int, seconds: float,
-                    workdir: Path, out_dir: Path, *, distinct: bool = False) -> tuple[Cell | None, str]:
+                    workdir: Path, out_dir: Path, *, distinct: bool = False, raw: Sequence[bytes] | None = None,
+                    signing: str = "", cpus: str = "", top: int = 12) -> tuple[Cell | None, str]:
     """py-spy record (raw, 100 Hz) of the gateway process (of a node of several: its first
-    worker) while wrk loads it for `seconds`."""
+    worker) while wrk loads it for `seconds` (with `raw`: those requests, see run_wrk)."""
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(pyspy).exists():
         return None, "py-spy not installed (.venv/bin/pip install py-spy)"
-    raw = out_dir / f"{gw.name.replace('/', '-')}-{label}.txt"
+    out = out_dir / f"{gw.name.replace('/', '-')}-{label}.txt"
     target = min(tree(gw.pid)[1:], default=gw.pid)  # the supervisor of a node serves nothing itself
     spy = subprocess.Popen([pyspy, "record", "-p", str(target), "-d", str(int(seconds) + 1), "-r", "100",
-                            "-f", "raw", "--nolineno", "-o", str(raw)],
+                            "-f", "raw", "--nolineno", "-o", str(out)],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     time.sleep(0.5)
-    cell = run_wrk(f"{gw.name} (py-spy)", gw.endpoint, paths, size, connections, seconds, workdir, distinct=distinct)
+    cell = run_wrk(f"{gw.name} (py-spy)", gw.endpoint, paths, size, connections, seconds, workdir, distinct=distinct,
+                   raw=raw, signing=signing, cpus=cpus)
     _, err = spy.communicate(timeout=60)
-    if spy.returncode != 0 or not raw.exists():
+    if spy.returncode != 0 or not out.exists():
         return cell, f"py-spy failed: {err.decode(errors='replace')[-500:]}"
-    return cell, summarise_profile(raw)
+    return cell, summarise_profile(out, top)
 
 
 # --- report ----------------------------------------------------------------------------------------
@@ -900,10 +1095,173 @@ def code_version() -> str:
     return head + (" with uncommitted changes in gateway/" if dirty else "")
 
 
+def gateway_copy(into: Path, revision: str) -> str:
+    """gateway/ copied into `into` (the work tree's, or with `revision` that commit's, by git
+    archive); returns what it is, for the report."""
+    into.mkdir(parents=True)
+    if not revision:
+        shutil.copytree(ROOT / "gateway", into / "gateway", ignore=shutil.ignore_patterns("__pycache__"))
+        return code_version()
+    full = subprocess.run(["git", "-C", str(ROOT), "rev-parse", revision], check=True, capture_output=True,
+                          text=True).stdout.strip()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", full, "gateway"], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return f"{full} (git archive)"
+
+
 def _status_kib_meminfo() -> int:
     for line in Path("/proc/meminfo").read_text().splitlines():
         if line.startswith("MemTotal:"):
             return int(line.split()[1])
+    return 0
+
+
+# --- hits as SDKs send them (--hits) ---------------------------------------------------------------
+
+HIT_ROWS = "4KiB:sdk,1MiB:sdk,4KiB:presigned-new,4KiB:same-bytes"
+HIT_OBJECTS = "4KiB=1000,1MiB=100"
+
+
+def best_cell(measure: Callable[[], Cell], busy: float, retries: int, what: str) -> Cell:
+    """`measure()` again (up to `retries` times) while other processes took more than `busy`
+    cores during it; the cell with the least other load."""
+    cell: Cell | None = None
+    for attempt in range(1 + retries):
+        with OtherLoad() as load:
+            run = measure()
+        run.other = load.cores
+        if attempt:
+            run.note = "; ".join(filter(None, [run.note, f"measured {attempt + 1}x: other load"]))
+        if cell is None or run.other < cell.other:
+            cell = run
+        if cell.other <= busy:
+            break
+        print(f"   ({what}: other processes took {run.other:.2f} cores; again)", flush=True)
+        time.sleep(3)
+    assert cell is not None
+    return cell
+
+
+def hits_as_sent(args: argparse.Namespace, tmp: Path, code: Path) -> int:
+    """Warm hits from the gateway's memory tier (one worker, on one core) against nginx
+    proxy_cache on tmpfs (one worker, sendfile off, on the same core), wrk on the other core,
+    one row per size and kind of request (--hits-rows): the same request file to both."""
+    server_cpu, client_cpu = args.server_cpu, args.client_cpu
+    if (server_cpu or client_cpu) and shutil.which("taskset") is None:
+        raise SystemExit("taskset not found (util-linux)")
+    rows = []
+    for part in filter(None, args.hits_rows.split(",")):
+        label, _, signing = part.strip().partition(":")
+        if signing not in SIGNINGS:
+            raise SystemExit(f"--hits-rows: <size>:<{'|'.join(SIGNINGS)}>, not {part!r}")
+        rows.append((plans([label], {})[0], signing))
+    objects = {k.strip(): int(v) for k, _, v in (x.partition("=") for x in args.hits_objects.split(",") if x)}
+    quota = parse_size(args.memory_quota, "--memory-quota")
+    load_before = os.getloadavg()
+    print(f"hits as SDKs send them: gateway (1 worker) and nginx (1 worker, proxy_cache on tmpfs, sendfile off) "
+          f"{'on CPU ' + server_cpu if server_cpu else 'unpinned'}, wrk {'on CPU ' + client_cpu if client_cpu else ''}"
+          f"; {args.seconds:g}s per cell; load average before {load_before[0]:.2f} {load_before[1]:.2f} "
+          f"{load_before[2]:.2f}", flush=True)
+    results: list[tuple[str, Cell, Cell]] = []
+    profile: tuple[Cell | None, str] | None = None
+    with ExitStack() as stack:
+        origin = stack.enter_context(moto_server())
+        shm = Path(tempfile.mkdtemp(prefix="gateway-serving-nginx-", dir="/dev/shm"))
+        stack.callback(shutil.rmtree, shm, True)
+        nginx, _, nginx_pid = stack.enter_context(nginx_process(origin, tmp, "1", name="nginx-tmpfs",
+                                                                cache=shm / "cache", sendfile=False,
+                                                                cpus=server_cpu))
+        gw = Gateway("gw-mem", origin, {"GATEWAY_SERVER_WORKERS": "1", "GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN,
+                                        "GATEWAY_CACHE_MEMORY_QUOTA": str(quota)}, tmp, code, cpus=server_cpu)
+        gw.start()
+        stack.callback(gw.stop)
+        origin_s3 = s3_client(origin, ORIGIN_CREDENTIALS)
+        origin_s3.create_bucket(Bucket=BUCKET)
+        keys: dict[str, list[str]] = {}
+        headers: dict[tuple[str, str], int] = {}
+        for plan, _ in rows:
+            if plan.label not in keys:
+                count = objects.get(plan.label, plan.warm_objects)
+                print(f"   creating {count} objects of {plan.label} ...", flush=True)
+                keys[plan.label] = create_objects(origin_s3, f"warm/{plan.label}", plan.size, count)
+                for setup, endpoint, expect in (("nginx", nginx, "HIT"), ("gateway", gw.endpoint, "hit-mem")):
+                    served = warm(endpoint, keys[plan.label], plan.size, plan.connections)
+                    if set(served) != {expect}:
+                        print(f"   WARNING: {setup} after warm-up answered x-cache {dict(served)}, expected {expect}")
+                    headers[(setup, plan.label)] = header_bytes(
+                        endpoint, presigned_paths(gw.endpoint, keys[plan.label][-1:])[0])
+
+        def run(setup: str, endpoint: str, plan: SizePlan, signing: str, requests: Sequence[bytes]) -> Cell:
+            return run_wrk(setup, endpoint, [], plan.size, plan.connections, args.seconds, tmp, raw=requests,
+                           signing=signing, header_size=headers[(setup, plan.label)], cpus=client_cpu)
+
+        for plan, signing in rows:
+            name = f"{signing} {plan.label}"
+            t0 = time.monotonic()
+            requests = wrk_requests(signing, gw.endpoint, keys[plan.label], args.requests)
+            made = time.monotonic() - t0
+            warm(gw.endpoint, keys[plan.label], plan.size, plan.connections)  # metadata fresh (its TTL: 60 s)
+
+            def gateway_cell(plan: SizePlan = plan, signing: str = signing,
+                             requests: Sequence[bytes] = requests) -> Cell:
+                cpu, before = gw.cpu(), gw.hit_path()
+                cell = run("gateway", gw.endpoint, plan, signing, requests)
+                gets, below, kept = (b - a for a, b in zip(before, gw.hit_path()))
+                cell.server_cpu = gw.cpu() - cpu
+                cell.note = "; ".join(filter(None, [cell.note, f"below ASGI {below / max(gets, 1):.0%}, "
+                                                               f"kept {kept / max(gets, 1):.0%}"]))
+                return cell
+
+            def nginx_cell(plan: SizePlan = plan, signing: str = signing,
+                           requests: Sequence[bytes] = requests) -> Cell:
+                cpu = tree_cpu(nginx_pid)
+                cell = run("nginx", nginx, plan, signing, requests)
+                cell.server_cpu = tree_cpu(nginx_pid) - cpu
+                return cell
+
+            g = best_cell(gateway_cell, args.busy, args.retries, f"gateway {name}")
+            n = best_cell(nginx_cell, args.busy, args.retries, f"nginx {name}")
+            results.append((name, g, n))
+            print(f"   {name:<20} gateway {g.rps:8,.0f} req/s {g.mbps:8,.1f} MB/s (other {g.other:.2f})   "
+                  f"nginx {n.rps:8,.0f} req/s {n.mbps:8,.1f} MB/s (other {n.other:.2f})   "
+                  f"ratio {g.rps / n.rps if n.rps else float('nan'):.2f}   [{len(requests):,} requests made in "
+                  f"{made:.0f}s] {g.note}", flush=True)
+
+        if args.profile:
+            plan = plans(["4KiB"], {})[0]
+            if plan.label not in keys:
+                raise SystemExit("--profile with --hits needs a 4KiB row")
+            out_dir = Path(args.profile_dir) if args.profile_dir else tmp
+            out_dir.mkdir(parents=True, exist_ok=True)
+            requests = wrk_requests("sdk", gw.endpoint, keys[plan.label], args.requests)
+            warm(gw.endpoint, keys[plan.label], plan.size, plan.connections)
+            profile = profile_gateway(gw, "4KiB-sdk", [], plan.size, plan.connections, args.profile_seconds, tmp,
+                                      out_dir, raw=requests, signing="sdk", cpus=client_cpu, top=15)
+    load_after = os.getloadavg()
+
+    print(f"\n### Hits as SDKs send them (gateway {code_version()}; load average before "
+          f"{load_before[0]:.2f}/{load_before[1]:.2f}/{load_before[2]:.2f}, after "
+          f"{load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f})\n")
+    header = ("row", "gateway req/s", "MB/s", "nginx req/s", "MB/s", "gw/nginx", "gw p50/p99 ms", "gw CPU us/req",
+              "nginx CPU us/req", "other load gw/nginx", "errors gw/nginx", "note")
+    lines = [header]
+    for name, g, n in results:
+        lines.append((name, f"{g.rps:,.0f}", f"{g.mbps:,.1f}", f"{n.rps:,.0f}", f"{n.mbps:,.1f}",
+                      f"{g.rps / n.rps:.2f}x" if n.rps else "-", f"{g.p50_ms:.2f}/{g.p99_ms:.2f}",
+                      f"{g.cpu_us_per_request or 0:,.0f}", f"{n.cpu_us_per_request or 0:,.0f}",
+                      f"{g.other:.2f}/{n.other:.2f}", f"{g.errors}/{n.errors}",
+                      "; ".join(filter(None, [g.note, n.note and "nginx: " + n.note]))))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    for i, line in enumerate(lines):
+        print("| " + " | ".join(c.ljust(widths[j]) if j in (0, 11) else c.rjust(widths[j])
+                                for j, c in enumerate(line)) + " |")
+        if i == 0:
+            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    if profile is not None:
+        cell, summary = profile
+        extra = f" — {cell.rps:,.0f} req/s while sampled" if cell else ""
+        print(f"\n[py-spy of the gateway, SDK-signed 4 KiB hits, {args.profile_seconds:g}s]{extra}\n{summary}")
     return 0
 
 
@@ -923,6 +1281,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2,
                         help="also gw-mem-<N>w: the memory gateway with server.workers=N (0 or 1: not measured)")
     parser.add_argument("--clients", default="wrk,py", help="load generators: wrk, py or both")
+    parser.add_argument("--signing", default="sdk",
+                        help="what wrk sends, one row each: sdk (default: each request signed anew by botocore, "
+                             "as the SDKs send a GetObject), presigned-new (each URL its own), same-bytes (one "
+                             "presigned URL per key, sent again and again)")
+    parser.add_argument("--requests", type=int, default=30000,
+                        help="requests per wrk file of a warm row (sdk, presigned-new), made before the row and "
+                             "cycled if wrk sends more (its note says so)")
+    parser.add_argument("--hits", action="store_true",
+                        help="only the hits of requests as SDKs send them: gateway vs nginx proxy_cache on tmpfs, "
+                             "pinned (--hits-rows, --server-cpu, --client-cpu); --profile: py-spy of SDK 4KiB hits")
+    parser.add_argument("--hits-rows", default=HIT_ROWS, help=f"--hits: <size>:<signing> rows (default {HIT_ROWS})")
+    parser.add_argument("--hits-objects", default=HIT_OBJECTS, help=f"--hits: warm objects per size ({HIT_OBJECTS})")
+    parser.add_argument("--server-cpu", default="0", help="--hits: the CPU of gateway and nginx (taskset; '' unpinned)")
+    parser.add_argument("--client-cpu", default="1", help="--hits: wrk's CPU (taskset; '' unpinned)")
+    parser.add_argument("--code", default="",
+                        help="run the gateway of this commit (git archive), not the work tree's gateway/")
     parser.add_argument("--busy", type=float, default=0.25,
                         help="measure a cell again when other processes took more than this many cores meanwhile")
     parser.add_argument("--retries", type=int, default=1, help="how many times a busy cell is measured again")
@@ -943,7 +1317,12 @@ def main(argv: list[str] | None = None) -> int:
         label, _, n = part.partition("=")
         overrides[label.strip()] = int(n)
     sizes = plans([s.strip() for s in args.sizes.split(",") if s.strip()], overrides)
-    clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    signings = [v.strip() for v in args.signing.split(",") if v.strip()]
+    if not signings or set(signings) - set(SIGNINGS):
+        raise SystemExit(f"--signing: some of {', '.join(SIGNINGS)}, not {args.signing!r}")
+    # wrk: one client per kind of request it sends (wrk:sdk, ...), each its own row
+    clients = [f"wrk:{v}" if c.strip() == "wrk" else c.strip() for c in args.clients.split(",") if c.strip()
+               for v in (signings if c.strip() == "wrk" else [""])]
     quota = parse_size(args.memory_quota, "--memory-quota")
     seconds = args.seconds
 
@@ -951,15 +1330,23 @@ def main(argv: list[str] | None = None) -> int:
     # Every gateway process of the run (cold ones are restarted per cell) runs one copy of
     # the gateway package, taken now: the work tree may change while the benchmark runs.
     code = tmp / "code"
-    shutil.copytree(ROOT / "gateway", code / "gateway", ignore=shutil.ignore_patterns("__pycache__"))
+    version = gateway_copy(code, args.code)
     print(f"machine: {machine()}")
-    print(f"gateway code: {code_version()} (copied to {code} for the whole run)")
+    print(f"gateway code: {version} (copied to {code} for the whole run)")
+    if args.hits:
+        try:
+            return hits_as_sent(args, tmp, code)
+        finally:
+            if not args.keep:
+                shutil.rmtree(tmp, ignore_errors=True)
     print(f"NOTE: load generator, gateway, moto and nginx all share these {os.cpu_count()} cores over loopback;"
           " every figure is bounded by that (a faster server leaves less CPU to the client and vice versa).")
     print(f"cells: {seconds:g}s each; connections " + ", ".join(f"{p.label}={p.connections}" for p in sizes)
           + f"; gateway memory tier {args.memory_quota}; nginx worker_processes {args.nginx_workers}"
           + f"; gateway block size {args.block_size or 'default'}, readahead {args.readahead or 'default'}")
-    print("wrk rows: presigned SigV4 URLs (signature in the query, verified by the gateway on every request);"
+    print("wrk rows (wrk:<kind>): sdk = GetObject requests made by botocore, each signed anew (Authorization"
+          " header, own x-amz-date and amz-sdk-invocation-id); presigned-new = presigned URLs, each its own;"
+          " same-bytes = one presigned URL per key, sent again byte for byte."
           " py rows: aiohttp client, SigV4 Authorization header computed per request.\n", flush=True)
 
     started = time.monotonic()
@@ -1054,9 +1441,13 @@ def main(argv: list[str] | None = None) -> int:
                         cpu = server() if server is not None else 0.0
                         paths_before = gateway.hit_path() if gateway is not None else None
                         with OtherLoad() as load:
-                            if client == "wrk":
-                                run = run_wrk(setup, endpoint, presigned_paths(endpoint, keys), plan.size, conns,
-                                              cell_seconds, tmp, distinct=cold is not None, header_size=header)
+                            if client.startswith("wrk:"):
+                                signing = client.partition(":")[2]
+                                requests = wrk_requests(signing, endpoint, keys,
+                                                        len(keys) if cold is not None else args.requests)
+                                run = run_wrk(setup, endpoint, [], plan.size, conns, cell_seconds, tmp,
+                                              distinct=cold is not None, header_size=header, raw=requests,
+                                              signing=signing)
                             else:
                                 run = run_py(setup, endpoint, keys, plan.size, conns, cell_seconds,
                                              once=cold is not None, expect=expect)
@@ -1135,14 +1526,17 @@ def main(argv: list[str] | None = None) -> int:
                 out_dir = Path(args.profile_dir) if args.profile_dir else tmp
                 out_dir.mkdir(parents=True, exist_ok=True)
                 warm(gw_mem.endpoint, warm_keys, plan.size, conns)  # metadata fresh again (its TTL is 60 s)
-                cell, summary = profile_gateway(gw_mem, plan.label, presigned_paths(gw_mem.endpoint, warm_keys),
-                                                plan.size, conns, args.profile_seconds, tmp, out_dir)
+                sig = signings[0]  # what wrk sends while py-spy looks
+                cell, summary = profile_gateway(gw_mem, plan.label, [], plan.size, conns, args.profile_seconds, tmp,
+                                                out_dir, signing=sig,
+                                                raw=wrk_requests(sig, gw_mem.endpoint, warm_keys, args.requests))
                 profiles.append((f"gw-mem, warm from memory, {plan.label}", cell, summary))
                 if gw_workers is not None:
                     warm(gw_workers.endpoint, warm_keys, plan.size, conns)
-                    cell, summary = profile_gateway(gw_workers, plan.label,
-                                                    presigned_paths(gw_workers.endpoint, warm_keys), plan.size, conns,
-                                                    args.profile_seconds, tmp, out_dir)
+                    cell, summary = profile_gateway(gw_workers, plan.label, [], plan.size, conns,
+                                                    args.profile_seconds, tmp, out_dir, signing=sig,
+                                                    raw=wrk_requests(sig, gw_workers.endpoint, warm_keys,
+                                                                     args.requests))
                     profiles.append((f"{gw_workers.name} (one of its workers), warm from memory, {plan.label}", cell,
                                      summary))
                 if plan.label == "1MiB" and shaped_root is not None and gw_cold_shaped is not None:
@@ -1150,8 +1544,9 @@ def main(argv: list[str] | None = None) -> int:
                     cold_keys = link_objects(shaped_root, f"cold/{plan.label}", plan.size, count)
                     gw_cold_shaped.restart()
                     cell, summary = profile_gateway(
-                        gw_cold_shaped, plan.label, presigned_paths(gw_cold_shaped.endpoint, cold_keys), plan.size,
-                        conns, args.profile_seconds, tmp, out_dir, distinct=True)
+                        gw_cold_shaped, plan.label, [], plan.size, conns, args.profile_seconds, tmp, out_dir,
+                        distinct=True, signing=sig, raw=wrk_requests(sig, gw_cold_shaped.endpoint, cold_keys,
+                                                                     len(cold_keys)))
                     profiles.append((f"gw-cold/shaped, cold reads from the shaped origin, {plan.label}", cell, summary))
                     shutil.rmtree(shaped_root / BUCKET / "cold", ignore_errors=True)
                 for gw in gateways:
@@ -1192,8 +1587,9 @@ def main(argv: list[str] | None = None) -> int:
                           f"{verdict(g.mbps / o.mbps, 0.9)}")
     if gw_workers is not None:
         n = args.workers
-        print(f"  [{n} workers, wrk]")
-        g, one, x = pick("4KiB", gw_workers.name, "wrk"), pick("4KiB", "gw-mem", "wrk"), pick("4KiB", "nginx-tmpfs", "wrk")
+        print(f"  [{n} workers, {wrk}]")
+        wrk = f"wrk:{signings[0]}"
+        g, one, x = pick("4KiB", gw_workers.name, wrk), pick("4KiB", "gw-mem", wrk), pick("4KiB", "nginx-tmpfs", wrk)
         if g and x and x.rps:
             print(f"    {gw_workers.name} 4 KiB req/s vs nginx-tmpfs ({args.nginx_workers} workers):  "
                   f"{g.rps:,.0f} / {x.rps:,.0f} = {verdict(g.rps / x.rps, 0.8)}")
@@ -1202,7 +1598,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    CPU per 4 KiB request, {n} workers vs 1:  {g.cpu_us_per_request:,.0f} / "
                   f"{one.cpu_us_per_request:,.0f} us = {ratio:.2f}x (target <= 1.15x: "
                   f"{'met' if ratio <= 1.15 else 'MISSED'})")
-        nx1 = pick("4KiB", "nginx-tmpfs-1w", "wrk")
+        nx1 = pick("4KiB", "nginx-tmpfs-1w", wrk)
         if x and nx1 and x.cpu_us_per_request and nx1.cpu_us_per_request:
             print(f"    the same for nginx-tmpfs, {args.nginx_workers} workers vs 1 (what sharing the cores with wrk "
                   f"costs):  {x.cpu_us_per_request:,.1f} / {nx1.cpu_us_per_request:,.1f} us = "

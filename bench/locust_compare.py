@@ -128,8 +128,9 @@ def nginx(origin: str, workdir: Path, workers: str) -> Iterator[str]:
     user = "user root;\n" if os.geteuid() == 0 else ""
     text = cs.NGINX_CONF.replace("proxy_cache_key $uri;", "proxy_cache_key $request_uri;")
     assert "$request_uri" in text
-    conf.write_text(text.format(user=user, workers=workers, dir=root, port=port, cache=root / "cache",  # {cache}: newer
-                                origin=urlsplit(origin).netloc))  # versions of NGINX_CONF place the cache with it
+    # {cache} and {sendfile}: newer versions of NGINX_CONF place the cache and choose sendfile with them
+    conf.write_text(text.format(user=user, workers=workers, dir=root, port=port, cache=root / "cache",
+                                origin=urlsplit(origin).netloc, sendfile="on"))
     proc = subprocess.Popen(["nginx", "-c", str(conf), "-p", str(root), "-e", str(root / "error.log")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     endpoint = f"http://127.0.0.1:{port}"

@@ -2,7 +2,8 @@
 cache costs a request, apart from what sharing the machine's cores costs.
 
 Each round starts a node of each size in front of bench/shaped_origin.py (no delay), warms it
-and measures presigned GETs with wrk (--connections): req/s, the CPU per request of all the
+and measures GETs with wrk (--connections; by default requests each signed anew by botocore, as
+the SDKs send them, --signing as in bench/cache_serving.py): req/s, the CPU per request of all the
 node's processes (user and system), and their context switches per request. `--pin` puts
 every process of the node on core 0 and wrk on core 1, so two workers share one core as one
 worker has it alone: their CPU per request is then the work per request, not the machine's
@@ -54,6 +55,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--tier", choices=("memory", "disk"), default="memory", help="where the hits come from")
+    parser.add_argument("--signing", default="sdk", choices=cs.SIGNINGS,
+                        help="what wrk sends (bench/cache_serving.py): sdk = each request signed anew by botocore, "
+                             "as the SDKs send a GetObject; presigned-new = each URL its own; same-bytes = one "
+                             "presigned URL per key, sent again and again")
+    parser.add_argument("--requests", type=int, default=30000, help="requests per wrk file (sdk, presigned-new)")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="workers-hits-"))
     trees = {"work tree": code_tree(tmp / "work", None)}
@@ -94,8 +100,10 @@ def main() -> None:
                                                    capture_output=True)
                             paths = cs.presigned_paths(gateway.endpoint, keys)
                             cs.run_wrk("warm-up", gateway.endpoint, paths, 4096, args.connections, 2, tmp)
+                            requests = cs.wrk_requests(args.signing, gateway.endpoint, keys, args.requests)
                             cpu, context = user_system_ticks(gateway), switches(gateway.pid)
-                            cell = cs.run_wrk(name, gateway.endpoint, paths, 4096, args.connections, args.seconds, tmp)
+                            cell = cs.run_wrk(name, gateway.endpoint, paths, 4096, args.connections, args.seconds, tmp,
+                                              raw=requests, signing=args.signing)
                             cpu_after, context_after = user_system_ticks(gateway), switches(gateway.pid)
                         finally:
                             gateway.stop()

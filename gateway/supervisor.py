@@ -2,7 +2,9 @@
 
 The supervisor binds the node's TCP socket once and starts the workers (`python -m
 gateway.run`), each with the socket, its WorkerSet (in GATEWAY_WORKER) and a pipe it
-reports on: "ready" once it serves, or the configuration error it stopped on. The kernel
+reports on: "ready" once it serves, or the configuration error it stopped on. Once every
+worker reported "ready", the node says it listens and makes the file that tells its workers
+the node serves (WorkerSet.serving_path: their readyz, gateway.admin.ready). The kernel
 spreads the connections among the workers that accept on the shared socket. The node's
 run folder (the workers' unix sockets, the journal, their counters' ledgers, the memory
 tier's files) is made on tmpfs, mode 0700, and removed at exit.
@@ -306,8 +308,16 @@ class _Node:
                 return
             self._look_after(time.monotonic())
             if not announced and len(self.workers) == self.count and all(w.ready for w in self.workers.values()):
+                self._mark_served()
                 listening()
                 announced = True
+
+    def _mark_served(self) -> None:
+        """Every worker serves: the node is ready from now on (its workers' readyz, which read
+        this file; a worker restarted later does not change it: see gateway.admin.ready)."""
+        path = WorkerSet(0, self.count, self.run_dir, self.secret).serving_path
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600))
 
     def _stop_asked(self, received: list[int]) -> bool:
         while received:

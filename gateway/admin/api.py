@@ -17,7 +17,7 @@ from gateway.admin.load import load_prefix
 from gateway.admin.metrics import CONTENT_TYPE_LATEST, registry_for, render
 from gateway.admin.node import Node
 from gateway.admin.nodewide import Family, families, node_metrics, node_shadow, node_stats, workers_figure
-from gateway.admin.ready import readiness
+from gateway.admin.ready import readiness, siblings_up
 from gateway.admin.siblings import ACTION_TIMEOUT, LOCAL, SiblingAdmin
 from gateway.admin.stats import HOT_OBJECTS, stats_counts, stats_document
 from gateway.cluster.peers import decode_query
@@ -35,7 +35,8 @@ _OPEN = frozenset({"/healthz", "/readyz", "/dashboard"})
 
 class AdminApp:
     """A small router of plain ASGI handlers. Without a token: `GET healthz` (the process
-    runs), `GET readyz` (the origin and Redis answer) and `GET dashboard` (an HTML page
+    runs), `GET readyz` (the origin and Redis answer; in a node of several workers, every
+    worker came up: gateway.admin.ready) and `GET dashboard` (an HTML page
     whose script asks for the token and polls `stats`). With the token:
 
     - `GET metrics`: Prometheus text; `GET stats`: the node's figures as JSON;
@@ -135,7 +136,10 @@ class AdminApp:
         if self.siblings is None or self.node.engine.shared is not None or not self._token:
             return  # (without an admin token no one can set runtime pins, and siblings have no admin API)
         pins = self.node.pins
-        # Siblings that start at the same time answer late or not at all: they have no pins yet.
+        # As the node starts, once every worker is up: one up before this one may have taken a
+        # pin that could not reach this one yet, and asking the others before they listen only
+        # gets refusals. (Past the wait, those that answer: one that does not is a problem.)
+        await siblings_up(self.workers)
         for answer in await self.siblings.ask("GET", "/pins"):
             for bucket, prefix in answer["pins"]:
                 if not pins.is_runtime((bucket, prefix)):
@@ -173,12 +177,13 @@ class AdminApp:
         await _json(send, 200, {**answer, "worker": self.workers.index})
 
     # healthz and readyz: this worker's answer. A load balancer's probe lands on one worker,
-    # like the requests it vouches for; the supervisor restarts a worker that is gone.
+    # like the requests it vouches for; the supervisor restarts a worker that is gone. In a
+    # node of several, readyz also waits for every worker to have come up (admin.ready).
     async def _healthz(self, scope: Scope, receive: Receive, send: Send) -> None:
         await _json(send, 200, {"status": "ok"})
 
     async def _readyz(self, scope: Scope, receive: Receive, send: Send) -> None:
-        checks = await readiness(self.node.engine)
+        checks = await readiness(self.node.engine, self.workers)
         failed = {name: why for name, why in checks.items() if why != "ok"}
         if failed:
             await _json(send, 503, {"status": "unavailable", "failed": failed, "checks": checks})

@@ -1,5 +1,6 @@
-"""Readiness: whether the origin answers and, when configured, Redis (`GET readyz`, and the
-checks `gateway serve` makes before it listens)."""
+"""Readiness: whether the origin answers, when configured Redis, and in a node of several
+workers whether every worker came up (`GET readyz`, and the checks `gateway serve` makes
+before it listens)."""
 
 from __future__ import annotations
 
@@ -9,18 +10,51 @@ from gateway.cluster.connection import redis_client
 from gateway.config import Settings, redacted_url
 from gateway.engine import Engine
 from gateway.errors import S3Error
+from gateway.node.workers import WorkerSet
 from gateway.origin import Origin
 
 ORIGIN_TIMEOUT = 2.0  # seconds; a probe must answer well within a load balancer's own timeout
+SIBLINGS_TIMEOUT = 60.0  # seconds a starting worker waits for its siblings (the supervisor's START_TIMEOUT)
+SIBLINGS_POLL = 0.05  # seconds between looks while it waits
 
 
-async def readiness(engine: Engine) -> dict[str, str]:
-    """{"origin": "ok" | why not, "redis": ... (only with Redis)}; ready when all are "ok"."""
+async def readiness(engine: Engine, workers: WorkerSet | None = None) -> dict[str, str]:
+    """{"origin": "ok" | why not, "redis": ... (only with Redis), "workers": ... (only in a
+    node of several workers)}; ready when all are "ok".
+
+    A node of several workers is ready once every one of its workers served: the supervisor
+    says so when the last one reported that it serves (WorkerSet.node_served). Before that,
+    the first workers up would take the whole node's traffic while every read of a block
+    owned by a worker still starting goes to the origin, and the node's stats miss it.
+
+    A worker restarted after that (killed, crashed) leaves the node ready. The kernel hands
+    new connections only to the workers that accept, so the node serves through the others
+    meanwhile (the restarting worker's blocks are read from the origin: slower, not wrong),
+    and the supervisor starts it again (at once, or after a pause of up to 30 s while it keeps
+    dying). A Kubernetes readiness probe asks whether the pod can take traffic, and it can:
+    failing it would move all of the node's clients to the other nodes at every restart, and
+    keep a node with one worker in a crash loop out of the Service although its other workers
+    serve (the supervisor logs each of that worker's failures as an error). A node whose
+    workers never all came up is not ready: that is a start that failed."""
     checks = [_origin(engine)]
     if engine.shared is not None:
         checks.append(_redis(engine))
-    results = await asyncio.gather(*checks)
-    return dict(zip(("origin", "redis"), results))
+    results = dict(zip(("origin", "redis"), await asyncio.gather(*checks)))
+    if workers is not None and not workers.alone:
+        results["workers"] = "ok" if workers.node_served() else \
+            f"the node's {workers.count} workers are starting: not every one serves yet"
+    return results
+
+
+async def siblings_up(workers: WorkerSet, *, timeout: float = SIBLINGS_TIMEOUT) -> bool:
+    """Wait until every worker of the node served once (at once after the node's start: a
+    worker restarted later finds its siblings serving); False after `timeout` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not workers.node_served():  # a stat on tmpfs, some µs: the loop goes on meanwhile
+        if asyncio.get_running_loop().time() >= deadline:
+            return False
+        await asyncio.sleep(SIBLINGS_POLL)
+    return True
 
 
 async def _origin(engine: Engine) -> str:

@@ -8,6 +8,10 @@ each quota; any worker reads a block another one holds straight from the tier's 
 A worker asks the owner for a block it misses over the owner's own socket
 (`socket_path`), with the peer API signed under the node's `secret`.
 
+The supervisor makes a file in the run folder (`serving_path`) once every worker of the node
+served: from then on the node is ready (gateway.admin.ready), and a worker that starts asks
+its siblings at once; before, a starting worker waits for its siblings to be up.
+
 Imports nothing of the gateway, so every layer may take a WorkerSet.
 """
 
@@ -62,6 +66,15 @@ class WorkerSet:
     def ledger_path(self, index: int) -> str:
         """Where worker `index` keeps its counts, for the worker after it (gateway.admin.ledger)."""
         return os.path.join(self.run_dir, f"counters-{index}")
+
+    @property
+    def serving_path(self) -> str:
+        """Made by the supervisor once every worker of the node served, kept while the node runs."""
+        return os.path.join(self.run_dir, "serving")
+
+    def node_served(self) -> bool:
+        """Every worker of the node served once (alone: this one, which asks). A stat on tmpfs."""
+        return self.alone or os.path.exists(self.serving_path)
 
     @property
     def journal_path(self) -> str:

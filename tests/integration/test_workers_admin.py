@@ -74,6 +74,8 @@ def two_workers(origin: str, **sections: object) -> Iterator[tuple[RunningGatewa
     try:
         for worker in workers:
             worker.__enter__()
+        with open(WorkerSet(0, 2, run_dir, secret).serving_path, "x"):  # as the supervisor, once both serve
+            pass
         yield workers[0], workers[1]
     finally:
         for worker in workers:

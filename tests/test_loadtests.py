@@ -186,3 +186,21 @@ def test_locust_compare_reads_percentiles_and_the_error_report() -> None:
     assert row["requests"] == 100 and row["rps"] == 10.0 and row["failures"] == 4  # REFRESH left out
     assert row["p50"] == 10 and row["p99"] == 50
     assert row["wrong bytes"] == 3 and row["wrong other"] == 1
+
+
+# --- loadtests/hostile_memory.py: a short run (the 100,000-request one takes minutes) -----------------------
+
+
+def test_hostile_memory_runs_and_reports_the_rss_series() -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "loadtests" / "hostile_memory.py"), "--requests", "1020",
+                           "--every", "340", "--bound-mb", "1000", "--max-seconds", "60"],
+                          cwd=ROOT, env=client_env(), capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]  # 2: a 5xx, or the gateway died
+    out = done.stdout
+    assert re.search(r"^1020 hostile requests in ", out, re.MULTILINE), out
+    series = re.findall(r"^\s+(\d+)\s+([\d.]+)\s+[+-]?[\d.]*$", out.split("requests    RSS MB", 1)[1], re.MULTILINE)
+    assert [int(n) for n, _ in series] == [0, 340, 680, 1020], out
+    assert all(float(rss) > 10 for _, rss in series), out
+    kinds = re.findall(r"^  (\w+)\s+(.+)$", out.split("kinds;", 1)[1].split("\n\n", 1)[0], re.MULTILINE)
+    assert len(kinds) == 19 and all(answers for _, answers in kinds), out  # every kind was sent
+    assert "levelled off (bound 1000 MB)" in out, out

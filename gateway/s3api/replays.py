@@ -50,15 +50,16 @@ from dataclasses import dataclass
 from gateway.engine import ObjectMeta, OneBlock
 from gateway.errors import S3Error
 from gateway.s3api.auth import Identity
-from gateway.s3api.auth.memo import SDK_INVOCATION_ID
+from gateway.s3api.auth.memo import KNOWN_REQUEST_MAX, SDK_INVOCATION_ID, kept_size
 from gateway.s3api.responses import new_request_id
 from gateway.s3api.server import Answered, S3App, S3Request
 
 # A request is kept only without these: their answer depends on the clock, not only on the
 # request and the object (ranges.evaluate_preconditions ignores a date in the future).
 CLOCK_HEADERS = ("if-modified-since", "if-unmodified-since")
-MAX_REQUEST_BYTES = 4096  # as the signature memo: larger requests are answered the whole way
-MAX_KEPT = 2048  # requests kept per process, the oldest dropped first (each ~3 KB)
+MAX_REQUEST_BYTES = 4096  # larger requests are answered the whole way; and, as the signature memo,
+# those whose kept_size (their headers counted at what each holds once parsed) is above KNOWN_REQUEST_MAX
+MAX_KEPT = 2048  # requests kept per process, the oldest dropped first (each ~3 KB besides its request)
 SEEN = 4 * MAX_KEPT  # requests whose arrivals are counted (by hash), the first seen forgotten first
 _RID = b"x-amz-request-id"
 _XCACHE = b"x-cache"
@@ -152,6 +153,8 @@ class Replays:
     def keep(self, request: bytes, keeper: Keeper) -> None:
         """Keep `request`, just answered by the hit path, if its bytes arrived before."""
         if len(request) > MAX_REQUEST_BYTES or self.size <= 0 or self._arrivals.get(hash(request), 0) < 2:
+            return
+        if kept_size(len(request), request.count(b"\n")) > KNOWN_REQUEST_MAX:  # many headers: large once parsed
             return
         replay = keeper()
         if replay is None:

@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.s3api.replays import SEEN, Replays
+from gateway.s3api.replays import MAX_REQUEST_BYTES, SEEN, Replays
 
 
 class Made:
@@ -63,3 +63,17 @@ def test_no_more_than_seen_requests_are_counted() -> None:
         assert replays.answer(request, []) is None
         replays._arrived(request + b"stale", again=True)
     assert len(replays._arrivals) == SEEN
+
+
+def test_a_request_of_many_tiny_headers_is_not_kept() -> None:
+    """Under MAX_REQUEST_BYTES, but 600 headers: ~100 KiB once parsed (loadtests/hostile_memory.py
+    grew the gateway by ~90 MB with such requests sent twice each); a browser's 14 are kept."""
+    replays, made = Replays(app=None, size=10), Made()  # type: ignore[arg-type]
+    many = b"GET /bkt/k?X-Amz-Signature=1 HTTP/1.1\r\n" + b"a: b\r\n" * 600 + b"\r\n"
+    browser = (b"GET /bkt/k?X-Amz-Signature=1 HTTP/1.1\r\n"
+               + b"".join(b"sec-header-%d: %s\r\n" % (n, b"v" * 60) for n in range(14)) + b"\r\n")
+    assert len(many) < MAX_REQUEST_BYTES
+    for _ in range(2):
+        arrive(replays, many, made)
+        arrive(replays, browser, made)
+    assert replays.kept() == [browser] and made.made == 1

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 from gateway.errors import S3Error
 from gateway.s3api.auth.common import _parse_query, _utc
-from gateway.s3api.auth.memo import KNOWN_REQUEST_MAX, SDK_INVOCATION_ID, VerifiedSignatures
+from gateway.s3api.auth.memo import KNOWN_REQUEST_MAX, SDK_INVOCATION_ID, VerifiedSignatures, kept_size
 from gateway.s3api.auth.model import Identity, RequestView, SecretLookup
 from gateway.s3api.auth.payload import _payload_check
 from gateway.s3api.auth.presigned import _sigv4_query
@@ -55,7 +55,8 @@ def authenticate(
 
 
 def _size(view: RequestView) -> int:
-    return len(view.raw_path) + len(view.query_string) + sum(len(n) + len(v) for n, v in view.headers)
+    characters = len(view.raw_path) + len(view.query_string) + sum(len(n) + len(v) for n, v in view.headers)
+    return kept_size(characters, len(view.headers))
 
 
 def _authenticate(view: RequestView, secret_for: SecretLookup, now: datetime, max_skew: timedelta,

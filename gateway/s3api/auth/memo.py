@@ -32,13 +32,24 @@ from datetime import datetime
 
 from gateway.s3api.auth.model import Identity, SecretLookup
 
-__all__ = ["KNOWN_REQUEST_MAX", "SDK_INVOCATION_ID", "VerifiedSignatures"]
+__all__ = ["HEADER_COST", "KNOWN_REQUEST_MAX", "SDK_INVOCATION_ID", "VerifiedSignatures", "kept_size"]
 
-# The largest request (path, query and headers, in characters) kept whole: a presigned GET is
-# about 600; larger ones are checked every time, so the memo holds at most ~16 MiB of requests.
-KNOWN_REQUEST_MAX = 4096
+# What a request kept whole (here, and by s3api.replays) holds beyond its characters, per header:
+# its (name, value) tuple and two strings, ~160 bytes. Counted in characters alone, 4,096 of
+# them as 600 headers "a: b" held ~100 KiB, and 4,096 such requests (one presigned URL and
+# headers of the sender's choosing) grew the gateway by ~500 MB (loadtests/hostile_memory.py).
+HEADER_COST = 160
+# The largest request kept whole, in kept_size: a presigned GET from a browser (14 headers) is
+# about 3,500; larger ones are checked every time, so the memo holds at most ~32 MiB of requests.
+KNOWN_REQUEST_MAX = 8192
 # The header by which an SDK marks each request as its own (a new UUID per request).
 SDK_INVOCATION_ID = "amz-sdk-invocation-id"
+
+
+def kept_size(characters: int, headers: int) -> int:
+    """About the bytes a request of `characters` (path, query and headers) in `headers` headers
+    holds when kept whole."""
+    return characters + HEADER_COST * headers
 
 
 class VerifiedSignatures:

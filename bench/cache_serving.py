@@ -1143,7 +1143,7 @@ def best_cell(measure: Callable[[], Cell], busy: float, retries: int, what: str)
     return cell
 
 
-def hits_as_sent(args: argparse.Namespace, tmp: Path, code: Path) -> int:
+def hits_as_sent(args: argparse.Namespace, tmp: Path, code: Path, version: str) -> int:
     """Warm hits from the gateway's memory tier (one worker, on one core) against nginx
     proxy_cache on tmpfs (one worker, sendfile off, on the same core), wrk on the other core,
     one row per size and kind of request (--hits-rows): the same request file to both."""
@@ -1240,7 +1240,7 @@ def hits_as_sent(args: argparse.Namespace, tmp: Path, code: Path) -> int:
                                       out_dir, raw=requests, signing="sdk", cpus=client_cpu, top=15)
     load_after = os.getloadavg()
 
-    print(f"\n### Hits as SDKs send them (gateway {code_version()}; load average before "
+    print(f"\n### Hits as SDKs send them (gateway {version}; load average before "
           f"{load_before[0]:.2f}/{load_before[1]:.2f}/{load_before[2]:.2f}, after "
           f"{load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f})\n")
     header = ("row", "gateway req/s", "MB/s", "nginx req/s", "MB/s", "gw/nginx", "gw p50/p99 ms", "gw CPU us/req",
@@ -1335,7 +1335,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"gateway code: {version} (copied to {code} for the whole run)")
     if args.hits:
         try:
-            return hits_as_sent(args, tmp, code)
+            return hits_as_sent(args, tmp, code, version)
         finally:
             if not args.keep:
                 shutil.rmtree(tmp, ignore_errors=True)

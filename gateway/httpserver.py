@@ -48,48 +48,22 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.config import ServerSettings
+from gateway.hitanswers import Hits, Later, LaterReplay
 from gateway.transport_errors import ErrorPage, TransportErrors
 
-__all__ = ["GuardedProtocol", "Limits", "protocol_factory", "uvicorn_options"]
+__all__ = ["GuardedProtocol", "Hits", "Later", "LaterReplay", "Limits", "protocol_factory", "uvicorn_options"]
 
 WRITE_HIGH_WATER = 64 * 1024  # the transport's write buffer: writing pauses above it ...
 WRITE_LOW_WATER = 16 * 1024  # ... and resumes below this
 logger = logging.getLogger("gateway.server")
-
-
-Later = Callable[[], Awaitable["tuple[Callable[[bool], list[bytes | memoryview]], Any] | None"]]
-"""A hit that waits for its block first: awaited, it gives (what makes the whole answer for the
-connection's keep-alive of that moment, what keeping the request to answer it again takes), or
-None: the app answers the request."""
-LaterReplay = Callable[[], Awaitable["tuple[list[bytes | memoryview], bool] | None"]]
-"""A kept request that waits for its block first: awaited, (the whole answer, keep-alive), or
-None: the request is parsed as any other."""
 _LATER = object()  # in place of what keeping a request takes, until its later answer gives it
-
-
-class Hits(Protocol):
-    """What answers cache hits in the protocol (gateway.app.GatewayApp)."""
-
-    def hit(self, scope: dict[str, Any], default_headers: list[tuple[bytes, bytes]],
-            keep_alive: bool) -> tuple[list[bytes | memoryview], Any] | Later | None:
-        """(ASGI HTTP scope of a request without a body, the server's default headers,
-        keep-alive) -> (the whole HTTP answer as pieces to write, what keeping the request to
-        answer it again takes, or None), a Later, or None: the app answers the request."""
-
-    def keep(self, request: bytes, keeper: Any) -> None:
-        """`request`, exactly as read, was answered by `hit`, which gave `keeper`."""
-
-    def replay(self, request: bytes, default_headers: list[tuple[bytes, bytes]],
-               ) -> tuple[list[bytes | memoryview], bool] | LaterReplay | None:
-        """(the whole answer, keep-alive) to a request kept before, a LaterReplay, or None: it is
-        parsed and goes to `hit` as any other."""
 
 
 @dataclass(frozen=True, slots=True)

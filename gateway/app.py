@@ -79,9 +79,7 @@ class GatewayApp:
         engine = Engine(Origin(self.settings.origin), self.settings.metadata, self.settings.listing,
                         store=store, cache=cache, shared=shared, fleet=self.fleet, heat=heat,
                         workers=self.workers, cluster=cluster, journal=journal)  # engine.aclose closes it
-        if self.fleet is not None or not self.workers.alone:  # other nodes or workers ask this one for blocks
-            self.peer = PeerApp(cluster.secret if self.fleet is not None else "", self.workers.secret.hex(),
-                                engine.serve_block, engine.serve_open, engine.serve_hold, engine.serve_block_now)
+        self.peer = self._peer_app(engine) if self.fleet is not None or not self.workers.alone else None
         if self.fleet is not None:
             await self.fleet.membership.heartbeat()  # join now (Redis down: alone until it is back)
             self._tasks.append(asyncio.create_task(self.fleet.membership.run(), name="gateway-membership"))
@@ -119,6 +117,13 @@ class GatewayApp:
             self._tasks.append(asyncio.create_task(self.admin.adopt_pins(), name="gateway-adopt-pins"))
             # and keeps its counts where the worker after it goes on from them (admin.ledger)
             self._tasks.append(asyncio.create_task(self.admin.keep_counts(), name="gateway-counts"))
+
+    def _peer_app(self, engine: Engine) -> PeerApp:
+        """What other nodes (signed with the cluster secret) and this node's other workers (its own
+        secret) ask this worker: blocks, opens, holds, and blocks lent to it."""
+        return PeerApp(self.settings.cluster.secret if self.fleet is not None else "", self.workers.secret.hex(),
+                       engine.serve_block, engine.serve_open, engine.serve_hold, engine.serve_block_now,
+                       serve_take=engine.serve_take, serve_lent=engine.serve_lent)
 
     async def shutdown(self) -> None:
         await _stop([task for task in [self._invalidations, *self._tasks] if task is not None])

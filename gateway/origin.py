@@ -93,6 +93,15 @@ class OriginResponse:
             self._response.release()  # back to the pool if the body was read to its end, else closed
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
+    async def read_exactly(self, count: int) -> bytes:
+        """The next `count` bytes of the body; S3Error when the body ends or fails before
+        them (the caller decides whether a piece read so far is of use: it is not)."""
+        try:
+            return await self._response.content.readexactly(count)
+        except (asyncio.IncompleteReadError, *_TRANSPORT_ERRORS) as exc:
+            self._response.close()
+            raise S3Error("ServiceUnavailable", "The origin failed while sending its response.") from exc
+
     async def iter_bytes(self) -> AsyncIterator[bytes]:
         """The body as it arrives. A failure mid-stream raises, so no truncated body looks complete."""
         try:

@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from gateway.engine import Engine
+from gateway.engine import Engine, Want
 from gateway.errors import S3Error
 from gateway.s3api.xml import parse_list_objects
 
@@ -96,14 +96,17 @@ class _Load:
 
     async def read_through(self, key: str) -> None:
         engine, bucket, progress = self.engine, self.bucket, self.progress
-        opened = await engine.open_object(bucket, key, read_from=0)
-        async with await opened.read() as read:
-            if read.body is not None:
-                progress.bytes += len(read.body)
-            else:
-                assert read.chunks is not None
-                async for chunk in read.chunks:
-                    progress.bytes += len(chunk)
+        opened = await engine.open_object(bucket, key, want=Want())
+        try:
+            async with await opened.read() as read:
+                if read.body is not None:
+                    progress.bytes += len(read.body)
+                else:
+                    assert read.chunks is not None
+                    async for chunk in read.chunks:
+                        progress.bytes += len(chunk)
+        finally:
+            await opened.aclose()
 
     async def worker(self) -> None:
         while (key := await self.keys.get()) is not None:

@@ -13,13 +13,16 @@ arithmetic (`gateway.store.blocks`):
   from the origin and puts it into the top tier that takes it;
 - the answer of each GET is classified as the gateway's `x-cache` is, before its blocks
   are read: hit-mem (every block in memory), hit-disk (every block cached), partial, miss;
+- origin requests as `gateway.engine.runs` makes them: one for each stretch of consecutive
+  blocks a read misses (the gateway also reads up to two held blocks again to join two
+  stretches in one request: not modelled);
 - readahead as in `gateway.engine.reads`: a GET that starts right after the previous GET of
-  the same object ended (4096 objects remembered) has the next `readahead` blocks fetched
-  ahead, and a Parquet/ORC read has the object's last block (its footer) fetched.
+  the same object ended (4096 objects remembered) has the first stretch of blocks not held
+  among the next `readahead` fetched ahead in one request, and a Parquet/ORC read that does
+  not reach the object's last block has that block (its footer) fetched.
 
-Not modelled: pins and TTLs, the metadata cache (a cold open fetches block 0 again even
-when it is cached), concurrency (reads are applied in trace order, one at a time), and
-a fleet's peers (one node).
+Not modelled: pins and TTLs, the metadata cache, concurrency (reads are applied in trace
+order, one at a time), and a fleet's peers (one node).
 
 Sampling (SHARDS, Waldspurger et al., FAST 2015, fixed rate): with `rate` R < 1 only the
 objects whose hash of (bucket, key) falls below R are replayed, into quotas scaled by R.
@@ -179,7 +182,7 @@ class Counters:
     miss_blocks: int = 0
     miss_bytes: int = 0  # bytes of the GETs that came from the origin
     demand_fetch_bytes: int = 0  # whole blocks fetched from the origin for GETs
-    origin_requests: int = 0  # block fetches from the origin, readahead included
+    origin_requests: int = 0  # origin GETs: one per stretch of blocks a read missed, one per readahead
     origin_bytes: int = 0  # bytes fetched from the origin, readahead included
     prefetches: int = 0
     answers: dict[str, int] = field(default_factory=lambda: {"hit-mem": 0, "hit-disk": 0, "partial": 0, "miss": 0})
@@ -276,15 +279,17 @@ def replayer(
     block_hits, hit_bytes, slowest = counters.block_hits, counters.hit_bytes, counters.slowest
 
     def fetch(name: str, length: int) -> None:
-        counters.origin_requests += 1
         counters.origin_bytes += length
         store.put(name, length)
 
-    def prefetch(bucket: str, key: str, version: str, index: int, size: int) -> None:
+    def prefetch(bucket: str, key: str, version: str, index: int, size: int) -> bool:
+        """Fetch a block nobody asked for yet unless held: whether it was fetched."""
         name = block_names[(bucket, key, version, index)]
-        if name not in store:
-            counters.prefetches += 1
-            fetch(name, min(block_size, size - index * block_size))
+        if name in store:
+            return False
+        counters.prefetches += 1
+        fetch(name, min(block_size, size - index * block_size))
+        return True
 
     while True:
         counters.promotions = store.promotions
@@ -316,6 +321,7 @@ def replayer(
         if trail is not None:
             trail.append(answer)
         worst = -1
+        missed_before = False  # one origin request for each stretch of missed blocks (a run)
         for index, name in zip(span, read_names):
             first = index * block_size
             length = min(block_size, size - first) if size > 0 else block_size
@@ -326,21 +332,29 @@ def replayer(
                 counters.miss_blocks += 1
                 counters.miss_bytes += wanted
                 counters.demand_fetch_bytes += length
+                counters.origin_requests += not missed_before
                 fetch(name, length)
                 worst = origin_level
-            else:
+            missed_before = level < 0
+            if level >= 0:
                 block_hits[level] += 1
                 hit_bytes[level] += wanted
                 worst = max(worst, level)
         slowest[worst] += 1
         if size > 0:
-            if key.endswith(_FOOTER_FIRST_SUFFIXES):
-                prefetch(bucket, key, version, (size - 1) // block_size, size)
+            if key.endswith(_FOOTER_FIRST_SUFFIXES) and span[-1] < (size - 1) // block_size:
+                counters.origin_requests += prefetch(bucket, key, version, (size - 1) // block_size, size)
             stream = (bucket, key, read.version)
             if readahead and read_ends.get(stream) == start - 1:
+                # The first stretch of blocks not held among the next `readahead`, in one run.
                 after = span[-1] + 1
+                fetched = False
                 for index in range(after, min(after + readahead, (size - 1) // block_size + 1)):
-                    prefetch(bucket, key, version, index, size)
+                    if prefetch(bucket, key, version, index, size):
+                        fetched = True
+                    elif fetched:
+                        break
+                counters.origin_requests += fetched
             read_ends[stream] = end
             read_ends.move_to_end(stream)
             if len(read_ends) > _SEQUENTIAL_READERS:

@@ -16,8 +16,8 @@ from starlette.types import Receive, Scope, Send
 
 from gateway import log
 from gateway.cluster.peers import (AUTH_HEADER, BLOCK_HEADER, BLOCK_PATH, CACHED_HEADER, HOLD_PATH, META_HEADER,
-                                   MAX_SKEW, OPEN_PATH, PEER_PREFIX, OpenAnswer, PeerRefused, decode_query, refusal,
-                                   verify)
+                                   MAX_SKEW, OPEN_PATH, PEER_PREFIX, TAKE_PATH, OpenAnswer, PeerRefused, decode_query,
+                                   refusal, verify)
 
 __all__ = ["KEPT_REQUESTS", "KeptBlock", "PeerApp"]
 
@@ -32,11 +32,15 @@ ServeBlock = Callable[[str, str, str, str, int, int, bool, bool], Awaitable["byt
 # (bucket, key, etag, version id or "", object size, index) -> the block's bytes when a tier holds
 # it now (read on the event loop, no wait), else None.
 ServeBlockNow = Callable[[str, str, str, str, int, int], "bytes | memoryview | None"]
-# (bucket, key, version id or "", index, peers, in_file) -> the open's answer (its block None as
-# above) or None.
-ServeOpen = Callable[[str, str, str, int, bool, bool], Awaitable["OpenAnswer | None"]]
+# (bucket, key, version id or "", index, peers, in_file, cached) -> the open's answer (its block None
+# as above) or None; `cached`: only what the worker holds (another worker of this node asks).
+ServeOpen = Callable[[str, str, str, int, bool, bool, bool], Awaitable["OpenAnswer | None"]]
 # (bucket, key, etag, version id or "", object size, replicas) -> bytes fetched.
 ServeHold = Callable[[str, str, str, str, int, int], Awaitable[int]]
+# Between the workers of a node: (bucket, key, etag, version id or "", object size, index, giving
+# worker) -> None, a block the giver lends is taken; (the same but the giver) -> the bytes it lent.
+ServeTake = Callable[[str, str, str, str, int, int, int], Awaitable[None]]
+ServeLent = Callable[[str, str, str, str, int, int], "bytes | None"]
 
 
 class KeptBlock(NamedTuple):
@@ -61,7 +65,8 @@ class PeerApp:
     """
 
     def __init__(self, cluster_secret: str, node_secret: str, serve_block: ServeBlock, serve_open: ServeOpen,
-                 serve_hold: ServeHold, serve_block_now: ServeBlockNow | None = None) -> None:
+                 serve_hold: ServeHold, serve_block_now: ServeBlockNow | None = None, *,
+                 serve_take: ServeTake | None = None, serve_lent: ServeLent | None = None) -> None:
         # Other nodes sign with the cluster secret, this node's other workers with the node's own.
         self._secrets = [(secret.encode(), sibling) for secret, sibling in ((cluster_secret, False),
                                                                             (node_secret, True)) if secret]
@@ -69,6 +74,8 @@ class PeerApp:
         self._serve_open = serve_open
         self._serve_hold = serve_hold
         self._serve_block_now = serve_block_now
+        self._serve_take = serve_take
+        self._serve_lent = serve_lent
         self.served: Counter[str] = Counter()
         self._kept: OrderedDict[bytes, KeptBlock] = OrderedDict()
 
@@ -84,12 +91,14 @@ class PeerApp:
             self.served["unauthorized"] += 1
             return await _answer(send, status, orjson.dumps({"error": "peer requests are signed with the "
                                                                       "cluster secret (x-gateway-peer)"}))
-        if method != "GET" or path not in (BLOCK_PATH, OPEN_PATH, HOLD_PATH):
+        if method != "GET" or path not in (BLOCK_PATH, OPEN_PATH, HOLD_PATH, TAKE_PATH):
             return await _answer(send, 404, orjson.dumps({"error": f"no peer route {method} {path}"}))
         params = decode_query(query)
         try:
             in_file = sibling and params.get("file") == "1"
             peers = sibling and params.get("peers") == "1"
+            if sibling and (path == TAKE_PATH or params.get("lent") == "1"):
+                return await self._between_workers(send, path, params)
             if path == BLOCK_PATH:
                 data = await self._serve_block(params["bucket"], params["key"], params["etag"], params["vid"],
                                                int(params["size"]), int(params["index"]), peers, in_file)
@@ -102,8 +111,10 @@ class PeerApp:
                                                  int(params["size"]), int(params["replicas"]))
                 self.served["hold"] += 1
                 return await _answer(send, 200, orjson.dumps({"bytes": fetched}))
+            if path == TAKE_PATH:
+                raise LookupError("only another worker of this node lends blocks")
             opened = await self._serve_open(params["bucket"], params["key"], params["vid"], int(params["index"]),
-                                            peers, in_file)
+                                            peers, in_file, sibling and params.get("cached") == "1")
         except PeerRefused as refused:
             self.served["refused"] += 1
             return await _answer(send, 424, refusal(refused.error, refused.changed))
@@ -126,6 +137,22 @@ class PeerApp:
                       [(META_HEADER.encode(), base64.b64encode(opened.meta)), *(_IN_FILE if opened.data is None else []),
                        *(_CACHED if opened.cached else [])])
 
+    async def _between_workers(self, send: Send, path: str, params: dict[str, str]) -> None:
+        """A block lent to its owner worker: the owner told to take it, the giver asked for it."""
+        block = (params["bucket"], params["key"], params["etag"], params["vid"], int(params["size"]),
+                 int(params["index"]))
+        if path == TAKE_PATH:
+            if self._serve_take is None:
+                raise LookupError("this worker keeps no blocks")
+            await self._serve_take(*block, int(params["from"]))
+            self.served["take"] += 1
+            return await _answer(send, 204, b"")
+        data = self._serve_lent(*block) if self._serve_lent is not None else None
+        self.served["lent" if data is not None else "lent_gone"] += 1
+        if data is None:
+            return await _answer(send, 404, orjson.dumps({"error": "not lent, or taken already"}))
+        return await _answer(send, 200, data, b"application/octet-stream")
+
     def answer_now(self, scope: Scope) -> tuple[list[tuple[bytes, bytes]], bytes | memoryview, KeptBlock] | None:
         """(headers, body) of the 200 answer to a signed block request whose block a tier holds
         now, made in the HTTP protocol (gateway.httpserver.Hits) as `__call__` would answer it,
@@ -137,7 +164,7 @@ class PeerApp:
         if self._signed(scope, query)[0] != 200:
             return None
         params = decode_query(query)
-        if params.get("file") == "1":  # a sibling may read the block from its file instead: __call__ says
+        if params.get("file") == "1" or params.get("lent") == "1":  # __call__ says (a file, a lent block)
             return None
         try:
             block = (params["bucket"], params["key"], params["etag"], params["vid"], int(params["size"]),

@@ -52,6 +52,7 @@ PEER_PREFIX = "/_peer/"
 BLOCK_PATH = "/_peer/v1/block"
 OPEN_PATH = "/_peer/v1/open"
 HOLD_PATH = "/_peer/v1/hold"
+TAKE_PATH = "/_peer/v1/take"  # between the workers of a node: take a block another worker lends
 AUTH_HEADER = "x-gateway-peer"
 META_HEADER = "x-gateway-meta"
 BLOCK_HEADER = "x-gateway-block"  # "file": the block is in the owner's file, not in the body
@@ -208,11 +209,13 @@ class PeerClient:
 
     async def open_or_file(self, peer: Member, bucket: str, key: str, version_id: str | None, index: int,
                            block_size: int, *, budget: Budget | None = None,
-                           in_file: bool, peers: bool = False) -> OpenAnswer | None:
+                           in_file: bool, peers: bool = False, cached: bool = False) -> OpenAnswer | None:
         """`open`; the bytes are None when `in_file` was asked and the peer keeps the block in its
-        file of the node's shared memory tier; `peers` as in `block_or_file`."""
+        file of the node's shared memory tier; `peers` as in `block_or_file`; `cached`: only what
+        the peer (a worker of this node) holds, never its origin (None when it holds nothing)."""
         params = [("bucket", bucket), ("key", key), ("vid", version_id or ""), ("index", str(index)),
-                  *([("file", "1")] if in_file else []), *([("peers", "1")] if peers else [])]
+                  *([("file", "1")] if in_file else []), *([("peers", "1")] if peers else []),
+                  *([("cached", "1")] if cached else [])]
         status, headers, body = await self._get(peer, OPEN_PATH, params, block_size, budget)
         if status == 204:
             return None
@@ -225,6 +228,27 @@ class PeerClient:
             raise PeerError(f"{peer.id} sent unreadable metadata") from None
         return OpenAnswer(shared, None if in_file and headers.get(BLOCK_HEADER) == "file" and not body else body,
                           headers.get(CACHED_HEADER) == "1")
+
+    async def take(self, peer: Member, bucket: str, key: str, etag: str, version_id: str | None, size: int,
+                   index: int, giver: int) -> None:
+        """Tell `peer` (the worker of this node that owns the block) to take it from worker `giver`."""
+        params = [("bucket", bucket), ("key", key), ("etag", etag), ("vid", version_id or ""), ("size", str(size)),
+                  ("index", str(index)), ("from", str(giver))]
+        status, _, _ = await self._get(peer, TAKE_PATH, params, 0)
+        if status != 204:
+            raise PeerError(f"{peer.id} answered {status} to a take")
+
+    async def lent(self, peer: Member, bucket: str, key: str, etag: str, version_id: str | None, size: int,
+                   index: int, length: int) -> bytes | None:
+        """The block `peer` (a worker of this node) lent to this one, or None when it has it no more."""
+        params = [("bucket", bucket), ("key", key), ("etag", etag), ("vid", version_id or ""), ("size", str(size)),
+                  ("index", str(index)), ("lent", "1")]
+        status, _, body = await self._get(peer, BLOCK_PATH, params, length)
+        if status == 404:
+            return None
+        if status != 200 or len(body) != length:
+            raise PeerError(f"{peer.id} answered {status} with {len(body)} of {length} bytes")
+        return body
 
     async def hold(self, peer: Member, bucket: str, key: str, etag: str, version_id: str | None,
                    size: int, replicas: int, blocks: int) -> int:

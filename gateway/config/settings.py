@@ -185,7 +185,9 @@ class CacheSettings:
     memory_quota: int = setting(1024**3, "Bytes of blocks kept in memory; 0 and no disk tiers: no block cache.")
     disk: tuple[DiskTierSettings, ...] = setting(
         (), "Disk tiers below memory, in order; evictions demote downwards. In an env var as a JSON list.")
-    readahead_blocks: int = setting(16, "Blocks after the one being read that are fetched ahead, in parallel.")
+    readahead_blocks: int = setting(16, "Blocks after a sequential reader's last range that are fetched ahead, "
+                                        "in one origin request; and how far ahead of its reader a cold read's "
+                                        "origin answer is read (at least 4 blocks).")
     shadow_rate: float = setting(
         0.01, "Share of objects (SHARDS sampling) fed to shadow models of this node's store at 1x, 2x and 4x "
               "its quotas, whose hit ratios the admin stats and metrics show (what more cache would buy); "

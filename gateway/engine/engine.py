@@ -27,9 +27,11 @@ from gateway.engine.coherence import Coherence
 from gateway.engine.fetch import BlockFetcher
 from gateway.engine.listings import Listings
 from gateway.engine.metadata import Metadata, ObjectHead
+from gateway.engine.opens import Opens
 from gateway.engine.peers import Peers
 from gateway.engine.reads import ObjectRead, OneBlock, Reads
 from gateway.engine.replicas import Replicas
+from gateway.engine.runs import Run, Want
 from gateway.engine.serving import Serving
 from gateway.engine.siblings import Siblings
 from gateway.engine.writes import Writes
@@ -67,6 +69,12 @@ class OpenObject:
             self.heat.hit(self._bucket, self._key)
         return read
 
+    async def aclose(self) -> None:
+        """Done with the object: a run the cold open started and no read took is stopped."""
+        first = self._head.first
+        if isinstance(first, Run) and first.claim():
+            await first.aclose()
+
 
 class Engine:
     """Reads and writes on behalf of authorised S3 requests (see the module docstring).
@@ -103,22 +111,24 @@ class Engine:
         coherence = Coherence(invalidation, journal)
         self.fetch = None if store is None else BlockFetcher(origin, store, cache, self.budget, self.invalidate,
                                                               fleet=fleet, coherence=coherence)
-        self.metadata = Metadata(origin, metadata, coherence, shared=level2, fetch=self.fetch)
+        self.opens = None if self.fetch is None else Opens(self.fetch, coherence)
+        self.metadata = Metadata(origin, metadata, coherence, shared=level2, fetch=self.fetch, opens=self.opens)
         self.listings = Listings(origin, listing, coherence, shared=level2)
         self.bucket_documents = BucketDocuments(origin, ttl=metadata.ttl, error_ttl=metadata.negative_ttl)
         self.reads = Reads(origin, self.fetch, cache, self.budget, self.invalidate)
         self.writes = Writes(origin, coherence, self.metadata, self.listings, self.bucket_documents,
-                             shared=invalidation, fetch=self.fetch, cache=cache, fleet=fleet)
+                             shared=invalidation, fetch=self.fetch, opens=self.opens, cache=cache, fleet=fleet)
         self.peers: Peers | None = None
         self.replicas: Replicas | None = None
         self.siblings: Siblings | None = None  # the other workers of this node
-        self.serving = None if self.fetch is None else Serving(self.fetch)  # what peers and workers ask here
-        if self.fetch is not None and workers is not None and not workers.alone:
-            self.siblings = self.fetch.siblings = Siblings(workers, cluster or ClusterSettings(), self.fetch,
-                                                           self.invalidate)
-        if self.fetch is not None and self.serving is not None and fleet is not None:
-            self.peers = self.fetch.peers = Peers(fleet, self.fetch, self.invalidate)
-            self.replicas = Replicas(fleet, self.fetch, self.peers, self._describe)
+        # What peers and workers ask here.
+        self.serving = None if self.opens is None else Serving(self.opens, self.metadata.fresh_now)
+        if self.opens is not None and workers is not None and not workers.alone:
+            self.siblings = self.opens.fetch.siblings = Siblings(workers, cluster or ClusterSettings(), self.opens,
+                                                                 self.invalidate)
+        if self.opens is not None and self.serving is not None and fleet is not None:
+            self.peers = self.opens.fetch.peers = Peers(fleet, self.opens, self.invalidate)
+            self.replicas = Replicas(fleet, self.opens.fetch, self.peers, self._describe)
             self.serving.hold = self.replicas.hold
         self.head_object = self.metadata.head_object
         self.list_objects = self.listings.list_objects
@@ -190,28 +200,31 @@ class Engine:
 
     async def open_object(self, bucket: str, key: str, *, version_id: str | None = None,
                           headers: dict[str, str] | None = None, checksums: bool = False,
-                          read_from: int | None = None) -> OpenObject:
-        """An object's metadata, ready to read: see Metadata.head_object for the arguments."""
+                          want: Want | None = None) -> OpenObject:
+        """An object's metadata, ready to read: see Metadata.head_object for the arguments. The
+        caller closes it (`aclose`) when it read what it reads, or decided not to."""
         head = await self.metadata.head_object(bucket, key, version_id=version_id, headers=headers,
-                                               checksums=checksums, read_from=read_from)
+                                               checksums=checksums, want=want)
         return OpenObject(head, self.reads, bucket, key, headers)
 
     async def get_object(self, bucket: str, key: str, answer: Callable[[OpenObject], Awaitable[R]], *,
                          version_id: str | None = None, headers: dict[str, str] | None = None,
-                         checksums: bool = False, read_from: int | None = None) -> R:
+                         checksums: bool = False, want: Want | None = None) -> R:
         """`answer(opened)` for the object as it is now: when the metadata turns out to
         describe a version the origin no longer holds (the object changed behind the
         gateway), the stale entry is already dropped, so one more open describes the
         current version and `answer` runs again on it."""
         for attempt in (1, 2):
             opened = await self.open_object(bucket, key, version_id=version_id, headers=headers,
-                                            checksums=checksums, read_from=read_from)
+                                            checksums=checksums, want=want)
             opened.heat = self.heat
             try:
                 return await answer(opened)
             except ObjectChanged:
                 if attempt == 2:
                     raise
+            finally:
+                await opened.aclose()
         raise AssertionError("unreachable")
 
     # --- hits answered without an await (the hit path below ASGI) -----------------------
@@ -295,8 +308,15 @@ class Engine:
         return self._serving().serve_block_now(bucket, key, etag, version_id, size, index)
 
     async def serve_open(self, bucket: str, key: str, version_id: str, index: int, peers: bool,
-                         in_file: bool) -> OpenAnswer | None:
-        return await self._serving().serve_open(bucket, key, version_id, index, peers, in_file)
+                         in_file: bool, cached: bool = False) -> OpenAnswer | None:
+        return await self._serving().serve_open(bucket, key, version_id, index, peers, in_file, cached)
+
+    async def serve_take(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
+                         giver: int) -> None:
+        await self._serving().serve_take(bucket, key, etag, version_id, size, index, giver)
+
+    def serve_lent(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int) -> bytes | None:
+        return self._serving().serve_lent(bucket, key, etag, version_id, size, index)
 
     async def serve_hold(self, bucket: str, key: str, etag: str, version_id: str, size: int, replicas: int) -> int:
         return await self._serving().serve_hold(bucket, key, etag, version_id, size, replicas)

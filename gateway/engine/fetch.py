@@ -1,25 +1,25 @@
 """Blocks into the cache: from a tier, else fetched once however many readers wait, from
-the block's owners in a fleet (gateway.engine.peers) or from the origin; and the open of a
-cold object, whose metadata and first block come from one ranged GET."""
+the block's owners in a fleet (gateway.engine.peers) or from the origin; and runs, one origin
+answer for a stretch of blocks (gateway.engine.runs), lending the blocks other workers own."""
 
 from __future__ import annotations
 
 import asyncio
 import re
-import time
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway import log
 from gateway.bytebudget import ByteBudget
 from gateway.cluster.fleet import Fleet, Route
 from gateway.config import CacheSettings
-from gateway.engine.coherence import Coherence, Epoch
+from gateway.engine.coherence import Coherence
 from gateway.engine.flight import SingleFlight
+from gateway.engine.runs import Run, RunStopped, Want
 from gateway.errors import S3Error
-from gateway.objects import ObjectChanged, ObjectMeta, meta_from_ranged_get
-from gateway.origin import Origin
+from gateway.objects import ObjectChanged, ObjectMeta, meta_from_headers, meta_from_ranged_get
+from gateway.origin import Origin, OriginResponse
 from gateway.store.blocks import BlockId, block_bounds
 from gateway.store.tiers import TieredStore
 
@@ -27,25 +27,14 @@ if TYPE_CHECKING:
     from gateway.engine.peers import Peers
     from gateway.engine.siblings import Siblings
 
-# Opens a fleet node remembers for a moment (see BlockFetcher._open_here): how many, how long.
-_RECENT_OPENS = 1024
-_RECENT_OPEN = 2.0
+T = TypeVar("T")
 
-
-class FirstBlock:
-    """A block that came together with the object's metadata, in hand: from one ranged GET of
-    the origin (`from_origin`, a cold read), or from a cache, when an open another worker or
-    node just did answers this one too (x-cache then says hit, not miss)."""
-
-    __slots__ = ("block", "data", "from_origin")
-
-    def __init__(self, block: BlockId, data: bytes, *, from_origin: bool) -> None:
-        self.block = block
-        self.data = data
-        self.from_origin = from_origin
-
-
-Opened = tuple[ObjectMeta, FirstBlock]
+# A whole object is asked for with its checksums, as a HEAD is (engine.metadata): its
+# metadata then serves every later read, checksums asked for or not.
+_WITH_CHECKSUMS = {"x-amz-checksum-mode": "ENABLED"}
+# Pieces a run reads ahead of its reader at least (cache.readahead_blocks when more): the origin's
+# bytes keep coming while the reader sends the ones before.
+_RUN_AHEAD = 4
 
 
 class BlockFetcher:
@@ -73,15 +62,13 @@ class BlockFetcher:
         self.siblings: Siblings | None = None  # set by the engine when the node has other workers
         self.stats: Counter[str] = Counter()
         self._on_changed = on_changed
-        self._coherence = coherence if coherence is not None else Coherence(None)
+        self.coherence = coherence if coherence is not None else Coherence(None)
         self._from_origin: SingleFlight[str, bytes] = SingleFlight()
         self._from_peers: SingleFlight[str, bytes] = SingleFlight()
-        # Opens under way, by block and the bucket's epoch: an open asked for after a write
-        # (this worker's, or another's read from the journal) does not join one begun before it.
-        self._opening: SingleFlight[tuple[str, Epoch], Opened | None] = SingleFlight()
-        self._peer_opening: SingleFlight[tuple[str, Epoch], Opened | None] = SingleFlight()
-        self._background: set[asyncio.Future[bytes]] = set()
-        self._recent_opens: OrderedDict[str, tuple[ObjectMeta, BlockId, float]] = OrderedDict()
+        self._background: set[asyncio.Future[Any]] = set()
+        # Blocks a run of this worker brought that another worker owns, until it took them (lend).
+        self._lent: OrderedDict[str, bytes] = OrderedDict()
+        self._lent_bytes = 0
 
     # --- blocks ------------------------------------------------------------------------
 
@@ -101,7 +88,10 @@ class BlockFetcher:
             flight = self._from_origin.joined(block.name)
             if flight is not None:
                 self.stats["block_wait"] += 1
-                return await asyncio.shield(flight)
+                try:
+                    return await asyncio.shield(flight)
+                except RunStopped:  # the run that was bringing it stopped first: look again
+                    continue
             if block not in self.store:  # else stored between our look and now: look again
                 break
         siblings, peers = self.siblings, self.peers
@@ -129,7 +119,11 @@ class BlockFetcher:
 
     async def from_origin(self, block: BlockId, meta: ObjectMeta) -> bytes:
         """The block from the origin, once however many wait, kept if this worker keeps it."""
-        return await self._from_origin.run(block.name, lambda: self._fetch_block(block, meta))
+        while True:
+            try:
+                return await self._from_origin.run(block.name, lambda: self._fetch_block(block, meta))
+            except RunStopped:  # joined a run that stopped before it brought the block
+                continue
 
     @property
     def background(self) -> int:
@@ -192,14 +186,14 @@ class BlockFetcher:
                 self.stats["prefetch"] += 1
                 self.spawn(self.block(block, meta)).add_done_callback(lambda _: self.budget.give(held))
 
-    def spawn(self, work: Awaitable[bytes]) -> asyncio.Future[bytes]:
+    def spawn(self, work: Awaitable[T]) -> asyncio.Future[T]:
         """Run `work` now; a failure nobody waits for only costs a later miss, not a log line."""
         task = asyncio.ensure_future(work)
         self._background.add(task)
         task.add_done_callback(self._forget_background)
         return task
 
-    def _forget_background(self, task: asyncio.Future[bytes]) -> None:
+    def _forget_background(self, task: asyncio.Future[Any]) -> None:
         self._background.discard(task)
         if not task.cancelled():
             task.exception()  # retrieved: a failure nobody waited for is not logged
@@ -215,153 +209,187 @@ class BlockFetcher:
         route = self.fleet.route(bucket, key, index, replicas)
         return route if route.ask else None
 
-    # --- opening a cold object ---------------------------------------------------------
+    # --- runs: the blocks of a read from one origin answer --------------------------------
 
-    async def open(self, bucket: str, key: str, query: list[tuple[str, str]], first_byte: int, *,
-                   from_peers: bool = True) -> Opened | None:
-        """The metadata of an object nobody asked about lately, and the block holding
-        `first_byte`, from one ranged GET instead of a HEAD and then a GET (one origin
-        round trip saved on every cold read). Concurrent opens of the same block share
-        one request. None when that answer can't serve as both (an empty object or a
-        start past the end, which the origin refuses with 416; an origin that ignored
-        the range of a large object): ask with a HEAD then. Raises the origin's error
-        (NoSuchKey, NoSuchBucket, AccessDenied, ...) as S3Error.
-        """
-        index = first_byte // self.settings.block_size
-        name = open_name(bucket, key, query, index)
-        owner = self.siblings.owner(bucket, key, index) if self.siblings is not None else None
-        if owner is not None:  # the worker that owns the first block opens the object
-            siblings = self.siblings
-            assert siblings is not None
-            if not self._coherence.trusted():
-                return await siblings.open(owner, bucket, key, query, index, from_peers)
-            return await self._peer_opening.run((name, self._coherence.epoch(bucket)),
-                                                lambda: siblings.open(owner, bucket, key, query, index, from_peers))
-        route = self.route(bucket, key, index) if from_peers else None
-        if route is not None and self.peers is not None:  # a peer owns the block: it opens the object for us
-            peers = self.peers
-            if not self._coherence.trusted():  # an open under way may have begun before an unheard write
-                return await peers.open(bucket, key, query, index, route)
-            return await self._peer_opening.run((name, self._coherence.epoch(bucket)),
-                                                lambda: peers.open(bucket, key, query, index, route))
-        return await self.open_here(bucket, key, query, index)
-
-    async def open_here(self, bucket: str, key: str, query: list[tuple[str, str]], index: int) -> Opened | None:
-        """`open` by this node itself: one ranged GET of the origin, shared by concurrent opens.
-
-        In a fleet or a node of several workers, an open that just finished answers the opens
-        that arrive a moment later too (`_recent_opens`): several nodes or workers that all
-        missed the metadata at once ask the owner at slightly different times, and the block
-        must still be fetched once.
-        """
-        name = open_name(bucket, key, query, index)
-        epoch = self._coherence.epoch(bucket)  # and what this node's other workers' writes made it forget
-        if not self._coherence.trusted():
-            # Another node's write may have gone unheard: neither an open remembered from before
-            # it nor one already under way (it may have begun before the write) may answer.
-            return await self._open(bucket, key, query, index, name, epoch)
-        if self._remembers_opens:
-            recent = await self._recent_open(name)
-            if recent is not None:
-                return recent
-        return await self._opening.run((name, epoch), lambda: self._open(bucket, key, query, index, name, epoch))
-
-    async def _recent_open(self, name: str) -> Opened | None:
-        recent = self._recent_opens.get(name)
-        if recent is None:
-            return None
-        meta, block, when = recent
-        if time.monotonic() - when > _RECENT_OPEN:
-            del self._recent_opens[name]
-            return None
-        hit = await self.store.get(block)
-        if hit is None:
-            return None
-        self.stats["open_recent"] += 1
-        return meta, FirstBlock(block, hit[0], from_origin=False)
-
-    @property
-    def _remembers_opens(self) -> bool:
-        """Whether other nodes or workers ask this one to open objects (see open_here)."""
-        return self.fleet is not None or self.siblings is not None
-
-    def forget_opens(self, bucket: str | None = None, key: str | None = None) -> None:
-        """Drop remembered opens of `key` (of the bucket when None; of everything when no
-        bucket): its metadata was invalidated, so an open must ask the origin again."""
-        if not self._recent_opens:
-            return
-        if bucket is None:
-            self._recent_opens.clear()
-            return
-        prefix = f"{bucket}\0" if key is None else f"{bucket}\0{key}\0"
-        for name in [n for n in self._recent_opens if n.startswith(prefix)]:
-            del self._recent_opens[name]
-
-    def _remember_open(self, name: str, opened: Opened) -> None:
-        self._recent_opens[name] = (opened[0], opened[1].block, time.monotonic())
-        self._recent_opens.move_to_end(name)
-        while len(self._recent_opens) > _RECENT_OPENS:
-            self._recent_opens.popitem(last=False)
-
-    async def _open(self, bucket: str, key: str, query: list[tuple[str, str]], index: int, name: str,
-                    epoch: Epoch) -> Opened | None:
-        """The open itself, remembered for the opens that follow unless a write to the bucket
-        came meanwhile (`epoch`: the bucket's when it began)."""
-        size = self.settings.block_size
-        first = index * size
-        response = await self.origin.get_block(bucket, key, query=query,
-                                               headers={"range": f"bytes={first}-{first + size - 1}"})
+    async def open_run(self, bucket: str, key: str, query: list[tuple[str, str]], want: Want
+                       ) -> tuple[ObjectMeta, Run] | None:
+        """One GET of the origin for the blocks `want` touches (Want.origin_range): its headers
+        are the object's metadata (with its checksums when the whole object was asked for), its
+        body the run the read takes its bytes from. None when the origin refuses the range (416)."""
+        asked = want.origin_range(self.settings.block_size)
+        headers = dict(_WITH_CHECKSUMS) if asked is None else {"range": asked}
+        response = await self.origin.send("GET", bucket, key, query=query, headers=headers)
         if response.status == 416:
             await response.aclose()
             return None
         if response.status >= 300:
             raise await self.origin.error_from(response, resource=f"/{bucket}/{key}")
-        if response.status == 200:  # the range was ignored: fine if that is all of a small object
-            length = response.headers.get("content-length", "")
-            if index != 0 or not length.isdigit() or int(length) > size:
+        got = await _answered_range(response)
+        first, last, size = got
+        if asked is not None and not _covers(want, self.settings.block_size, got):
+            await response.aclose()
+            raise S3Error("ServiceUnavailable", "The origin answered a different byte range.")
+        whole = response.status == 200 and asked is None
+        meta = meta_from_headers(response.header_items) if whole else meta_from_ranged_get(response.header_items, size)
+        self.stats["origin_run"] += 1
+        return meta, self._run(_given(response), bucket, key, meta, first, last)
+
+    def missing_here(self, block: BlockId) -> bool | None:
+        """Whether a read here takes the block from the origin itself (True), from this node's
+        tiers (False), or from elsewhere (None: a fetch under way, another node of the fleet
+        that owns it, another worker whose disk may hold it)."""
+        if block in self.store:
+            return False
+        if self.fetching(block) or self.route(block.bucket, block.key, block.index) is not None:
+            return None
+        others = self.siblings is not None and self.siblings.owner(block.bucket, block.key, block.index) is not None
+        return None if others and not self.store.sees_other_workers else True
+
+    def read_ahead(self, bucket: str, key: str, meta: ObjectMeta, first_index: int, last_index: int) -> None:
+        """Fetch the blocks first_index..last_index that nobody asked for yet (a sequential
+        reader's next ones) missing here, up to the first that is not, in one background run,
+        if the read buffer has room for a block now."""
+        version = version_of(meta)
+        stretch: list[int] = []
+        for index in range(first_index, last_index + 1):
+            missing = self.missing_here(BlockId(bucket, key, version, index))
+            if not missing:
+                if stretch or missing is None:
+                    break
+                continue
+            stretch.append(index)
+        if not stretch or not self.budget.try_take(1):
+            return
+        self.budget.give(1)
+        self.stats["prefetch"] += len(stretch)
+
+        pump = self.start_run(bucket, key, meta, stretch[0], stretch[-1], reader=False).pump
+        self._background.add(pump)  # (held, so that it is not collected before it ends)
+        pump.add_done_callback(self._forget_background)
+
+    def start_run(self, bucket: str, key: str, meta: ObjectMeta, first_index: int, last_index: int, *,
+                  reader: bool = True, eager: bool = True) -> Run:
+        """Blocks first_index..last_index of the version `meta` describes, from one ranged GET
+        (If-Match the version), registered for concurrent readers at once. Its `started` raises
+        ObjectChanged when the origin no longer holds the version (the read is then answered
+        from the current version, before a byte of it was sent)."""
+        size = self.settings.block_size
+        first, last = first_index * size, min((last_index + 1) * size, meta.size) - 1
+
+        async def answer() -> OriginResponse:
+            query = [("versionId", meta.version_id)] if meta.version_id and meta.version_id != "null" else []
+            response = await self.origin.send("GET", bucket, key, query=query,
+                                              headers={"range": f"bytes={first}-{last}", "if-match": meta.etag})
+            if response.status == 412:
                 await response.aclose()
-                return None
-            total = int(length)
-        else:
-            got = _content_range(response.headers.get("content-range", ""))
-            if got is None or got[0] != first or got[1] != min(first + size, got[2]) - 1:
+                await self._on_changed(bucket, key)
+                raise ObjectChanged()
+            if response.status >= 300:
+                raise await self.origin.error_from(response, resource=f"/{bucket}/{key}")
+            if await _answered_range(response) != (first, last, meta.size):
                 await response.aclose()
                 raise S3Error("ServiceUnavailable", "The origin answered a different byte range.")
-            total = got[2]
-        expected = min(first + size, total) - first
-        held = await self.budget.take(expected)  # now that the size is known
-        try:
-            data = await response.read_at_most(expected)
-        except S3Error:  # cut off mid-body: ask with a HEAD, then fetch the block (retried)
-            data = b""
-        finally:
-            self.budget.give(held)
-        if len(data) < expected:
-            self.stats["origin_open_cut"] += 1
-            return None
-        if len(data) != expected:
-            raise S3Error("ServiceUnavailable", "The origin sent a block of the wrong size; retry the request.")
-        meta = meta_from_ranged_get(response.header_items, total)
-        block = BlockId(bucket, key, version_of(meta), index)
+            return response
+
+        self.stats["origin_run"] += 1
+        return self._run(answer(), bucket, key, meta, first, last, reader=reader, eager=eager, claimed=True)
+
+    def _run(self, answer: Awaitable[OriginResponse], bucket: str, key: str, meta: ObjectMeta, first: int,
+             last: int, *, reader: bool = True, eager: bool = True, claimed: bool = False) -> Run:
+        version = version_of(meta)
+
+        async def keep(block: BlockId, data: bytes | None) -> None:
+            self.stats["block_miss"] += 1
+            self.store.missed()
+            if data is not None:
+                await self.keep(block, meta, data)
+
+        return Run(answer, lambda index: BlockId(bucket, key, version, index), first, last, meta.size,
+                   self.settings.block_size, flights=self._from_origin, keep=keep, budget=self.budget,
+                   ahead=max(self.settings.readahead_blocks, _RUN_AHEAD), reader=reader, eager=eager,
+                   claimed=claimed)
+
+    async def keep(self, block: BlockId, meta: ObjectMeta, data: bytes) -> None:
+        """A block a run brought: kept by this node when it is one of the block's owners in the
+        fleet (or keeps what it reads, `cluster.passive_cache`), else not (its owners fetch it
+        themselves); then by this worker when it owns the block, else lent to the worker that
+        does (`lend`)."""
         self.stats["origin_block_fetch"] += 1
+        if self.fleet is not None and not self.fleet.route(block.bucket, block.key, block.index).keep:
+            self.stats["run_block_not_kept"] += 1
+            return
+        owner = self.siblings.owner(block.bucket, block.key, block.index) if self.siblings is not None else None
+        if owner is not None:
+            self.lend(owner, block, meta, data)
+        else:
+            await self.store.put(block, data)
+
+    def lend(self, owner: int, block: BlockId, meta: ObjectMeta, data: bytes) -> None:
+        """Offer a block to the worker that owns it: it takes the bytes from here (`lent`) and
+        keeps them, so a block this worker's run brought is fetched from the origin once. At
+        most a read buffer's worth waits to be taken; the oldest offers go first."""
+        siblings = self.siblings
+        assert siblings is not None
+        self._lent[block.name] = data
+        self._lent_bytes += len(data)
+        while self._lent_bytes > self.settings.read_buffer and len(self._lent) > 1:
+            self._lent_bytes -= len(self._lent.popitem(last=False)[1])
+            self.stats["lent_dropped"] += 1
+        self.spawn(siblings.give(owner, block, meta))
+
+    def lent(self, block: BlockId) -> bytes | None:
+        """A block `lend` offered, once, to the owner that takes it; None when it is gone."""
+        data = self._lent.pop(block.name, None)
+        if data is not None:
+            self._lent_bytes -= len(data)
+        return data
+
+    async def take(self, block: BlockId, meta: ObjectMeta, giver: int) -> None:
+        """Keep a block another worker of this node offers (its `lend`), unless it is here or on
+        its way already. Nothing is asked of the origin: a block the giver no longer has is
+        left to the next read that wants it."""
+        if block in self.store or self.fetching(block) or self.siblings is None:
+            return
+        data = await self.siblings.lent(giver, block, meta)
+        if data is None:
+            self.stats["take_gone"] += 1
+            return
+        self.stats["take"] += 1
         await self.store.put(block, data)
-        opened = meta, FirstBlock(block, data, from_origin=True)
-        if self._remembers_opens and self._coherence.epoch(bucket) == epoch:
-            self._remember_open(name, opened)
-        return opened
-
-
-def open_name(bucket: str, key: str, query: list[tuple[str, str]], index: int) -> str:
-    """What names an open (object, version asked for, block) for single-flight and memory."""
-    return "\0".join((bucket, key, *(v for _, v in query), str(index)))
-
 
 def version_of(meta: ObjectMeta) -> str:
     """What names the blocks of this object version: its version id, else its ETag."""
     return meta.version_id if meta.version_id and meta.version_id != "null" else meta.etag
 
 
-def _content_range(value: str) -> tuple[int, int, int] | None:
+async def _given(response: OriginResponse) -> OriginResponse:
+    return response
+
+
+async def _answered_range(response: OriginResponse) -> tuple[int, int, int]:
+    """(first, last, size) of the bytes a 200 or 206 answer holds."""
+    if response.status == 206:
+        got = content_range(response.headers.get("content-range", ""))
+    else:
+        length = response.headers.get("content-length", "")
+        got = (0, int(length) - 1, int(length)) if length.isdigit() else None
+    if got is None:
+        await response.aclose()
+        raise S3Error("ServiceUnavailable", "The origin answered without saying which bytes it sent.")
+    return got
+
+
+def _covers(want: Want, block_size: int, got: tuple[int, int, int]) -> bool:
+    """Whether an answer of bytes got = (first, last, size) holds every byte `want` reads."""
+    first, last, size = got
+    if want.suffix is not None:
+        return last == size - 1 and first <= max(size - want.suffix, 0)
+    start = want.start // block_size * block_size
+    end = size - 1 if want.end is None else min(want.end, size - 1)
+    return first <= start and last >= end
+
+
+def content_range(value: str) -> tuple[int, int, int] | None:
     """(first, last, size) of `bytes first-last/size`."""
     match = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", value.strip())
     return (int(match[1]), int(match[2]), int(match[3])) if match else None

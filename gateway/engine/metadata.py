@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 from gateway.cluster.level2 import Level2
 from gateway.config import MetadataSettings
 from gateway.engine.coherence import Coherence, Epoch
-from gateway.engine.fetch import BlockFetcher, FirstBlock
+from gateway.engine.fetch import BlockFetcher
+from gateway.engine.opens import FirstBlock, Opens
 from gateway.engine.flight import SingleFlight
+from gateway.engine.runs import Run, Want
 from gateway.errors import S3Error
 from gateway.objects import Missing, ObjectMeta, decode_meta, encode_meta, meta_from_headers
 from gateway.origin import Origin, OriginResponse, error_for_status
@@ -25,11 +27,12 @@ _META_HEADERS = {"x-amz-checksum-mode": "ENABLED"}
 @dataclass(frozen=True, slots=True)
 class ObjectHead:
     """What `head_object` found: the metadata, whether it came from memory without asking
-    the origin, and the first block of the read when one GET brought both."""
+    the origin, and the start of the read's bytes when one GET brought both: its first block
+    in hand, or the run of the origin's answer (which one reader claims)."""
 
     meta: ObjectMeta
     from_memory: bool = False
-    first: FirstBlock | None = None
+    first: FirstBlock | Run | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +53,7 @@ class _Known:
         object.__setattr__(self, "complete", missing or self.value.complete)  # type: ignore[union-attr]
 
 
-Flight = tuple[MetaKey, int, Epoch]  # (object, first block of the read or -1, epoch)
+Flight = tuple[MetaKey, "Want | None", bool, Epoch]  # (object, what the read reads (None: a HEAD), checksums, epoch)
 
 
 class Metadata:
@@ -59,16 +62,17 @@ class Metadata:
     Entries come from L1 while fresh, else from L2 when shared; past their TTL the origin
     is asked with a conditional HEAD (a 304 keeps the entry). An answer fetched while an
     invalidation of its bucket happened is returned but not cached (Coherence.epoch). A
-    cold read (`read_from`) gets its metadata and first block from one ranged GET
-    (BlockFetcher.open) instead of a HEAD and then a GET.
+    cold read (`want`) gets its metadata and its bytes from one GET (BlockFetcher.open)
+    instead of a HEAD and then a GET.
     """
 
     def __init__(self, origin: Origin, settings: MetadataSettings, coherence: Coherence, *,
-                 shared: Level2 | None = None, fetch: BlockFetcher | None = None) -> None:
+                 shared: Level2 | None = None, fetch: BlockFetcher | None = None, opens: Opens | None = None) -> None:
         self.origin = origin
         self.settings = settings
         self.shared = shared
         self.fetch = fetch
+        self.opens = opens
         self.cache: MetadataCache[_Known] = MetadataCache(
             settings.max_entries, ttl=settings.ttl, negative_ttl=settings.negative_ttl)
         self.stats: Counter[str] = Counter()
@@ -83,15 +87,15 @@ class Metadata:
         version_id: str | None = None,
         headers: dict[str, str] | None = None,
         checksums: bool = False,
-        read_from: int | None = None,
+        want: Want | None = None,
     ) -> ObjectHead:
         """Metadata of one object (version); raises S3Error (NoSuchKey, NoSuchBucket, ...).
 
         `headers` are the client's object-read headers (encryption keys, payer, ...);
         a request carrying any of them bypasses the cache, since its answer is its own.
-        `checksums`: the answer must include the object's checksums. `read_from`: the
-        caller will read the object from this byte on; when the metadata has to come
-        from the origin, one ranged GET then brings it and the first block together.
+        `checksums`: the answer must include the object's checksums. `want`: what the
+        caller will read of the object; when the metadata has to come from the origin, one
+        GET then brings it and those bytes together (with checksums only for the whole object).
         """
         query = [("versionId", version_id)] if version_id else []
         if headers:
@@ -115,43 +119,43 @@ class Metadata:
                     return ObjectHead(_answer(known), from_memory=True)
                 found = shared
         if found is None or found[0].missing or (checksums and not found[0].complete):
-            return await self._miss(cache_key, query, epoch, None if checksums else read_from)
+            return await self._miss(cache_key, query, epoch, want if want is None or want.whole or not checksums
+                                    else None, checksums)
         meta = found[0].value
         assert isinstance(meta, ObjectMeta)
         return ObjectHead(await self._revalidate(cache_key, query, meta, found[1], epoch))
 
     async def _miss(self, cache_key: MetaKey, query: list[tuple[str, str]], epoch: Epoch,
-                    read_from: int | None) -> ObjectHead:
+                    want: Want | None, checksums: bool = False) -> ObjectHead:
         """One origin request however many readers miss at once: they share the flight until
         its answer is cached. (Not across an invalidation: a read that started after a write
         must not get an answer asked for before it.)"""
         self.stats["meta_miss"] += 1
-        if self.fetch is None:
-            read_from = None
-        block = -1 if read_from is None or self.fetch is None else read_from // self.fetch.settings.block_size
-        flight = (cache_key, block, epoch)
+        if self.fetch is None or self.fetch.store.holds_object(cache_key[0], cache_key[1]):
+            want = None  # (blocks of it may be here: its metadata alone first, then what is missing)
+        flight = (cache_key, want, checksums, epoch)
         if not self._coherence.trusted():  # another node's write may have come unheard since a flight began
-            return await self._fetch_missing(cache_key, query, epoch, read_from)
+            return await self._fetch_missing(cache_key, query, epoch, want, checksums)
         if self._flights.joined(flight) is not None:
             self.stats["meta_miss_shared"] += 1
-        return await self._flights.run(flight, lambda: self._fetch_missing(cache_key, query, epoch, read_from))
+        return await self._flights.run(flight, lambda: self._fetch_missing(cache_key, query, epoch, want, checksums))
 
     async def _fetch_missing(self, cache_key: MetaKey, query: list[tuple[str, str]], epoch: Epoch,
-                             read_from: int | None) -> ObjectHead:
+                             want: Want | None, checksums: bool) -> ObjectHead:
         """Metadata the caches do not have, from the origin, cached before the flight ends."""
-        if read_from is not None:
-            opened = await self._open(cache_key, query, read_from, epoch)
+        if want is not None:
+            opened = await self._open(cache_key, query, want, epoch, checksums)
             if opened is not None:
                 return opened
         return ObjectHead(await self._fetch_and_cache(cache_key, query, epoch))
 
-    async def _open(self, cache_key: MetaKey, query: list[tuple[str, str]], read_from: int,
-                    epoch: Epoch) -> ObjectHead | None:
-        """The metadata and the first block of a cold read from one ranged GET (see
-        BlockFetcher.open); None when a HEAD must be asked instead."""
-        assert self.fetch is not None
+    async def _open(self, cache_key: MetaKey, query: list[tuple[str, str]], want: Want,
+                    epoch: Epoch, checksums: bool) -> ObjectHead | None:
+        """The metadata and the bytes of a cold read from one GET (see BlockFetcher.open);
+        None when a HEAD must be asked instead."""
+        assert self.opens is not None
         try:
-            opened = await self.fetch.open(cache_key[0], cache_key[1], query, read_from)
+            opened = await self.opens.open(cache_key[0], cache_key[1], query, want, checksums=checksums)
         except S3Error as error:
             if error.status == 404:
                 await self._remember(cache_key, Missing.of(error), epoch)

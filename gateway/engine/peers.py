@@ -11,7 +11,8 @@ from gateway import log
 from gateway.cluster.fleet import Fleet, Route
 from gateway.cluster.membership import Member
 from gateway.cluster.peers import PeerError, PeerRefused
-from gateway.engine.fetch import BlockFetcher, FirstBlock, Opened, version_of
+from gateway.engine.fetch import version_of
+from gateway.engine.opens import FirstBlock, Opened, Opens
 from gateway.engine.serving import take_refusal
 from gateway.objects import ObjectMeta, decode_meta
 from gateway.store.blocks import BlockId
@@ -26,9 +27,10 @@ class Peers:
     origin refused (a 4xx, or the object changed) gives this node the same answer.
     """
 
-    def __init__(self, fleet: Fleet, fetch: BlockFetcher, on_changed: Callable[[str, str], Awaitable[None]]) -> None:
+    def __init__(self, fleet: Fleet, opens: Opens, on_changed: Callable[[str, str], Awaitable[None]]) -> None:
         self.fleet = fleet
-        self.fetch = fetch
+        self.fetch = opens.fetch
+        self._opens = opens
         self.stats: Counter[str] = Counter()
         self._on_changed = on_changed
         self._logged: dict[str, float] = {}
@@ -59,7 +61,7 @@ class Peers:
         return await self.fetch.block(block, meta, from_peers=False)
 
     async def open(self, bucket: str, key: str, query: list[tuple[str, str]], index: int, route: Route) -> Opened | None:
-        """`BlockFetcher.open`, asked of the owners of block `index`; by this node itself if none answers."""
+        """`Opens.open_block`, asked of the owners of block `index`; by this node itself if none answers."""
         size = self.fetch.settings.block_size
         version_id = dict(query).get("versionId")
         for peer in route.ask:
@@ -86,7 +88,7 @@ class Peers:
                 await self.fetch.store.put(block, data)
             return meta, FirstBlock(block, data, from_origin=not opened.cached)
         self.stats["peer_fallback"] += 1
-        return await self.fetch.open_here(bucket, key, query, index)
+        return await self._opens.open_here(bucket, key, query, index)
 
     async def refused(self, bucket: str, key: str, refused: PeerRefused) -> None:
         await take_refusal(bucket, key, refused, self._on_changed)

@@ -4,13 +4,16 @@ ahead, and streamed in order; reads the cache must not share go straight to the 
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import NamedTuple
 
 from gateway.bytebudget import ByteBudget
 from gateway.config import CacheSettings
-from gateway.engine.fetch import BlockFetcher, FirstBlock, version_of
+from gateway.engine.fetch import BlockFetcher, version_of
+from gateway.engine.opens import FirstBlock
+from gateway.engine.runs import Run
+from gateway.errors import S3Error
 from gateway.objects import ObjectChanged, ObjectMeta
 from gateway.origin import Origin, OriginResponse
 from gateway.store.blocks import BlockId, block_span, slice_for
@@ -18,8 +21,6 @@ from gateway.store.blocks import BlockId, block_span, slice_for
 _FOOTER_FIRST_SUFFIXES = (".parquet", ".orc")
 _SEQUENTIAL_READERS = 4096  # objects whose last read end is remembered
 _NAMED_BLOCKS = 4096  # blocks of one_block whose BlockId is kept (naming one is a digest, a few us)
-
-Ahead = deque[tuple[asyncio.Future[bytes], int]]  # blocks being fetched ahead, with the budget each holds
 
 
 class OneBlock(NamedTuple):
@@ -91,54 +92,53 @@ class Reads:
         start: int | None = None,
         end: int | None = None,
         headers: dict[str, str] | None = None,
-        first: FirstBlock | None = None,
+        first: FirstBlock | Run | None = None,
     ) -> ObjectRead:
         """The bytes [start, end] (inclusive) of exactly the version `meta` describes.
 
-        From the block cache block by block (fetching missing blocks once, with
-        readahead), or straight from the origin for reads whose answer is the caller's
-        own (`headers`: encryption keys, payer) or when no cache is configured. The first
-        block is in hand before this returns, so a failure becomes an S3 error, not a
-        broken stream. `first`: a block already fetched for this read (see BlockFetcher.open).
+        From the block cache block by block, the blocks it misses from one origin GET for
+        each stretch of them (a run, started before this returns: an object changed at the
+        origin is found before a byte was sent, and the read is answered from one version),
+        or straight from the origin for reads whose answer is the caller's own (`headers`:
+        encryption keys, payer) or when no cache is configured. The first piece is in hand
+        before this returns, so a failure becomes an S3 error, not a broken stream. `first`:
+        what the cold open brought (BlockFetcher.open): a block in hand, or a run to claim.
         """
         fetch = self.fetch
-        if headers or fetch is None or meta.size == 0:
+        run = first if isinstance(first, Run) and first.claim() else None
+        if headers or fetch is None:
             response = await self._origin_read(bucket, key, meta, start, end, headers)
             return ObjectRead("miss", chunks=response.iter_bytes(), close=response.aclose)
         if start is None or end is None:
             start, end = 0, meta.size - 1
+        if run is not None and not run.first <= start <= run.last:
+            await run.aclose()  # it does not hold this read's start (an If-Range that did not match, say)
+            run = None
+        if meta.size == 0:
+            return ObjectRead("miss" if run is not None else "hit-mem", body=b"")
         blocks = [BlockId(bucket, key, version_of(meta), i) for i in block_span(start, end, self.settings.block_size)]
-        in_hand = first.data if first is not None and first.block == blocks[0] else None
-        source = self._describe(fetch, blocks, fetched=in_hand is not None and first is not None and first.from_origin)
-        self._read_around(fetch, blocks, meta, start, end)
-        first_length = fetch.length(blocks[0], meta)
-        if len(blocks) == 1:
-            # One block (small objects and small ranges, the common case of many small files):
-            # the body in hand, no stream to run. The read buffer covers it until it was sent
-            # (closing the read), unless the memory tier holds it (the tier's quota counts it).
-            held = 0 if source == "hit-mem" else await self.budget.take(first_length)
-            try:
-                data = in_hand if in_hand is not None else await fetch.block(blocks[0], meta)
-            except BaseException:
-                self.budget.give(held)
-                raise
-            lo, hi = slice_for(blocks[0].index, self.settings.block_size, start, end)
-            return ObjectRead(source, body=data if (lo, hi) == (0, len(data)) else data[lo:hi],
-                              close=(lambda: self._give_back(held)) if held else None)
-        held = await self.budget.take(first_length)
-        # Readahead: the next blocks are fetched while the first one is awaited and sent.
-        ahead: Ahead = deque()
-        self._read_ahead(fetch, blocks, 1, ahead, meta)
+        in_hand = first.data if isinstance(first, FirstBlock) and first.block == blocks[0] else None
+        fetched = isinstance(first, FirstBlock) and in_hand is not None and first.from_origin
+        source = "miss" if run is not None else self._describe(fetch, blocks, fetched=fetched)
         try:
-            head_data = in_hand if in_hand is not None else await fetch.block(blocks[0], meta)
-        except BaseException:
-            self.budget.give(held)
-            self._drop(ahead)
-            raise
-        chunks = self._stream(fetch, blocks, meta, start, end, head_data, held, ahead)
+            rest = [b for b in blocks[0 if in_hand is None else 1:] if run is None or b.index not in run.indexes]
+            runs = ([] if run is None else [run]) + await self._runs_for(fetch, rest, meta)
+        finally:
+            self._read_around(fetch, blocks, meta, start, end)
+        chunks = self._stream(fetch, blocks, meta, start, end, runs, in_hand)
         # Started here, so that closing the read runs its `finally` (which gives the budget
-        # back) even if the response never asks for a byte: an unstarted generator's is not run.
-        head = await anext(chunks)
+        # back and stops the runs) even if the response never asks for a byte: an unstarted
+        # generator's is not run.
+        try:
+            head = await anext(chunks)
+        except StopAsyncIteration:  # (never: a read of a non-empty object has a first piece)
+            head = b""
+        except BaseException:
+            for started in runs:  # (the stream closed them if it began: closing again is harmless)
+                await started.aclose()
+            raise
+        if len(blocks) == 1:  # the common case of small objects and small ranges: the body in hand
+            return ObjectRead(source, body=head, close=chunks.aclose)  # (closing gives its buffer back)
         return ObjectRead(source, chunks=_prepend(head, chunks), close=chunks.aclose)
 
     def one_block(self, bucket: str, key: str, meta: ObjectMeta, start: int | None = None,
@@ -184,23 +184,21 @@ class Reads:
             block = self._named[fields] = BlockId(bucket, key, version, index)
         return block
 
-    async def _give_back(self, held: int) -> None:
-        self.budget.give(held)
-
     def _read_around(self, fetch: BlockFetcher, blocks: list[BlockId], meta: ObjectMeta, start: int, end: int) -> None:
         """Blocks a reader will want next: a Parquet/ORC footer, the blocks after a range that
         continues the previous one (a reader going through the object in consecutive ranges)."""
         size = self.settings.block_size
         first = blocks[0]
-        if first.key.endswith(_FOOTER_FIRST_SUFFIXES):
+        last_index = (meta.size - 1) // size
+        if first.key.endswith(_FOOTER_FIRST_SUFFIXES) and blocks[-1].index < last_index:
             # Parquet and ORC readers start at the footer: have the last block ready.
-            fetch.prefetch(BlockId(first.bucket, first.key, first.version, (meta.size - 1) // size), meta)
+            fetch.prefetch(BlockId(first.bucket, first.key, first.version, last_index), meta)
         stream_key = (first.bucket, first.key, first.version)
-        if self._read_ends.get(stream_key) == start - 1:
+        if self._read_ends.get(stream_key) == start - 1 and self.settings.readahead_blocks:
+            # A reader going through the object in consecutive ranges: its next blocks, in one run.
             after = blocks[-1].index + 1
-            last_index = (meta.size - 1) // size
-            for index in range(after, min(after + self.settings.readahead_blocks, last_index + 1)):
-                fetch.prefetch(BlockId(first.bucket, first.key, first.version, index), meta)
+            fetch.read_ahead(first.bucket, first.key, meta, after,
+                             min(after + self.settings.readahead_blocks, last_index + 1) - 1)
         self._read_ends[stream_key] = end
         self._read_ends.move_to_end(stream_key)
         if len(self._read_ends) > _SEQUENTIAL_READERS:
@@ -229,44 +227,89 @@ class Reads:
                 return "hit-peer"
         return "miss" if cached == 0 else "partial"
 
+    async def _runs_for(self, fetch: BlockFetcher, blocks: list[BlockId], meta: ObjectMeta) -> list[Run]:
+        """The runs that bring the blocks of a read that this worker would fetch from the origin:
+        one origin GET for each stretch of them (a block held here, or that another worker or
+        node may hold or is fetching, is read from there: the tiers' policies see their hits).
+        Each is started (its answer's status in) before this returns."""
+        stretches: list[list[int]] = [[]]
+        for block in blocks:
+            if fetch.missing_here(block):
+                stretches[-1].append(block.index)
+            elif stretches[-1]:
+                stretches.append([])
+        runs = [fetch.start_run(blocks[0].bucket, blocks[0].key, meta, stretch[0], stretch[-1],
+                                eager=stretch[0] == blocks[0].index)
+                for stretch in stretches if stretch]
+        try:
+            for run in runs:
+                await run.started()
+        except BaseException:
+            for run in runs:
+                await run.aclose()
+            raise
+        return runs
+
     async def _stream(self, fetch: BlockFetcher, blocks: list[BlockId], meta: ObjectMeta, start: int, end: int,
-                      first: bytes, held: int, ahead: Ahead) -> AsyncGenerator[bytes, None]:
-        """Each block's bytes in turn; the budget a block took is given back once it was sent."""
+                      runs: list[Run], in_hand: bytes | None) -> AsyncGenerator[bytes, None]:
+        """Each block's bytes of the read in turn: from the run that brings it, else from the
+        tiers or its fetch (started up to the readahead window ahead). The read buffer a block
+        holds is given back once it was sent."""
         size = self.settings.block_size
+        ahead: dict[int, tuple[asyncio.Future[bytes], int]] = {}  # position -> (fetch, budget it holds)
+        held = 0
         try:
             for position, block in enumerate(blocks):
-                if position == 0:
-                    data = first
-                elif ahead:
-                    fetching, held = ahead.popleft()  # `ahead` holds exactly the blocks after this one
+                # This block's share of the read buffer is had before the next ones are started
+                # (they take what is left): a read never waits for room its own readahead holds.
+                offset = block.index * size
+                run = next((r for r in runs if block.index in r.indexes), None)
+                if position == 0 and in_hand is not None:
+                    held = await self.budget.take(len(in_hand))
+                    self._fill(fetch, blocks, position + 1, ahead, runs, meta)
+                    data = in_hand
+                elif run is not None:
+                    self._fill(fetch, blocks, position + 1, ahead, runs, meta)
+                    try:
+                        data, held = await run.piece(block.index)
+                        offset = run.bounds(block.index)[0]
+                    except S3Error:  # the origin's answer broke off: the rest of its blocks one by one
+                        runs.remove(run)
+                        await run.aclose()
+                        held = await self.budget.take(fetch.length(block, meta))
+                        data = await fetch.block(block, meta)
+                elif position in ahead:
+                    fetching, held = ahead.pop(position)
+                    self._fill(fetch, blocks, position + 1, ahead, runs, meta)
                     data = await fetching
                 else:
                     held = await self.budget.take(fetch.length(block, meta))
+                    self._fill(fetch, blocks, position + 1, ahead, runs, meta)
                     data = await fetch.block(block, meta)
-                self._read_ahead(fetch, blocks, position + 1 + len(ahead), ahead, meta)  # keep the window full
-                lo, hi = slice_for(block.index, size, start, end)
+                lo, hi = max(start, offset) - offset, min(end, offset + len(data) - 1) - offset + 1
                 yield data if (lo, hi) == (0, len(data)) else data[lo:hi]
                 self.budget.give(held)
                 held = 0
         finally:
             self.budget.give(held)
-            self._drop(ahead)  # only the waiting stops: shared fetches go on and fill the cache
+            for fetching, taken in ahead.values():  # only the waiting stops: shared fetches go on
+                fetching.cancel()
+                self.budget.give(taken)
+            for run in runs:
+                await run.aclose()
 
-    def _read_ahead(self, fetch: BlockFetcher, blocks: list[BlockId], position: int, ahead: Ahead,
-                    meta: ObjectMeta) -> None:
-        """Start fetching blocks[position:] up to the readahead window, while the budget allows."""
-        while len(ahead) < self.settings.readahead_blocks and position < len(blocks):
-            held = self.budget.try_take(fetch.length(blocks[position], meta))
-            if not held:
+    def _fill(self, fetch: BlockFetcher, blocks: list[BlockId], position: int,
+              ahead: dict[int, tuple[asyncio.Future[bytes], int]], runs: list[Run], meta: ObjectMeta) -> None:
+        """Start the blocks of positions [position, position + readahead) that no run brings,
+        while the budget allows."""
+        for later in range(position, min(position + self.settings.readahead_blocks, len(blocks))):
+            block = blocks[later]
+            if later in ahead or any(block.index in run.indexes for run in runs):
+                continue
+            taken = self.budget.try_take(fetch.length(block, meta))
+            if not taken:
                 return
-            ahead.append((fetch.spawn(fetch.block(blocks[position], meta)), held))
-            position += 1
-
-    def _drop(self, ahead: Ahead) -> None:
-        while ahead:
-            fetching, held = ahead.popleft()
-            fetching.cancel()
-            self.budget.give(held)
+            ahead[later] = (fetch.spawn(fetch.block(block, meta)), taken)
 
     async def _origin_read(
         self, bucket: str, key: str, meta: ObjectMeta, start: int | None, end: int | None, headers: dict[str, str] | None

@@ -8,7 +8,8 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 
 from gateway.cluster.peers import OpenAnswer, PeerRefused
-from gateway.engine.fetch import BlockFetcher, version_of
+from gateway.engine.fetch import version_of
+from gateway.engine.opens import Opens
 from gateway.errors import S3Error
 from gateway.objects import ObjectChanged, ObjectMeta, encode_meta
 from gateway.store.blocks import BlockId
@@ -16,13 +17,16 @@ from gateway.store.blocks import BlockId
 _EPOCH = datetime.fromtimestamp(0, timezone.utc)
 
 Hold = Callable[..., Awaitable[int]]  # Replicas.hold(bucket, key, meta, replicas=...)
+Fresh = Callable[[str, str, "str | None"], "ObjectMeta | None"]  # Metadata.fresh_now(bucket, key, version_id)
 
 
 class Serving:
     """The answering side of the peer API. Event loop only."""
 
-    def __init__(self, fetch: BlockFetcher) -> None:
-        self.fetch = fetch
+    def __init__(self, opens: Opens, fresh: Fresh) -> None:
+        self.fetch = opens.fetch
+        self._opens = opens
+        self.fresh = fresh  # Metadata.fresh_now: what this worker knows of an object, fresh, without asking
         self.hold: Hold | None = None  # Replicas.hold, set by the engine in a fleet
 
     async def serve_block(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
@@ -73,14 +77,18 @@ class Serving:
             raise PeerRefused(exc, changed=False) from exc
 
     async def serve_open(self, bucket: str, key: str, version_id: str, index: int, peers: bool = False,
-                         in_file: bool = False) -> OpenAnswer | None:
-        """An open a peer asked for (see BlockFetcher.open), or None; the block is None as in
+                         in_file: bool = False, cached: bool = False) -> OpenAnswer | None:
+        """An open a peer asked for (see Opens.open_block), or None; the block is None as in
         `serve_block` when it is in the node's shared memory tier.
-        It goes to the worker that owns the block; with `peers`, to the fleet's owner of it too."""
+        It goes to the worker that owns the block; with `peers`, to the fleet's owner of it too.
+        `cached` (another worker of this node, opening for its own read): only what this worker
+        has in memory, metadata and block, else None; never the origin."""
+        if cached:
+            return await self._open_cached(bucket, key, version_id, index, in_file)
         query = [("versionId", version_id)] if version_id else []
         try:
-            opened = await self.fetch.open(bucket, key, query, index * self.fetch.settings.block_size,
-                                           from_peers=peers)
+            opened = await self._opens.open_block(bucket, key, query, index * self.fetch.settings.block_size,
+                                                 from_peers=peers)
         except S3Error as exc:
             raise PeerRefused(exc, changed=False) from exc
         if opened is None:
@@ -89,6 +97,32 @@ class Serving:
         return OpenAnswer(encode_meta(opened[0]),
                           None if in_file and self.fetch.store.in_shared_memory(block.block) else block.data,
                           cached=not block.from_origin)
+
+
+    async def _open_cached(self, bucket: str, key: str, version_id: str, index: int,
+                           in_file: bool) -> OpenAnswer | None:
+        meta = self.fresh(bucket, key, version_id or None)
+        if meta is None or not 0 <= index * self.fetch.settings.block_size < meta.size:
+            return None
+        block = BlockId(bucket, key, version_of(meta), index)
+        hit = await self.fetch.store.get(block)  # (counted here, as serve_block counts: the asker does not)
+        if hit is None:
+            return None
+        return OpenAnswer(encode_meta(meta), None if in_file and self.fetch.store.in_shared_memory(block) else hit[0],
+                          cached=True)
+
+    async def serve_take(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
+                         giver: int) -> None:
+        """Another worker of this node lends a block this worker owns (BlockFetcher.take)."""
+        meta = _described(etag, version_id, size)
+        block = BlockId(bucket, key, version_of(meta), index)
+        if not 0 <= index * self.fetch.settings.block_size < size:
+            raise ValueError("a block outside the object")
+        await self.fetch.take(block, meta, giver)
+
+    def serve_lent(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int) -> bytes | None:
+        """The bytes of a block this worker lent to its owner, once (BlockFetcher.lent)."""
+        return self.fetch.lent(BlockId(bucket, key, version_of(_described(etag, version_id, size)), index))
 
 
 async def take_refusal(bucket: str, key: str, refused: PeerRefused, on_changed: Callable[[str, str], Awaitable[None]]) -> None:

@@ -14,7 +14,8 @@ from gateway import log
 from gateway.cluster.membership import Member
 from gateway.cluster.peers import PeerClient, PeerError, PeerRefused
 from gateway.config import ClusterSettings
-from gateway.engine.fetch import BlockFetcher, FirstBlock, Opened, version_of
+from gateway.engine.fetch import version_of
+from gateway.engine.opens import FirstBlock, Opened, Opens
 from gateway.engine.serving import take_refusal
 from gateway.node.workers import WorkerSet
 from gateway.objects import ObjectMeta, decode_meta
@@ -32,10 +33,11 @@ class Siblings:
     refused gives this worker the same answer.
     """
 
-    def __init__(self, workers: WorkerSet, cluster: ClusterSettings, fetch: BlockFetcher,
+    def __init__(self, workers: WorkerSet, cluster: ClusterSettings, opens: Opens,
                  on_changed: Callable[[str, str], Awaitable[None]]) -> None:
         self.workers = workers
-        self.fetch = fetch
+        self.fetch = fetch = opens.fetch
+        self._opens = opens
         self.stats: Counter[str] = Counter()
         self._on_changed = on_changed
         # The peer API of each other worker, on its own socket, signed with the node's secret.
@@ -116,11 +118,58 @@ class Siblings:
             else:
                 self._failed(owner, PeerError("an open answer without metadata"))
         self.stats["worker_fallback"] += 1
-        return await self.fetch.open_here(bucket, key, query, index)
+        return await self._opens.open_here(bucket, key, query, index)
 
-    def _failed(self, owner: int, exc: Exception) -> None:
+    async def open_cached(self, owner: int, bucket: str, key: str, query: list[tuple[str, str]],
+                          index: int) -> Opened | None:
+        """The metadata and block `index` of an object as the owner worker holds them now, or
+        None (it does not, or does not answer): the owner never asks the origin for this."""
+        version_id = dict(query).get("versionId")
+        in_file = self._in_files
+        while True:
+            try:
+                opened = await self._clients[owner].open_or_file(
+                    self._members[owner], bucket, key, version_id, index, self.fetch.settings.block_size,
+                    budget=self.fetch.budget, in_file=in_file, cached=True)
+            except PeerError as exc:  # PeerRefused included: nothing is asked of the owner's origin
+                self._failed(owner, exc, "opening it here")
+                return None
+            meta = decode_meta(opened.meta) if opened is not None else None
+            if opened is None or not isinstance(meta, ObjectMeta):
+                return None
+            block = BlockId(bucket, key, version_of(meta), index)
+            data = opened.data if opened.data is not None else self.fetch.store.from_shared_memory(block)
+            if data is not None or not in_file:
+                break
+            self.stats["worker_block_file_gone"] += 1  # in its file, and evicted meanwhile: through the socket
+            in_file = False
+        if data is None or len(data) != self.fetch.length(block, meta):
+            return None
+        self.stats["worker_open"] += 1
+        return meta, FirstBlock(block, data, from_origin=False)
+
+    async def give(self, owner: int, block: BlockId, meta: ObjectMeta) -> None:
+        """Tell the owner worker to take a block this worker lends it (BlockFetcher.lend)."""
+        try:
+            await self._clients[owner].take(self._members[owner], block.bucket, block.key, meta.etag,
+                                            meta.version_id, meta.size, block.index, self.workers.index)
+        except PeerError as exc:
+            self.fetch.lent(block)  # not taken: not kept either
+            self._failed(owner, exc, "its block not kept")
+
+    async def lent(self, giver: int, block: BlockId, meta: ObjectMeta) -> bytes | None:
+        """The block worker `giver` lends this one, or None when it is gone."""
+        try:
+            return await self._clients[giver].lent(self._members[giver], block.bucket, block.key, meta.etag,
+                                                   meta.version_id, meta.size, block.index,
+                                                   self.fetch.length(block, meta))
+        except PeerError as exc:
+            self._failed(giver, exc, "the block it lent not kept")
+            return None
+
+    def _failed(self, owner: int, exc: Exception, instead: str = "reading from the origin instead") -> None:
         self.stats["worker_failure"] += 1
         now = time.monotonic()
         if now - self._logged.get(owner, -_LOG_EVERY) >= _LOG_EVERY:
             self._logged[owner] = now
-            log.engine.warning("worker %d did not answer (%s); reading from the origin instead", owner, exc)
+            log.engine.warning("worker %d did not answer (%s); %s", owner, exc, instead)

@@ -16,6 +16,7 @@ from gateway.engine.coherence import Coherence
 from gateway.engine.fetch import BlockFetcher
 from gateway.engine.listings import Listings
 from gateway.engine.metadata import Metadata
+from gateway.engine.opens import Opens
 from gateway.errors import S3Error
 from gateway.origin import BodyFactory, Origin, OriginResponse
 from gateway.store.blocks import BlockId
@@ -52,7 +53,7 @@ class Writes:
 
     def __init__(self, origin: Origin, coherence: Coherence, metadata: Metadata, listings: Listings,
                  documents: BucketDocuments, *, shared: Invalidations | None = None, fetch: BlockFetcher | None = None,
-                 cache: CacheSettings | None = None, fleet: Fleet | None = None) -> None:
+                 opens: Opens | None = None, cache: CacheSettings | None = None, fleet: Fleet | None = None) -> None:
         self.origin = origin
         self.shared = shared
         self.stats: Counter[str] = Counter()
@@ -61,6 +62,7 @@ class Writes:
         self._listings = listings
         self._documents = documents
         self._fetch = fetch
+        self._opens = opens
         self.settings = cache or CacheSettings()
         self._fleet = fleet
         coherence.follow(self.invalidate_local, self.forget_everything)  # another worker's writes
@@ -159,8 +161,8 @@ class Writes:
         self._listings.cache.invalidate(bucket, key)
         if key is None:
             self._documents.forget(bucket)
-        if self._fetch is not None:
-            self._fetch.forget_opens(bucket, key)
+        if self._opens is not None:
+            self._opens.forget(bucket, key)
 
     def purge(self) -> None:
         """Forget every answer this node cached, in every worker (the journal tells the others)."""
@@ -175,8 +177,8 @@ class Writes:
         self._metadata.cache.clear()
         self._listings.cache.clear()
         self._documents.forget()
-        if self._fetch is not None:
-            self._fetch.forget_opens()
+        if self._opens is not None:
+            self._opens.forget()
 
     async def _cache_written(
         self, bucket: str, key: str, *, etag: str, version_id: str | None, chunks: AsyncIterator[bytes], size: int

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from gateway.engine import Want
 from gateway.errors import S3Error
 
 __all__ = [
@@ -76,18 +77,19 @@ def parse_range(header: str | None, size: int) -> ByteRange | None:
     return ByteRange(max(size - suffix, 0), size - 1)
 
 
-def first_byte(header: str | None) -> int | None:
-    """The first byte a GET with this Range header reads, where that is known before the
-    object's size: 0 without a header or with one S3 ignores, the start of `bytes=S-[E]`;
-    None for a suffix range (`bytes=-N`), which counts from an end not yet known."""
-    if header is None:
-        return 0
-    match = _RANGE.fullmatch(header.strip())
+def wanted(header: str | None) -> Want:
+    """What a GET with this Range header reads, as far as that is known before the object's
+    size (what a cold read asks the origin for): the whole object without a header or with
+    one S3 ignores, `bytes=S-[E]` from S (to E), `bytes=-N` the last N bytes."""
+    match = _RANGE.fullmatch(header.strip()) if header is not None else None
     if match is None:
-        return 0
-    if match.group(1):
-        return int(match.group(1))
-    return None if match.group(2) else 0
+        return Want()
+    first, last = match.group(1), match.group(2)
+    if first:
+        if last and int(last) < int(first):
+            return Want()  # ignored: the whole object
+        return Want(int(first), int(last) if last else None)
+    return Want(suffix=int(last)) if last else Want()
 
 
 def _invalid_range(header: str, size: int) -> S3Error:

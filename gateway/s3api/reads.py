@@ -44,7 +44,7 @@ async def get_object(ctx: Context) -> Response:
         req.bucket or "", req.key or "", lambda opened: _answer_get(ctx, opened, overrides),
         version_id=req.query.get("versionId"), headers=hdrs.personal_read_headers(req.headers),
         checksums=wants_whole_checksums(req),
-        read_from=ranges.first_byte(req.headers.get("range")) if req.method == "GET" else None)
+        want=ranges.wanted(req.headers.get("range")) if req.method == "GET" else None)
 
 
 async def _answer_get(ctx: Context, opened: OpenObject, overrides: dict[str, str]) -> Response:

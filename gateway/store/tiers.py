@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -10,6 +11,8 @@ from gateway.store.blocks import BlockId
 from gateway.store.memory import MemoryTier
 from gateway.store.shared import SharedTier
 from gateway.store.tier import Tier
+
+_HELD_OBJECTS = 65536  # objects remembered by holds_object, the least recently kept out first
 
 
 class TieredStore:
@@ -65,6 +68,9 @@ class TieredStore:
         for rules in self._ttl.values():
             rules.sort(key=lambda rule: len(rule[0]), reverse=True)
         self._born: dict[str, tuple[BlockId, float]] = {}  # only blocks under a TTL
+        # Objects some version of which had blocks kept here (found at start, or put since), the
+        # most recent last: what `holds_object` answers.
+        self._objects: OrderedDict[tuple[str, str], None] = OrderedDict()
         self.misses = 0
         self.expired = 0
         self.promotions = 0
@@ -108,6 +114,8 @@ class TieredStore:
         """Open every tier (a disk rebuilds its index) and learn the ages of what they hold."""
         for tier in self.levels:
             await tier.open()
+            for block_id in tier:
+                self._note_object(block_id)
         self._seed_ages()
 
     async def aclose(self) -> None:
@@ -153,6 +161,12 @@ class TieredStore:
                 return data, tier.name
         return None
 
+    @property
+    def sees_other_workers(self) -> bool:
+        """Whether `in` knows the blocks the node's other workers hold: every level is this
+        worker's alone or a shared one in memory (on tmpfs, where looking costs no disk access)."""
+        return all(not isinstance(tier, SharedTier) or tier.medium == "memory" for tier in self.levels)
+
     def in_shared_memory(self, block_id: BlockId) -> bool:
         """Whether this worker keeps the block in its part of the node's shared memory tier."""
         memory = self.memory
@@ -165,8 +179,26 @@ class TieredStore:
         data = memory.read_other(block_id) if isinstance(memory, SharedTier) else None
         return None if data is None else bytes(data)
 
+    def missed(self) -> None:
+        """A block no tier was asked for was fetched (a run of the engine brought it): one more miss."""
+        self.misses += 1
+
+    def holds_object(self, bucket: str, key: str) -> bool:
+        """Whether blocks of some version of the object were kept here lately (perhaps evicted
+        since): a cold read then asks for its metadata alone first, as the blocks may serve it."""
+        return (bucket, key) in self._objects
+
+    def _note_object(self, block_id: BlockId) -> None:
+        name = (block_id.bucket, block_id.key)
+        self._objects[name] = None
+        self._objects.move_to_end(name)
+        if len(self._objects) > _HELD_OBJECTS:
+            self._objects.popitem(last=False)
+
     async def put(self, block_id: BlockId, data: bytes) -> None:
         """Cache a block in the highest level that takes it; victims cascade down."""
+        if self.owns(block_id):
+            self._note_object(block_id)
         if self.ttl_of(block_id) is not None and block_id not in self:
             self._born[block_id.name] = (block_id, self._clock())
         await self._sink(0, block_id, data)

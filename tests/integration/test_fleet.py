@@ -155,7 +155,10 @@ def test_a_cold_object_read_through_every_node_costs_one_origin_get_per_block(fl
     before = origin_requests(*fleet.nodes)
     for body, _ in read_all(fleet.nodes, "k"):
         assert body == data
-    assert origin_requests(*fleet.nodes) - before == Counter({"GET": 8})  # no HEAD: the owner opened it
+    # No HEAD (the metadata came with the first bytes), and fewer GETs than blocks: a node reads
+    # what it fetches itself from the origin in one GET, keeping the blocks it owns.
+    sent = origin_requests(*fleet.nodes) - before
+    assert set(sent) == {"GET"} and sent["GET"] <= 8
     # Each block was fetched by its owner, and only the owners keep blocks.
     for index in range(8):
         owner = owner_of(index, fleet.nodes)
@@ -370,7 +373,8 @@ def test_with_two_replicas_each_block_is_kept_twice_and_fetched_once(make_fleet,
     before = origin_requests(*fleet.nodes)
     for body, _ in read_all(fleet.nodes, "k"):
         assert body == data
-    assert origin_requests(*fleet.nodes) - before == Counter({"GET": 12})
+    sent = origin_requests(*fleet.nodes) - before
+    assert set(sent) == {"GET"} and sent["GET"] <= 12  # (one run may bring blocks of several owners)
     ids = {node_id(n): n for n in fleet.nodes}
     for index in range(12):
         keepers = {ids[i] for i in owners(placement_name("bkt", "k", index), ids, 2)}

@@ -54,8 +54,9 @@ def test_a_hot_object_ends_up_on_every_node_and_a_cold_one_on_one(make_fleet, di
     # node through Redis, which under load can come after the blocks its peers sent it).
     wait_for(lambda: all(held(n, "hot") == {0, 1, 2, 3} and engine(n).fleet.replicas("bkt", "hot") == 3
                          for n in fleet.nodes), within=30)
-    # Filled from the owners, not from the origin: the hot blocks were fetched once each.
-    assert origin_requests(*fleet.nodes)["GET"] - before["GET"] == 4
+    # Filled from the owners, not from the origin: the hot blocks were fetched once each (a node
+    # owning consecutive blocks of a read fetches them in one GET).
+    assert 1 <= origin_requests(*fleet.nodes)["GET"] - before["GET"] <= 4
     for node in fleet.nodes:
         assert read(node, "hot") == (hot, "hit-mem")
         assert engine(node).fleet.replicas("bkt", "hot") == 3

@@ -84,11 +84,13 @@ def test_a_block_is_fetched_once_and_held_once_in_the_node(node):
     for reader in readers:
         reader.join()
     assert bodies == [DATA] * 8
-    # One ranged GET per block for the whole node: the first block's with the metadata (an open).
-    assert origin_gets(node) - before == 8
-    # A block another worker fetched was read from its file, not sent through the socket.
+    # Never more origin GETs than readers (what they would cost going to S3 themselves): a cold
+    # read is one GET for all of its blocks, and readers at the same moment wait for the blocks
+    # those GETs bring. Fewer than one GET per block, as each used to cost.
+    fetched = origin_gets(node) - before
+    assert 1 <= fetched < 8
     asked = sibling_stats(node)
-    assert asked["worker_block_from_file"] >= 1 and asked["worker_fallback"] == 0
+    assert asked["worker_fallback"] == 0
     memory = node[0].server.config.app.workers.memory_path
     names = block_files(memory)
     assert len(names) == len(set(names)) == 8  # each block once, in the owner's part of the shared folder
@@ -103,7 +105,7 @@ def test_a_block_is_fetched_once_and_held_once_in_the_node(node):
         got = c.get_object(Bucket="bkt", Key="k")
         assert got["Body"].read() == DATA
         assert got["ResponseMetadata"]["HTTPHeaders"]["x-cache"] == "hit-mem"
-    assert origin_gets(node) - before == 8
+    assert origin_gets(node) - before == fetched
 
 
 def test_the_node_stays_within_its_quota(node):
@@ -169,7 +171,7 @@ def test_a_worker_that_does_not_answer_costs_speed_not_answers(node):
     got = s3[0].get_object(Bucket="bkt", Key="k")
     assert got["Body"].read() == DATA
     siblings = node[0].server.config.app.s3.engine.siblings
-    assert siblings.stats["worker_fallback"] >= 1
+    assert siblings.stats["worker_failure"] >= 1  # it could not be given the blocks it owns
     owned_by_1 = [i for i in range(8) if WorkerSet(0, 2, "x", b"x").owner("bkt", "k", i) == 1]
     store = node[0].server.config.app.s3.engine.store
     assert owned_by_1 and not any(b.index in owned_by_1 for b in store.memory)  # kept only by the owner
@@ -184,9 +186,9 @@ def test_without_a_memory_tier_the_owner_sends_the_block(origin_endpoint, clean_
         before = origin_gets(node)
         for c in s3:
             assert c.get_object(Bucket="bkt", Key="k")["Body"].read() == DATA
-        assert origin_gets(node) - before == 8
+        assert origin_gets(node) - before == 1  # the first read's, whose blocks the other worker took
         asked = sibling_stats(node)
-        assert asked["worker_block_fetch"] >= 1 and asked["worker_block_from_file"] == 0
+        assert asked["worker_block_from_file"] == 0
 
 
 def test_a_block_evicted_before_the_asker_reads_it_is_still_answered(node):
@@ -194,11 +196,14 @@ def test_a_block_evicted_before_the_asker_reads_it_is_still_answered(node):
     meanwhile): a block is asked for again through the socket, an open is done here."""
     s3 = [client(w.endpoint) for w in node]
     s3[0].create_bucket(Bucket="bkt")
-    s3[0].put_object(Bucket="bkt", Key="k", Body=DATA)
+    # Worker 0 owns the first block: worker 1, which knows nothing of the object, asks it for that
+    # block and the metadata (an open), and is told "in the file".
+    key = next(k for k in (f"k{i}" for i in range(64)) if WorkerSet(0, 2, "x", b"x").owns("bkt", k, 0))
+    s3[0].put_object(Bucket="bkt", Key=key, Body=DATA[:999])
     for worker in node:
         store = worker.server.config.app.s3.engine.store
         store.from_shared_memory = lambda block: None  # type: ignore[method-assign]
     for c in s3:
-        assert c.get_object(Bucket="bkt", Key="k")["Body"].read() == DATA
+        assert c.get_object(Bucket="bkt", Key=key)["Body"].read() == DATA[:999]
     asked = sibling_stats(node)
     assert asked["worker_block_file_gone"] >= 1 and asked["worker_failure"] == 0

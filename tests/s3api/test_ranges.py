@@ -8,15 +8,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway.engine import Want
 from gateway.errors import S3Error
 from gateway.s3api.ranges import (
     ByteRange,
     evaluate_preconditions,
-    first_byte,
     format_http_date,
     if_range_allows,
     parse_http_date,
     parse_range,
+    wanted,
 )
 
 # --- Range ---------------------------------------------------------------------------------------
@@ -149,27 +150,36 @@ def test_parse_range_never_raises_anything_but_invalid_range(header: str, size: 
 
 
 @given(st.one_of(st.none(), range_like), sizes)
-def test_first_byte_is_where_the_resolved_range_starts(header: str | None, size: int) -> None:
-    # A cold GET fetches the block of first_byte() before the size is known: wherever the
-    # range then resolves to a part of the object, it must start there.
-    known = first_byte(header)
+def test_what_a_cold_read_asks_for_holds_the_range_it_resolves_to(header: str | None, size: int) -> None:
+    # A cold GET asks the origin for what wanted() says before the size is known: wherever the
+    # range then resolves to, those bytes must be among what was asked for.
+    want = wanted(header)
     try:
         r = parse_range(header, size)
     except S3Error:
         return
     if r is None:
-        return
-    if known is None:
-        assert header is not None and header.strip().lower().startswith("bytes=-")
+        assert want.whole or want.suffix is not None and size == 0
+    elif want.suffix is not None:
+        assert (r.start, r.end) == (max(size - want.suffix, 0), size - 1)
     else:
-        assert r.start == known
+        assert r.start == want.start and (want.end is None or r.end <= want.end)
 
 
 @pytest.mark.parametrize("header, expected", [
-    (None, 0), ("bytes=0-9", 0), ("bytes=100-", 100), ("bytes=-5", None), ("garbage", 0), ("bytes=-", 0),
+    (None, Want()), ("bytes=0-9", Want(0, 9)), ("bytes=100-", Want(100)), ("bytes=-5", Want(suffix=5)),
+    ("garbage", Want()), ("bytes=-", Want()), ("bytes=9-3", Want()), ("BYTES=3-9", Want(3, 9)),
 ])
-def test_first_byte(header: str | None, expected: int | None) -> None:
-    assert first_byte(header) == expected
+def test_wanted(header: str | None, expected: Want) -> None:
+    assert wanted(header) == expected
+
+
+@pytest.mark.parametrize("want, block, asked", [
+    (Want(), 100, None), (Want(0, 9), 100, "bytes=0-99"), (Want(150), 100, "bytes=100-"),
+    (Want(150, 250), 100, "bytes=100-299"), (Want(suffix=5), 100, "bytes=-100"), (Want(suffix=500), 100, "bytes=-500"),
+])
+def test_a_cold_read_asks_the_origin_for_whole_blocks(want: Want, block: int, asked: str | None) -> None:
+    assert want.origin_range(block) == asked
 
 
 # --- conditional requests ---------------------------------------------------------------------------

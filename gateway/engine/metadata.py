@@ -62,7 +62,7 @@ class Metadata:
     Entries come from L1 while fresh, else from L2 when shared; past their TTL the origin
     is asked with a conditional HEAD (a 304 keeps the entry). An answer fetched while an
     invalidation of its bucket happened is returned but not cached (Coherence.epoch). A
-    cold read (`want`) gets its metadata and its bytes from one GET (BlockFetcher.open)
+    cold read (`want`) gets its metadata and its bytes from one GET (Opens.open)
     instead of a HEAD and then a GET.
     """
 
@@ -151,7 +151,7 @@ class Metadata:
 
     async def _open(self, cache_key: MetaKey, query: list[tuple[str, str]], want: Want,
                     epoch: Epoch, checksums: bool) -> ObjectHead | None:
-        """The metadata and the bytes of a cold read from one GET (see BlockFetcher.open);
+        """The metadata and the bytes of a cold read from one GET (see Opens.open);
         None when a HEAD must be asked instead."""
         assert self.opens is not None
         try:

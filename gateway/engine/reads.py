@@ -102,7 +102,7 @@ class Reads:
         or straight from the origin for reads whose answer is the caller's own (`headers`:
         encryption keys, payer) or when no cache is configured. The first piece is in hand
         before this returns, so a failure becomes an S3 error, not a broken stream. `first`:
-        what the cold open brought (BlockFetcher.open): a block in hand, or a run to claim.
+        what the cold open brought (Opens.open): a block in hand, or a run to claim.
         """
         fetch = self.fetch
         run = first if isinstance(first, Run) and first.claim() else None

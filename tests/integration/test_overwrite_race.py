@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from gateway.config import CacheSettings
-from tests.support import RunningGateway, client
+from tests.support import GatewayProcess, RunningGateway, client
 
 KiB = 1024
 BLOCK = 64 * KiB
@@ -40,7 +40,7 @@ def overwriting(direct, key: str, stop: threading.Event) -> threading.Thread:  #
     return thread
 
 
-def read_whole(gateway: RunningGateway, key: str) -> bytes:
+def read_whole(gateway: RunningGateway | GatewayProcess, key: str) -> bytes:
     url = client(gateway.endpoint).generate_presigned_url("get_object", Params={"Bucket": "bkt", "Key": key})
     with httpx.stream("GET", url, timeout=30) as response:  # a cut body raises here
         assert response.status_code == 200
@@ -77,3 +77,22 @@ def test_reads_of_known_metadata_racing_overwrites_get_one_version_whole(racing)
     finally:
         stop.set()
         writer.join()
+
+
+def test_reads_through_a_node_of_three_workers_racing_overwrites_get_one_version_whole(clean_origin, direct):
+    # Each read on a connection of its own, so any worker answers it; the blocks of a read belong
+    # to all three, and the worker reading fetches them in one origin answer (lending the others').
+    direct.create_bucket(Bucket="bkt")
+    stop = threading.Event()
+    with GatewayProcess(clean_origin, workers=3, GATEWAY_CACHE_BLOCK_SIZE="64KiB") as node:
+        for i in range(6):
+            key = f"node-{i}"
+            direct.put_object(Bucket="bkt", Key=key, Body=OLD)
+            writer = overwriting(direct, key, stop)
+            try:
+                got = [read_whole(node, key) for _ in range(3)]  # the first cold, the others not
+            finally:
+                stop.set()
+                writer.join()
+                stop.clear()
+            assert all(body in (OLD, NEW) for body in got)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import importlib.metadata
 import importlib.util
@@ -91,6 +92,14 @@ class RunningGateway:
         app = self.server.config.app
         if app.s3 is not None:
             app.s3.engine.purge()
+
+    def evict_blocks(self, bucket: str) -> int:
+        """Drop every block of `bucket` the gateway holds, and what it knows of its objects
+        (purge_caches forgets the metadata only: blocks held serve the next reads)."""
+        app = self.server.config.app
+        assert app.s3 is not None
+        loop = self.server.servers[0].get_loop()
+        return asyncio.run_coroutine_threadsafe(app.s3.engine.purge_prefix(bucket, ""), loop).result(30)
 
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True

@@ -131,8 +131,8 @@ class Metadata:
         its answer is cached. (Not across an invalidation: a read that started after a write
         must not get an answer asked for before it.)"""
         self.stats["meta_miss"] += 1
-        if self.fetch is None or self.fetch.store.holds_object(cache_key[0], cache_key[1]):
-            want = None  # (blocks of it may be here: its metadata alone first, then what is missing)
+        if self.fetch is None:
+            want = None
         flight = (cache_key, want, checksums, epoch)
         if not self._coherence.trusted():  # another node's write may have come unheard since a flight began
             return await self._fetch_missing(cache_key, query, epoch, want, checksums)
@@ -142,20 +142,25 @@ class Metadata:
 
     async def _fetch_missing(self, cache_key: MetaKey, query: list[tuple[str, str]], epoch: Epoch,
                              want: Want | None, checksums: bool) -> ObjectHead:
-        """Metadata the caches do not have, from the origin, cached before the flight ends."""
+        """Metadata the caches do not have, from the origin, cached before the flight ends. An
+        object some blocks of which are held here (after a restart; or lent by another worker) is
+        not read from the origin with its metadata: its metadata comes alone (another worker's,
+        else a HEAD), and the blocks serve the read."""
         if want is not None:
-            opened = await self._open(cache_key, query, want, epoch, checksums)
+            assert self.fetch is not None
+            held = self.fetch.store.holds_object(cache_key[0], cache_key[1])
+            opened = await self._open(cache_key, query, want, epoch, checksums, run=not held)
             if opened is not None:
                 return opened
         return ObjectHead(await self._fetch_and_cache(cache_key, query, epoch))
 
     async def _open(self, cache_key: MetaKey, query: list[tuple[str, str]], want: Want,
-                    epoch: Epoch, checksums: bool) -> ObjectHead | None:
+                    epoch: Epoch, checksums: bool, *, run: bool) -> ObjectHead | None:
         """The metadata and the bytes of a cold read from one GET (see Opens.open);
         None when a HEAD must be asked instead."""
         assert self.opens is not None
         try:
-            opened = await self.opens.open(cache_key[0], cache_key[1], query, want, checksums=checksums)
+            opened = await self.opens.open(cache_key[0], cache_key[1], query, want, checksums=checksums, run=run)
         except S3Error as error:
             if error.status == 404:
                 await self._remember(cache_key, Missing.of(error), epoch)

@@ -57,7 +57,7 @@ class Opens:
         self._recent_opens: OrderedDict[str, tuple[ObjectMeta, BlockId, float]] = OrderedDict()
 
     async def open(self, bucket: str, key: str, query: list[tuple[str, str]], want: Want, *,
-                   checksums: bool = False) -> Cold | None:
+                   checksums: bool = False, run: bool = True) -> Cold | None:
         """The metadata of an object this worker knows nothing of, and the bytes `want` reads:
         the owner worker's, when it has both in memory (no origin request); a fleet owner's
         open of the first block, when another node owns it; else one GET of the origin,
@@ -65,16 +65,22 @@ class Opens:
         that this node keeps (its owners fetch the others). None when that answer can't serve
         (an empty range, a start past the end; a fleet's whole read that wants checksums): ask
         with a HEAD then. Raises the origin's S3Error. `checksums`: the metadata must hold the
-        object's checksums (a whole object's GET brings them)."""
+        object's checksums (a whole object's GET brings them). `run` False: only what another
+        worker holds (None otherwise), the origin is not asked."""
         fetch = self.fetch
+        index = want.start // fetch.settings.block_size
         if want.suffix is None:
-            index = want.start // fetch.settings.block_size
             owner = fetch.siblings.owner(bucket, key, index) if fetch.siblings is not None else None
             if owner is not None and fetch.siblings is not None:
                 known = await fetch.siblings.open_cached(owner, bucket, key, query, index)
                 if known is not None and (known[0].complete or not checksums):
                     return known
+        if not run:
+            return None
+        if want.suffix is None:
             if fetch.fleet is not None and fetch.peers is not None and fetch.route(bucket, key, index) is not None:
+                if checksums:
+                    return None  # a peer's open is a ranged GET, which carries no checksums: a HEAD
                 return await self.open_block(bucket, key, query, want.start)
             if fetch.fleet is not None:
                 kept = self._kept_stretch(fetch.fleet, bucket, key, want)

@@ -13,6 +13,7 @@ import dataclasses
 import os
 import secrets
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -184,11 +185,18 @@ def test_without_a_memory_tier_the_owner_sends_the_block(origin_endpoint, clean_
         s3[0].create_bucket(Bucket="bkt")
         s3[0].put_object(Bucket="bkt", Key="k", Body=DATA)
         before = origin_gets(node)
-        for c in s3:
-            assert c.get_object(Bucket="bkt", Key="k")["Body"].read() == DATA
-        assert origin_gets(node) - before == 1  # the first read's, whose blocks the other worker took
+        assert s3[0].get_object(Bucket="bkt", Key="k")["Body"].read() == DATA
+        # Worker 0's read lent worker 1 the blocks it owns; worker 1 takes them through the socket.
+        lent_to_1 = {i for i in range(8) if WorkerSet(0, 2, "x", b"x").owner("bkt", "k", i) == 1}
+        deadline = time.monotonic() + 10
+        store = node[1].server.config.app.s3.engine.store
+        while {b.index for tier in store.levels for b in tier if b.key == "k"} != lent_to_1:
+            assert time.monotonic() < deadline, "worker 1 did not take the blocks lent to it"
+            time.sleep(0.02)  # polling the store until the takes land (they are asynchronous)
+        assert s3[1].get_object(Bucket="bkt", Key="k")["Body"].read() == DATA
+        assert origin_gets(node) - before == 1  # the first read's: worker 1 read what it took
         asked = sibling_stats(node)
-        assert asked["worker_block_from_file"] == 0
+        assert asked["worker_block_from_file"] == 0 and node[1].server.config.app.s3.engine.fetch.stats["take"] >= 1
 
 
 def test_a_block_evicted_before_the_asker_reads_it_is_still_answered(node):

@@ -2,8 +2,9 @@
 
 One module per part: model (what is read and answered), common (wire bytes, query, dates,
 clock, secrets), payload (x-amz-content-sha256), sigv4 (header, credential scope, the
-signature check), memo (checks that passed lately), presigned (SigV4 query string), sigv2,
-dispatch (which one applies).
+signature check), fastpath (the SigV4 header check of an SDK's GET or HEAD, answering as sigv4
+does or leaving the request to it), memo (checks that passed lately), presigned (SigV4 query
+string), sigv2, dispatch (which one applies).
 """
 
 from __future__ import annotations

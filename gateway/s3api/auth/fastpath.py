@@ -111,6 +111,7 @@ def _keyed(secret: str, date: str, region: str) -> tuple[hashlib._Hash, hashlib.
     return inner, outer
 
 
+# long: every SDK-signed hit runs it; one frame of straight-line checks, each a call less (instructions counted)
 def sigv4_fast(view: RequestView, secret_for: SecretLookup, now: datetime, max_skew: timedelta) -> Identity | None:
     """The identity the general check (dispatch._authenticate) gives this GET or HEAD, or None:
     not of the usual shape, or some check failed; the general path answers it then.

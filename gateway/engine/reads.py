@@ -120,6 +120,8 @@ class Reads:
         in_hand = first.data if isinstance(first, FirstBlock) and first.block == blocks[0] else None
         fetched = isinstance(first, FirstBlock) and in_hand is not None and first.from_origin
         source = "miss" if run is not None else self._describe(fetch, blocks, fetched=fetched)
+        if len(blocks) == 1 and run is None:
+            return await self._one_block(fetch, blocks[0], meta, start, end, in_hand, source)
         try:
             rest = [b for b in blocks[0 if in_hand is None else 1:] if run is None or b.index not in run.indexes]
             runs = ([] if run is None else [run]) + await self._runs_for(fetch, rest, meta)
@@ -137,9 +139,31 @@ class Reads:
             for started in runs:  # (the stream closed them if it began: closing again is harmless)
                 await started.aclose()
             raise
-        if len(blocks) == 1:  # the common case of small objects and small ranges: the body in hand
+        if len(blocks) == 1:  # a cold open's run of one block: the body in hand
             return ObjectRead(source, body=head, close=chunks.aclose)  # (closing gives its buffer back)
         return ObjectRead(source, chunks=_prepend(head, chunks), close=chunks.aclose)
+
+    async def _one_block(self, fetch: BlockFetcher, block: BlockId, meta: ObjectMeta, start: int, end: int,
+                         in_hand: bytes | None, source: str) -> ObjectRead:
+        """A read within one block (small objects and small ranges, the common case of many small
+        files): the body in hand, no stream to run, its block fetched once (one origin request
+        when it is missing, in hand before any header is sent). The read buffer covers it until
+        it was sent (closing the read), unless the memory tier holds it (its quota counts it)."""
+        held = 0 if source == "hit-mem" else await self.budget.take(fetch.length(block, meta))
+        try:
+            data = in_hand if in_hand is not None else await fetch.block(block, meta)
+        except BaseException:
+            self.budget.give(held)
+            raise
+        finally:
+            self._read_around(fetch, [block], meta, start, end)
+        lo, hi = slice_for(block.index, self.settings.block_size, start, end)
+
+        async def give_back() -> None:
+            self.budget.give(held)
+
+        return ObjectRead(source, body=data if (lo, hi) == (0, len(data)) else data[lo:hi],
+                          close=give_back if held else None)
 
     def one_block(self, bucket: str, key: str, meta: ObjectMeta, start: int | None = None,
                   end: int | None = None) -> OneBlock | None:

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 from gateway.errors import S3Error
 from gateway.s3api.auth.common import _parse_query, _utc
-from gateway.s3api.auth.fastpath import sigv4_fast
+from gateway.s3api.auth.fastpath import fast_identity
 from gateway.s3api.auth.memo import KNOWN_REQUEST_MAX, SDK_INVOCATION_ID, VerifiedSignatures, kept_size
 from gateway.s3api.auth.model import Identity, RequestView, SecretLookup
 from gateway.s3api.auth.payload import _payload_check
@@ -45,15 +45,16 @@ def authenticate(
                 verified = None  # never sent again byte for byte: a memo of it would cost and never serve
                 break
     if verified is None or (view.method != "GET" and view.method != "HEAD"):
-        # The usual SDK GET or HEAD first (auth.fastpath): it answers as _authenticate would, or not at all.
-        identity = sigv4_fast(view, secret_for, now, max_skew)
+        # The usual SDK GET or HEAD first, signed or presigned (auth.fastpath): answered as
+        # _authenticate would answer it, or left to it.
+        identity = fast_identity(view, secret_for, now, max_skew)
         return identity if identity is not None else _authenticate(view, secret_for, now, max_skew,
                                                                     bucket_from_host, verified)
     request = (view.method, view.raw_path, view.query_string, view.headers, bucket_from_host, max_skew)
     known = verified.known(request, secret_for, now)
     if known is not None:
         return known
-    identity = sigv4_fast(view, secret_for, now, max_skew)
+    identity = fast_identity(view, secret_for, now, max_skew)
     if identity is None:
         identity = _authenticate(view, secret_for, now, max_skew, bucket_from_host, verified)
     if identity.access_key is not None and _size(view) <= KNOWN_REQUEST_MAX:

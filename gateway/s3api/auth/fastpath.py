@@ -1,4 +1,5 @@
-"""SigV4 in the Authorization header as the SDKs sign a GET or HEAD: only what the signature covers, built once.
+"""SigV4 as the SDKs sign a GET or HEAD (the Authorization header) and as they presign one (the
+query): only what the signature covers, built once.
 
 An SDK signs each request anew (its own x-amz-date and amz-sdk-invocation-id), so neither memo
 (auth.memo, s3api.replays) ever answers it, and the general check (sigv4) cost ~270,000
@@ -12,6 +13,10 @@ canonical request once from the raw values. Whatever it does not recognise and e
 that fails (a signature that does not match too) it leaves to the general path (None), which
 then gives its own answer, its error included: the two never disagree by construction, and
 tests/s3api/test_auth_fastpath.py checks it on requests botocore signs, mutated.
+
+`presigned_fast` does the same for a presigned URL of the usual shape (the six X-Amz-*
+parameters once each, no header signature, no x-amz-content-sha256): a web page's images, a
+notebook's `generate_presigned_url` per file, each URL its own (tests/s3api/test_auth_presigned_fast.py).
 """
 
 from __future__ import annotations
@@ -25,13 +30,22 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from operator import itemgetter
 
-from gateway.s3api.auth.common import _parse_amz_date, _parse_query
+from gateway.s3api.auth.common import _percent_decode, _parse_amz_date, _parse_query
 from gateway.s3api.auth.model import Identity, PayloadCheck, RequestView, SecretLookup
 from gateway.s3api.auth.payload import _HEX64
+from gateway.s3api.auth.presigned import MAX_PRESIGN_EXPIRES
 from gateway.s3api.auth.sigv4 import SERVICE, _canonical_uris
-from gateway.signing import ALGORITHM, UNSIGNED_PAYLOAD, canonical_query_string, derive_signing_key
+from gateway.signing import ALGORITHM, UNSIGNED_PAYLOAD, canonical_query_string, derive_signing_key, uri_encode
 
-__all__ = ["sigv4_fast"]
+__all__ = ["fast_identity", "presigned_fast", "sigv4_fast"]
+
+
+def fast_identity(view: RequestView, secret_for: SecretLookup, now: datetime, max_skew: timedelta) -> Identity | None:
+    """The identity of an SDK's GET or HEAD, signed in its headers or presigned, as the general
+    check gives it; None when that check must answer."""
+    if "X-Amz-Signature=" in view.query_string:
+        return presigned_fast(view, secret_for, now, max_skew)
+    return sigv4_fast(view, secret_for, now, max_skew)
 
 _PREFIX = ALGORITHM + " Credential="
 _SIGNED_HEADERS = ", SignedHeaders="
@@ -71,13 +85,18 @@ class _Signed:
 @functools.lru_cache(maxsize=256)
 def _signed(signed_text: str) -> _Signed | None:
     """SignedHeaders as the general path reads it, when its names are lowercase, each once,
-    host among them and another (so that itemgetter answers a tuple), and nothing to strip."""
+    host among them, and nothing to strip."""
     names = signed_text.split(";")
     if (signed_text != signed_text.strip() or signed_text != signed_text.lower() or "" in names
-            or "host" not in names or len(names) < 2 or len(set(names)) != len(names)):
+            or "host" not in names or len(set(names)) != len(names)):
         return None
-    return _Signed(itemgetter(*names), "".join(f"{name.replace('%', '%%')}:%s\n" for name in names),
+    values = itemgetter(*names) if len(names) > 1 else _only(names[0])  # (itemgetter of one name: no tuple)
+    return _Signed(values, "".join(f"{name.replace('%', '%%')}:%s\n" for name in names),
                    sum(name.startswith("x-amz-") for name in names))
+
+
+def _only(name: str) -> Callable[[dict[str, str]], tuple[str, ...]]:
+    return lambda headers: (headers[name],)
 
 
 @functools.lru_cache(maxsize=256)
@@ -189,6 +208,121 @@ def sigv4_fast(view: RequestView, secret_for: SecretLookup, now: datetime, max_s
         request = _SHA256.copy()
         request.update(f"{method}\n{canonical_uri}\n{canonical_query}\n{header_block}\n{signed_text}\n"
                        f"{payload_hash}".encode("utf-8", "surrogateescape"))
+        mac = inner.copy()
+        mac.update(f"{prefix}{request.hexdigest()}".encode("utf-8", "surrogateescape"))
+        signature = outer.copy()
+        signature.update(mac.digest())
+        if hmac.compare_digest(signature.hexdigest(), provided):
+            return identity
+    return None
+
+
+_PRESIGN_PARAMS = frozenset(("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
+                             "X-Amz-SignedHeaders", "X-Amz-Signature"))
+_V2_PARAMS = frozenset(("AWSAccessKeyId", "Signature"))
+
+
+# Query names and values (the same ones come again and again) as _parse_query decodes them and
+# canonical_query_string encodes them, remembered up to 128 characters: made-up long ones cannot fill memory.
+_REMEMBERED = 128
+_decode = functools.lru_cache(maxsize=4096)(_percent_decode)
+_encode = functools.lru_cache(maxsize=4096)(functools.partial(uri_encode, keep_slash=False))
+
+
+@functools.lru_cache(maxsize=256)
+def _window(amz_date: str, access_key: str, expires: str, max_skew: timedelta) -> tuple[datetime, Identity] | None:
+    """The time of X-Amz-Date and the identity a presigned URL of it answers with, when X-Amz-Date
+    is valid and X-Amz-Expires digits of at most a week; else None (as _dated, for presigned URLs)."""
+    request_time = _parse_amz_date(amz_date)
+    if request_time is None or not expires.isascii() or not expires.isdigit() or len(expires) > 12:
+        return None
+    seconds = int(expires)
+    if seconds > MAX_PRESIGN_EXPIRES:
+        return None
+    return request_time, Identity(access_key, _UNSIGNED, valid_from=request_time - max_skew,
+                                  valid_until=request_time + timedelta(seconds=seconds))
+
+
+# long: every presigned hit runs it; one frame of straight-line checks, as sigv4_fast
+def presigned_fast(view: RequestView, secret_for: SecretLookup, now: datetime, max_skew: timedelta) -> Identity | None:
+    """The identity the general check (presigned._sigv4_query) gives this presigned GET or HEAD,
+    or None: not of the usual shape, or some check failed; the general path answers it then.
+
+    The checks, each as the general path makes it: one mechanism (no Authorization header, no
+    SigV2 parameter); the six X-Amz-* parameters once each, the algorithm AWS4-HMAC-SHA256;
+    the Credential's scope; X-Amz-Date valid and the scope's date its own; X-Amz-Expires at most
+    a week; host signed; the clock within the URL's window (from X-Amz-Date less `max_skew` to
+    X-Amz-Date plus X-Amz-Expires); the access key known; every x-amz-* header signed; the
+    signature of the canonical request (payload UNSIGNED-PAYLOAD) matched in constant time.
+    A request with x-amz-content-sha256 is left to the general path (its identity differs).
+    """
+    method = view.method
+    if method != "GET" and method != "HEAD" or "X-Amz-Signature=" not in view.query_string:
+        return None
+    headers = dict(view.headers)
+    if len(headers) != len(view.headers) or "authorization" in headers or "x-amz-content-sha256" in headers:
+        return None
+    params: dict[str, str] = {}
+    pairs: list[tuple[str, str]] = []
+    for part in view.query_string.split("&"):
+        if not part:
+            continue
+        raw_name, _, raw_value = part.partition("=")
+        # (_decoded and _encoded, written out: a call less for each of a dozen names and values)
+        name = _decode(raw_name) if len(raw_name) <= _REMEMBERED else _percent_decode(raw_name)
+        value = _decode(raw_value) if len(raw_value) <= _REMEMBERED else _percent_decode(raw_value)
+        if name in _PRESIGN_PARAMS:
+            if name in params:
+                return None
+            params[name] = value
+            if name == "X-Amz-Signature":
+                continue
+        elif name in _V2_PARAMS:
+            return None
+        pairs.append((_encode(name) if len(name) <= _REMEMBERED else uri_encode(name, keep_slash=False),
+                      _encode(value) if len(value) <= _REMEMBERED else uri_encode(value, keep_slash=False)))
+    if len(params) != len(_PRESIGN_PARAMS) or params["X-Amz-Algorithm"] != ALGORITHM:
+        return None
+    provided = params["X-Amz-Signature"]
+    scope = _scope(params["X-Amz-Credential"])
+    signed_text = params["X-Amz-SignedHeaders"]
+    signed = _signed(signed_text)
+    if len(provided) != 64 or not provided.isascii() or scope is None or signed is None:
+        return None
+    access_key, date, region = scope
+    amz_date = params["X-Amz-Date"]
+    window = _window(amz_date, access_key, params["X-Amz-Expires"], max_skew) if amz_date[:8] == date else None
+    if window is None:
+        return None
+    request_time, identity = window
+    assert identity.valid_until is not None
+    if request_time - now > max_skew or now > identity.valid_until:
+        return None
+    secret = secret_for(access_key)
+    if secret is None:
+        return None
+    if ("\n" + "\n".join(headers)).count("\nx-amz-") != signed.amz:
+        return None  # an x-amz-* header not signed (see sigv4_fast)
+    try:
+        values: tuple[str, ...] = signed.values(headers)
+    except KeyError:
+        return None
+    joined = " ".join(values)
+    if not joined.isascii():
+        return None
+    if not joined.isprintable() or "  " in joined or joined[:1] == " " or joined[-1:] == " ":
+        values = tuple(" ".join(value.split()) for value in values)
+    pairs.sort()
+    canonical_query = "&".join(f"{name}={value}" for name, value in pairs)
+    header_block = signed.block % values
+    raw_path = view.raw_path
+    canonical_uris = (raw_path,) if _PLAIN_PATH.fullmatch(raw_path) else _canonical_uris(raw_path)
+    inner, outer = _keyed(secret, date, region)
+    prefix = f"{ALGORITHM}\n{amz_date}\n{date}/{region}/{SERVICE}/{_TERMINAL}\n"
+    for canonical_uri in canonical_uris:
+        request = _SHA256.copy()
+        request.update(f"{method}\n{canonical_uri}\n{canonical_query}\n{header_block}\n{signed_text}\n"
+                       f"{UNSIGNED_PAYLOAD}".encode("utf-8", "surrogateescape"))
         mac = inner.copy()
         mac.update(f"{prefix}{request.hexdigest()}".encode("utf-8", "surrogateescape"))
         signature = outer.copy()

@@ -2,7 +2,8 @@
 
 Two gateways on one origin, alike but for server.hit_path, are warmed the same way (their
 blocks in the memory tier; again, with only a disk tier, whose blocks the page cache holds); then
-the same request (every way of signing it, anonymous, users without the grant, ranges,
+the same request (every way of signing it: SDK-signed anew, presigned each its own, skewed,
+expired, tampered; anonymous, users without the grant, ranges,
 conditionals, response overrides, HEAD, checksums) goes to both, twice (the second time, a
 hit is answered as kept: s3api.replays). Status, headers (but Date and the request id) and
 body must be byte for byte the same, and so must what each gateway counted and logged.
@@ -10,16 +11,20 @@ body must be byte for byte the same, and so must what each gateway counted and l
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import socket
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import urlencode
 
 import httpx
+import botocore.auth
 import pytest
 from botocore.auth import HmacV1Auth, HmacV1QueryAuth, S3SigV4Auth, S3SigV4QueryAuth
 from botocore.awsrequest import AWSRequest
@@ -41,7 +46,8 @@ OBJECTS = {
 }
 TARGETS = [*OBJECTS, ("shared", "team/missing.txt"), ("nobucket", "k")]
 USERS = {"admin": ADMIN, "reader": READER, "team": TEAM}
-SIGNINGS = ("v4-header", "v4-query", "v2-header", "v2-query", "v4-tampered")
+SIGNINGS = ("v4-header", "v4-sdk", "v4-skewed", "v4-query", "v4-query-expired", "v4-query-tampered", "v2-header",
+            "v2-query", "v4-tampered")
 # Besides Date and the request id: moto's own request id, which each gateway's metadata
 # keeps from the answer it had (the two warmed with different origin requests).
 _UNSTABLE = {"date", "x-amz-request-id", "x-amzn-requestid"}
@@ -98,13 +104,22 @@ def pair(origin_endpoint: str, tmp_path_factory: pytest.TempPathFactory, request
 def _request(endpoint: str, method: str, bucket: str, key: str, query: list[tuple[str, str]],
              headers: dict[str, str], who: str | None, signing: str) -> httpx.Request:
     url = f"{endpoint}/{bucket}/{key}" + (f"?{urlencode(query)}" if query else "")
+    if signing == "v4-sdk":  # as boto3 sends it: each request its own invocation id
+        headers = {**headers, "amz-sdk-invocation-id": str(uuid.uuid4()), "amz-sdk-request": "attempt=1; max=3"}
     request = AWSRequest(method=method, url=url, headers=dict(headers))
     if who is not None:
         credentials = Credentials(*USERS[who])
-        if signing.startswith("v4-header"):
+        if signing in ("v4-header", "v4-sdk"):
             S3SigV4Auth(credentials, "s3", REGION).add_auth(request)
-        elif signing == "v4-query":
-            S3SigV4QueryAuth(credentials, "s3", REGION, expires=300).add_auth(request)
+        elif signing == "v4-skewed":  # signed by a clock 20 minutes behind: RequestTimeTooSkewed
+            with _clock(datetime.now(timezone.utc) - timedelta(minutes=20)):
+                S3SigV4Auth(credentials, "s3", REGION).add_auth(request)
+        elif signing.startswith("v4-query"):
+            expired = signing == "v4-query-expired"  # signed 10 s ago, valid for 5
+            with _clock(datetime.now(timezone.utc) - timedelta(seconds=10 if expired else 0)):
+                S3SigV4QueryAuth(credentials, "s3", REGION, expires=5 if expired else 300).add_auth(request)
+            if signing == "v4-query-tampered":
+                request.url = request.url[:-1] + ("0" if request.url[-1] != "0" else "1")
         elif signing == "v2-header":
             HmacV1Auth(credentials).add_auth(request)
         elif signing == "v2-query":
@@ -114,6 +129,17 @@ def _request(endpoint: str, method: str, bucket: str, key: str, query: list[tupl
             auth = request.headers["Authorization"]
             request.headers.replace_header("Authorization", auth[:-1] + ("0" if auth[-1] != "0" else "1"))
     return httpx.Request(method, request.url, headers=list(request.headers.items()))
+
+
+@contextlib.contextmanager
+def _clock(at: datetime) -> Iterator[None]:
+    """botocore signs as if it were `at`."""
+    now = botocore.auth.get_current_datetime
+    botocore.auth.get_current_datetime = lambda: at.replace(tzinfo=None)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        botocore.auth.get_current_datetime = now  # type: ignore[assignment]
 
 
 def _answer(http: httpx.Client, request: httpx.Request) -> tuple[int, list[tuple[bytes, bytes]], bytes]:

@@ -1,29 +1,7 @@
-"""The HTTP/1.1 server the S3 endpoint runs on: uvicorn's httptools protocol, with the limits
-a server facing many (and some hostile) clients needs and uvicorn does not have.
+"""The HTTP/1.1 server the S3 endpoint runs on: uvicorn's httptools protocol with the limits of
+gateway.connlimits, answering cache hits without an ASGI cycle.
 
-What uvicorn (0.3x-0.5x, httptools) does alone, found by tests/integration/test_hostile_clients.py:
-a connection that sends nothing, or a request head one byte a second, is kept forever; a
-request head has no size limit (64 MiB of headers were read into memory); a client that
-stops reading its answer parks the request's task in `drain()` forever, with the read
-buffer (cache.read_buffer) the answer's blocks hold, so 8 stalled readers of a 64 MiB
-object made every other read of an uncached object wait for the budget (20 s for 4 MiB);
-and SIGTERM then never finishes. uvicorn's `limit_concurrency` answers plain text and
-counts requests in flight, not connections.
-
-`GuardedProtocol` adds, per connection, with timers that cost nothing while all is well:
-
-- a cap on open connections (`server.max_connections`): a connection past it gets
-  503 SlowDown (S3's retryable throttling error) to its first request and is closed;
-- a time limit for the request head (`server.head_timeout`), counted from the first byte
-  of the request (the first request: from connecting), and a size limit
-  (`server.max_head_size`) on the bytes it may take;
-- a stall limit (`server.stall_timeout`): a request body that was announced but does not
-  arrive, or an answer that is not read (the transport's write buffer stays above its
-  high-water mark of 64 KiB, i.e. less than 48 KiB read), for that long aborts the
-  connection. The request's task then sees the disconnect: a streamed answer is cancelled
-  and the budget its blocks held is given back.
-
-It can also be given `Hits`, which answers a request whose head just arrived in full, or
+`HitProtocol` can be given `Hits`, which answers a request whose head just arrived in full, or
 declines (None). A request it answers (a cache hit, gateway.s3api.hits) runs no ASGI cycle
 and no task; any other request goes to the app as before. It may also answer `Later`: a GET
 whose one block another node holds runs a task that waits for the block, then sends the answer
@@ -36,11 +14,11 @@ was (or, when the block could not be had, the request is parsed as any other). N
 while the client is not reading its answers (the transport's buffer above its high-water mark):
 the app's answers then wait for it.
 
-Idle keep-alive connections are uvicorn's `timeout_keep_alive` (`server.keepalive_timeout`),
-and SIGTERM's drain is bounded by its `timeout_graceful_shutdown` (`server.shutdown_timeout`).
-A request answered again leaves the keep-alive timer armed instead of making a new one (a
-tenth of what such an answer cost in Python); when it fires, the connection is closed only
-if no data came for the whole timeout, else the timer is armed for what is left of it.
+A read at rest that holds one request head of the usual shape (gateway.requesthead: an SDK's
+GET or HEAD, sent in one write) is offered to `Hits` before uvicorn parses it: a hit is then
+answered with no parser callback, request cycle or timer (and kept, as above); anything else is
+parsed by uvicorn as before. A request answered without uvicorn's cycle leaves the keep-alive
+timer armed instead of making a new one (see gateway.connlimits).
 """
 
 from __future__ import annotations
@@ -49,35 +27,19 @@ import asyncio
 import functools
 import logging
 from collections.abc import Awaitable
-from dataclasses import dataclass
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
 from gateway.config import ServerSettings
+from gateway.connlimits import GuardedProtocol, Limits
 from gateway.hitanswers import Hits, Later, LaterReplay
+from gateway.requesthead import read_head
 from gateway.transport_errors import ErrorPage, TransportErrors
 
-__all__ = ["GuardedProtocol", "Hits", "Later", "LaterReplay", "Limits", "protocol_factory", "uvicorn_options"]
+__all__ = ["GuardedProtocol", "HitProtocol", "Hits", "Later", "LaterReplay", "Limits", "protocol_factory",
+           "uvicorn_options"]
 
-WRITE_HIGH_WATER = 64 * 1024  # the transport's write buffer: writing pauses above it ...
-WRITE_LOW_WATER = 16 * 1024  # ... and resumes below this
 logger = logging.getLogger("gateway.server")
 _LATER = object()  # in place of what keeping a request takes, until its later answer gives it
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """The per-connection limits, from `server.*`."""
-
-    max_connections: int
-    head_timeout: float
-    max_head_size: int
-    stall_timeout: float
-
-    @classmethod
-    def of(cls, server: ServerSettings) -> Limits:
-        return cls(server.max_connections, server.head_timeout, server.max_head_size, server.stall_timeout)
 
 
 def uvicorn_options(server: ServerSettings, error_page: ErrorPage, hits: Hits | None = None) -> dict[str, Any]:
@@ -90,65 +52,24 @@ def uvicorn_options(server: ServerSettings, error_page: ErrorPage, hits: Hits | 
 
 
 def protocol_factory(limits: Limits, error_page: ErrorPage, hits: Hits | None = None) -> Any:
-    """What uvicorn.Config takes as `http`: builds a GuardedProtocol with `limits`."""
-    return functools.partial(GuardedProtocol, limits=limits, errors=TransportErrors(error_page), hits=hits)
+    """What uvicorn.Config takes as `http`: builds a HitProtocol with `limits` (and `hits`)."""
+    return functools.partial(HitProtocol, limits=limits, errors=TransportErrors(error_page), hits=hits)
 
 
-class GuardedProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a connection cap, a head timeout and size limit,
-    and a stall timeout (see the module docstring). Event loop only.
+class HitProtocol(GuardedProtocol):
+    """GuardedProtocol answering hits through `Hits` (see the module docstring). Event loop only."""
 
-    Counters over every connection (class attributes, read by the admin API and tests):
-    `open_connections` (open now), `refused` (past the cap), `head_timeouts`, `heads_too_large`, `stalls`.
-    """
-
-    open_connections = 0
-    refused = 0
-    head_timeouts = 0
-    heads_too_large = 0
-    stalls = 0
-
-    def __init__(self, *args: Any, limits: Limits, errors: TransportErrors, hits: Hits | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(self, *args: Any, hits: Hits | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.limits = limits
-        self._errors = errors
         self._hits = hits
         self._app = self.app  # the app proper (self.app is swapped for a refusal while one is made)
-        self._over_cap = False
-        self._in_head = True  # between the end of a request (or connecting) and the end of the next head
-        self._head_started = False  # a byte of that head arrived
-        self._head_bytes = 0
-        self._head_timer: asyncio.TimerHandle | None = None
-        self._body_timer: asyncio.TimerHandle | None = None
-        self._send_timer: asyncio.TimerHandle | None = None
-        self._last_data = 0.0
         self._alone: bytes | None = None  # a read that began at rest, while it is parsed
         self._messages = 0  # requests begun in it
         self._kept: Any = None  # what Hits gave for answering its request again
         self._later_request: bytes | None = None  # the one request of a read, while its later answer is made
         self._replaying = False  # a kept request's later answer is awaited (reading paused)
         self._close_after = False  # SIGTERM came meanwhile: close once it was answered
-        self._unparsable: str | None = None  # bytes after whole requests were not HTTP: 400 once they are answered
-
-    # --- connection -------------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        GuardedProtocol.open_connections += 1
-        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
-        self._over_cap = len(self.connections) > self.limits.max_connections
-        if self._over_cap:
-            GuardedProtocol.refused += 1
-        self._head_timer = self.loop.call_later(self.limits.head_timeout, self._head_timeout)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        for timer in (self._head_timer, self._body_timer, self._send_timer):
-            if timer is not None:
-                timer.cancel()
-        self._head_timer = self._body_timer = self._send_timer = None
-        GuardedProtocol.open_connections -= 1
-        super().connection_lost(exc)
+        self._connection: dict[str, Any] | None = None  # its requests' ASGI scope fields (_hit_read_here)
 
     def data_received(self, data: bytes) -> None:
         if self._unparsable is not None:  # nothing after what could not be parsed is read
@@ -157,6 +78,8 @@ class GuardedProtocol(HttpToolsProtocol):
         alone = self._in_head and not self._head_started and self._hits is not None and self._at_rest()
         if alone:
             answered = self._hits.replay(data, self.server_state.default_headers)  # type: ignore[union-attr]
+            if answered is None:
+                answered = self._hit_read_here(data)
             if callable(answered):
                 self._replay_later(data, answered)
                 return
@@ -165,14 +88,49 @@ class GuardedProtocol(HttpToolsProtocol):
                 return
         self._read(data, alone)
 
-    def _read(self, data: bytes, alone: bool) -> None:
+    def _hit_read_here(self, data: bytes) -> tuple[list[bytes | memoryview], bool] | LaterReplay | None:
+        """A read at rest that holds one request head of the usual shape (gateway.requesthead),
+        answered by `Hits` as a hit (and kept, as `_read` keeps what it answers), with no parser
+        callback, request cycle or timer; None when it is not a hit: uvicorn parses it then."""
+        hits = self._hits
+        assert hits is not None
+        if self.limit_concurrency is not None or len(data) > self.limits.max_head_size:
+            return None
+        if self._connection is None:
+            self._connection = {"type": "http", "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
+                                "http_version": "1.1", "server": self.server, "client": self.client,
+                                "scheme": self.scheme, "root_path": self.root_path, "state": self.app_state}
+        scope = read_head(data, self._connection)
+        if scope is None:
+            return None
+        try:
+            hit = hits.hit(scope, self.server_state.default_headers, True)
+        except Exception:  # the app then answers, and reports what it finds
+            logger.exception("the hit path failed; the app answers the request")
+            return None
+        if hit is None:
+            return None
+        if callable(hit):  # a block to wait for first (as _replay_later waits for a kept request's)
+            return functools.partial(self._later_read_here, data, hit)
+        answer, keeper = hit
+        hits.keep(data, keeper)
+        return answer, True
+
+    async def _later_read_here(self, data: bytes, later: Later) -> tuple[list[bytes | memoryview], bool] | None:
+        made = await later()
+        if made is None:
+            return None
+        make, keeper = made
+        answer = make(True)  # (made first: keeping the request takes what making its answer found)
+        self._hits.keep(data, keeper)  # type: ignore[union-attr]
+        return answer, True
+
+    def _read(self, data: bytes, alone: bool = False) -> None:
         """Parse `data` (`alone`: it began at rest, and may hold one whole request to keep)."""
         if alone:
             self._alone, self._messages, self._kept = data, 0, None
-        if self._in_head:
-            self._head_bytes += len(data)
         try:
-            super().data_received(data)
+            self._parse(data)
             # The one request read ended with the read (and nothing unparsable followed it).
             if self._alone is not None and self._kept is not None and self._messages == 1 \
                     and self._in_head and not self._head_started and self._unparsable is None:
@@ -182,44 +140,11 @@ class GuardedProtocol(HttpToolsProtocol):
                     self._hits.keep(data, self._kept)  # type: ignore[union-attr]
         finally:
             self._alone = self._kept = None
-        if self._in_head and self._head_bytes > self.limits.max_head_size and not self.transport.is_closing() \
-                and self._unparsable is None:
-            # The head is still incomplete: answer (unless an answer is being sent) and close.
-            GuardedProtocol.heads_too_large += 1
-            self._close_with("RequestHeaderSectionTooLarge")
-
-    # --- the request head -------------------------------------------------------------------
+        self._check_head_size()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._messages += 1
-        self._head_started = True
-        if self._head_timer is None:
-            self._head_timer = self.loop.call_later(self.limits.head_timeout, self._head_timeout)
-
-    def on_headers_complete(self) -> None:
-        self._in_head = False
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-        # The exact size now that it is whole (data_received counts only what is still incomplete).
-        size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
-        errors = self._errors
-        refusal = errors.slow_down if self._over_cap else errors.head_too_large if size > self.limits.max_head_size else None
-        if refusal is errors.head_too_large:
-            GuardedProtocol.heads_too_large += 1
-        if refusal is None:
-            super().on_headers_complete()
-        else:
-            app, self.app = self.app, refusal
-            try:
-                super().on_headers_complete()
-            finally:
-                self.app = app
-        if not self.transport.is_closing() and self.cycle is not None and self.cycle.more_body \
-                and not self.cycle.response_complete:
-            self._last_data = self.loop.time()
-            self._body_timer = self.loop.call_later(self.limits.stall_timeout, self._body_check)
 
     def _start_asgi_task(self, cycle: Any, app: Any) -> None:
         """uvicorn starts each request here, once the one before it was answered: a hit is
@@ -326,116 +251,8 @@ class GuardedProtocol(HttpToolsProtocol):
             self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive,
                                                                 self.timeout_keep_alive_handler)
 
-    def on_message_complete(self) -> None:
-        super().on_message_complete()
-        if self._body_timer is not None:
-            self._body_timer.cancel()
-            self._body_timer = None
-        self._in_head = True
-        self._head_started = False
-        self._head_bytes = 0
-
-    # --- what is not HTTP ----------------------------------------------------------------
-
-    def send_400_response(self, msg: str) -> None:
-        """uvicorn answers bytes it cannot parse with 400 and closes, at once. Whole requests
-        read before them are answered first (RFC 9112: in order; the 400 last, then the close),
-        whether the hit path or the app answers them: while one is, the 400 waits for it."""
-        self._unparsable = msg
-        for timer in (self._head_timer, self._body_timer):  # the garbage began a "head"
-            if timer is not None:
-                timer.cancel()
-        self._head_timer = self._body_timer = None
-        cycle = self.cycle
-        whole = cycle is not None and not cycle.more_body  # the last request read was whole
-        if whole and (self.pipeline or not cycle.response_complete) and not self.transport.is_closing():
-            self.flow.pause_reading()
-            return
-        super().send_400_response(msg)
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        # Pipelined requests start (and hits are answered) inside super(): the last one done sends the 400.
-        if self._unparsable is not None and not self.pipeline and self.cycle.response_complete \
-                and not self.transport.is_closing():
-            super().send_400_response(self._unparsable)
-
-    def _head_timeout(self) -> None:
-        self._head_timer = None
-        if self.transport.is_closing():
-            return
-        if self._head_started:  # a request began and did not finish its head in time
-            GuardedProtocol.head_timeouts += 1
-            self._close_with("RequestTimeout")
-        elif self.cycle is None or self.cycle.response_complete:  # connected, sent nothing
-            self.transport.close()
-
-    def _close_with(self, code: str) -> None:
-        """Answer S3 error `code` and close; abort instead while another answer is being sent."""
-        if self.cycle is not None and not self.cycle.response_complete:
-            self.transport.abort()
-            return
-        self.transport.write(self._errors.message(code))
-        self.transport.close()
-
-    # --- stalls -----------------------------------------------------------------------------
-
-    def _body_check(self) -> None:
-        """A request body is awaited: abort if the client sent none of it for stall_timeout.
-        Time with reading paused (the app is not taking the body) or a 100 Continue not yet
-        sent (the client is right to wait) does not count."""
-        self._body_timer = None
-        cycle = self.cycle
-        if self.transport.is_closing() or cycle is None or not cycle.more_body or cycle.response_complete:
-            return
-        now = self.loop.time()
-        if self.flow.read_paused or cycle.waiting_for_100_continue:
-            self._last_data = now
-        idle = now - self._last_data
-        if idle >= self.limits.stall_timeout:
-            self._stalled("sent no request body")
-        else:
-            self._body_timer = self.loop.call_later(self.limits.stall_timeout - idle, self._body_check)
-
-    def pause_writing(self) -> None:
-        super().pause_writing()
-        if self._send_timer is None:
-            self._send_timer = self.loop.call_later(self.limits.stall_timeout, self._stalled, "did not read")
-
-    def resume_writing(self) -> None:
-        super().resume_writing()
-        if self._send_timer is not None:
-            self._send_timer.cancel()
-            self._send_timer = None
-
-    def timeout_keep_alive_handler(self) -> None:
-        self.timeout_keep_alive_task = None
-        idle = self.loop.time() - self._last_data
-        if idle < self.timeout_keep_alive and not self.transport.is_closing():  # answered again since it was armed
-            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive - idle,
-                                                                self.timeout_keep_alive_handler)
-            return
-        super().timeout_keep_alive_handler()
-        # An answer not yet read keeps a closing transport open until it is: bound that too.
-        if self.transport.get_write_buffer_size() and self._send_timer is None:
-            self._send_timer = self.loop.call_later(self.limits.stall_timeout, self._stalled, "did not read")
-
     def shutdown(self) -> None:
-        """SIGTERM: an idle TLS connection is aborted, not closed. Closing TLS waits for the
-        client's close_notify, which an idle pooled client (a peer's, an SDK's) never reads
-        to send: the drain would wait server.shutdown_timeout for nothing."""
         if self._replaying:  # a request is being answered: closed once it was
             self._close_after = True
             return
-        idle = self.cycle is None or self.cycle.response_complete
-        if idle and self.transport.get_extra_info("sslcontext") is not None:
-            self.transport.abort()
-            return
         super().shutdown()
-
-    def _stalled(self, what: str) -> None:
-        self._send_timer = None
-        GuardedProtocol.stalls += 1
-        logger.info("client %s %s for %.0fs: connection aborted", self.client, what, self.limits.stall_timeout)
-        # abort, not close: close would wait for the unread answer to be sent.
-        self.transport.abort()

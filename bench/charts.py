@@ -138,9 +138,10 @@ def run_name(document: dict[str, Any]) -> str:
 
 
 def footnote(documents: Sequence[dict[str, Any]]) -> str:
-    """Under the chart: each command once, each run with its date and load, each source once (with
-    the runs it is the source of, when there are several)."""
+    """Under the chart: each command and setup once, each run with its date and load, each source once
+    (with the runs it is the source of, when there are several)."""
     lines = [f"command: {c}" for c in dict.fromkeys(d["command"] for d in documents)]
+    lines += [f"setup: {m}" for m in dict.fromkeys(str(d["machine"]) for d in documents if d.get("machine"))]
     for d in documents:
         name = f"{run_name(d)}: {d['date']}" if len(documents) > 1 else f"run: {d['commit']}, {d['date']}"
         lines.append(name + (f"; load: {d['load']}" if d.get("load") else ""))

@@ -57,7 +57,8 @@ row per --hits-rows entry (SDK-signed 4 KiB and 1 MiB, each-new presigned 4 KiB,
 4 KiB), the same request file sent to both; with --profile, py-spy of SDK-signed 4 KiB hits.
 
 Needs: apt-get install -y nginx wrk; .venv/bin/pip install aiohttp (py-spy for --profile).
-Results and the machine they were taken on: docs/benchmarks.md.
+Results and the machine they were taken on: docs/benchmarks.md (the latest) and
+docs/benchmarks-notes.md (every run).
 """
 
 from __future__ import annotations

@@ -46,6 +46,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import cast
 
 import httpx
 
@@ -274,7 +275,7 @@ def counted_row(name: str, seconds: dict[str, float], counts: dict[str, Counts])
 def whole_row(rows: list[dict[str, object]]) -> dict[str, object]:
     """The whole workload: the workloads' seconds, requests and bytes summed, with the targets it is held to."""
     def total(key: str) -> float:
-        return sum(float(row[key]) for row in rows)  # type: ignore[arg-type]
+        return math.fsum(cast(float, row[key]) for row in rows)
 
     setups = ("direct", "cold", "warm")
     return {**result_row("whole workload", {s: total(f"{s}_s") for s in setups},

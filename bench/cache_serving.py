@@ -47,14 +47,18 @@ load generator takes CPU from the server it measures.
     .venv/bin/python bench/cache_serving.py --sizes 4KiB --seconds 3   # a quick look
     .venv/bin/python bench/cache_serving.py --hits --code HEAD --profile   # hits as SDKs send them (~3 min)
 
-`--hits` measures only warm hits, as docs/benchmarks.md "Hits as SDKs send them" reports them:
+`--json PATH` also writes the results as a JSON results file (the headline ratios of a whole run, or
+the rows of --hits), from which bench/charts.py draws the charts of docs/benchmarks.md.
+
+`--hits` measures only warm hits, as docs/benchmarks.md "Hits against nginx" reports them:
 the gateway (one worker, memory tier) against nginx proxy_cache on tmpfs (one worker, sendfile
 off), both on CPU 0 and wrk on CPU 1 (taskset), 1,000 objects of 4 KiB and 100 of 1 MiB, one
 row per --hits-rows entry (SDK-signed 4 KiB and 1 MiB, each-new presigned 4 KiB, same-bytes
 4 KiB), the same request file sent to both; with --profile, py-spy of SDK-signed 4 KiB hits.
 
 Needs: apt-get install -y nginx wrk; .venv/bin/pip install aiohttp (py-spy for --profile).
-Results and the machine they were taken on: docs/benchmarks.md.
+Results and the machine they were taken on: docs/benchmarks.md (the latest) and
+docs/benchmarks-notes.md (every run).
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ import os
 import platform
 import re
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -1143,6 +1148,94 @@ def best_cell(measure: Callable[[], Cell], busy: float, retries: int, what: str)
     return cell
 
 
+HIT_ROW_NAMES = {"sdk": "SDK-signed", "presigned-new": "each-new presigned", "same-bytes": "same bytes again"}
+# gateway / nginx req/s that docs/benchmarks.md holds each row of --hits to (none for same-bytes: a reference)
+HIT_TARGETS = {"sdk 4KiB": 0.5, "sdk 1MiB": 1.0, "presigned-new 4KiB": 0.4}
+
+
+def _spaced(label: str) -> str:
+    return label.replace("KiB", " KiB").replace("MiB", " MiB")
+
+
+def hit_rows(results: Sequence[tuple[str, Cell, Cell]]) -> list[dict[str, object]]:
+    """The rows of --hits (name, gateway cell, nginx cell) as a results file holds them."""
+    rows: list[dict[str, object]] = []
+    for name, g, n in results:
+        signing, _, label = name.partition(" ")
+        row: dict[str, object] = {
+            "row": f"{HIT_ROW_NAMES.get(signing, signing)} {_spaced(label)}"
+                   + (" (reference)" if signing == "same-bytes" else ""),
+            "signing": signing, "size": label}
+        for setup, cell in (("gateway", g), ("nginx", n)):
+            cpu = cell.cpu_us_per_request
+            row.update({f"{setup}_rps": round(cell.rps, 1), f"{setup}_mbps": round(cell.mbps, 1),
+                        f"{setup}_cpu_us": None if cpu is None else round(cpu, 1),
+                        f"{setup}_p50_ms": round(cell.p50_ms, 3), f"{setup}_p99_ms": round(cell.p99_ms, 3),
+                        f"{setup}_errors": cell.errors, f"{setup}_other_load": round(cell.other, 2)})
+        row["note"] = "; ".join(filter(None, [g.note, n.note and "nginx: " + n.note]))
+        if name in HIT_TARGETS:
+            row["target"] = HIT_TARGETS[name]
+        rows.append(row)
+    return rows
+
+
+def serving_rows(results: dict[str, list[Cell]], client: str, workers: int,
+                 nginx_workers: str) -> list[dict[str, object]]:
+    """The headline ratios of a whole run, each with its target, as docs/benchmarks.md reports them:
+    rows whose two cells this run measured (with `client`'s cells)."""
+    def pick(label: str, setup: str) -> Cell | None:
+        return next((c for c in results.get(label, []) if c.setup == setup and c.client == client), None)
+
+    def figure(cell: Cell, what: str) -> float | None:
+        return {"rps": cell.rps, "mbps": cell.mbps, "cpu": cell.cpu_us_per_request}[what]
+
+    many = f"gw-mem-{workers}w"
+    specs = [  # row, size, setup, against, figure, target, target is a ceiling
+        ("warm 4 KiB req/s, 1 worker vs nginx-tmpfs with 1 worker", "4KiB", "gw-mem", "nginx-tmpfs-1w", "rps", 0.5,
+         False),
+        (f"warm 4 KiB req/s, {workers} workers vs nginx-tmpfs ({nginx_workers} workers)", "4KiB", many,
+         "nginx-tmpfs", "rps", 0.8, False),
+        (f"CPU per 4 KiB hit, {workers} workers / 1 worker", "4KiB", many, "gw-mem", "cpu", 1.15, True),
+        (f"warm 1 MiB MB/s, 1 worker vs nginx (disk cache, {nginx_workers} workers)", "1MiB", "gw-mem", "nginx",
+         "mbps", 1.0, False),
+        (f"warm 64 MiB MB/s, 1 worker vs nginx (disk cache, {nginx_workers} workers)", "64MiB", "gw-mem", "nginx",
+         "mbps", 1.0, False),
+        ("disk tier 1 MiB MB/s vs memory tier", "1MiB", "gw-disk", "gw-mem", "mbps", 0.8, False),
+        ("cold 1 MiB MB/s, 1 worker vs the shaped origin directly", "1MiB", "gw-cold/shaped", "shaped-origin", "mbps",
+         0.7, False),
+    ]
+    rows: list[dict[str, object]] = []
+    for name, label, setup, against, what, goal, lower in specs:
+        a, b = pick(label, setup), pick(label, against)
+        over, under = (figure(a, what), figure(b, what)) if a and b else (None, None)
+        if over is None or not under:
+            continue
+        row: dict[str, object] = {"row": name, "ratio": round(over / under, 4), "target": goal,
+                                  "over": round(over, 1), "under": round(under, 1)}
+        if lower:
+            row["lower"] = True
+        rows.append(row)
+    return rows
+
+
+def cell_records(results: dict[str, list[Cell]]) -> list[dict[str, object]]:
+    """Every cell of a whole run, for the results file."""
+    return [{"size": label, "setup": c.setup, "client": c.client, "rps": round(c.rps, 1), "mbps": round(c.mbps, 1),
+             "p50_ms": round(c.p50_ms, 3), "p99_ms": round(c.p99_ms, 3), "errors": c.errors,
+             "other_load": round(c.other, 2),
+             "cpu_us_per_request": None if c.cpu_us_per_request is None else round(c.cpu_us_per_request, 1),
+             "note": c.note} for label, cells in results.items() for c in cells]
+
+
+def save_results(path: str, bench: str, args: argparse.Namespace, version: str, load: str,
+                 rows: list[dict[str, object]], **extra: object) -> None:
+    """`--json`: the run as a results file (bench/charts.py)."""
+    from bench.charts import results_document, write_results
+
+    document = results_document(bench, rows, command=args.command, commit=version, machine=machine(), load=load)
+    write_results(path, {**document, **extra})
+
+
 def hits_as_sent(args: argparse.Namespace, tmp: Path, code: Path, version: str) -> int:
     """Warm hits from the gateway's memory tier (one worker, on one core) against nginx
     proxy_cache on tmpfs (one worker, sendfile off, on the same core), wrk on the other core,
@@ -1262,6 +1355,10 @@ def hits_as_sent(args: argparse.Namespace, tmp: Path, code: Path, version: str) 
         cell, summary = profile
         extra = f" — {cell.rps:,.0f} req/s while sampled" if cell else ""
         print(f"\n[py-spy of the gateway, SDK-signed 4 KiB hits, {args.profile_seconds:g}s]{extra}\n{summary}")
+    if args.json:
+        save_results(args.json, "cache_serving.hits", args, version,
+                     f"load average before {load_before[0]:.2f}/{load_before[1]:.2f}/{load_before[2]:.2f}, after "
+                     f"{load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f}", hit_rows(results))
     return 0
 
 
@@ -1308,7 +1405,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-seconds", type=float, default=10.0)
     parser.add_argument("--profile-dir", default="", help="keep py-spy's raw output here (default: a temp folder)")
     parser.add_argument("--keep", action="store_true", help="keep the temp folder (logs, nginx.conf)")
+    parser.add_argument("--json", default="", metavar="PATH",
+                        help="also write the results here as a JSON results file (bench/charts.py draws it)")
     args = parser.parse_args(argv)
+    args.command = shlex.join([".venv/bin/python", "bench/cache_serving.py",
+                               *(sys.argv[1:] if argv is None else argv)])
 
     if shutil.which("wrk") is None and "wrk" in args.clients:
         raise SystemExit("wrk not found: apt-get install -y wrk")
@@ -1349,7 +1450,7 @@ def main(argv: list[str] | None = None) -> int:
           " same-bytes = one presigned URL per key, sent again byte for byte."
           " py rows: aiohttp client, SigV4 Authorization header computed per request.\n", flush=True)
 
-    started = time.monotonic()
+    started, load_before = time.monotonic(), os.getloadavg()
     results: dict[str, list[Cell]] = {}
     profiles: list[tuple[str, Cell | None, str]] = []
     with ExitStack() as stack:
@@ -1587,8 +1688,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"{verdict(g.mbps / o.mbps, 0.9)}")
     if gw_workers is not None:
         n = args.workers
-        print(f"  [{n} workers, {wrk}]")
         wrk = f"wrk:{signings[0]}"
+        print(f"  [{n} workers, {wrk}]")
         g, one, x = pick("4KiB", gw_workers.name, wrk), pick("4KiB", "gw-mem", wrk), pick("4KiB", "nginx-tmpfs", wrk)
         if g and x and x.rps:
             print(f"    {gw_workers.name} 4 KiB req/s vs nginx-tmpfs ({args.nginx_workers} workers):  "
@@ -1631,6 +1732,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n[{label}]{extra}\n{summary}")
     if args.keep:
         print(f"\nkept: {tmp}")
+    if args.json:
+        wrk = next((c for c in clients if c.startswith("wrk:")), clients[0])
+        load_after = os.getloadavg()
+        cores = [c.other for cells in results.values() for c in cells]
+        save_results(args.json, "cache_serving", args, version,
+                     f"load average before {load_before[0]:.2f}/{load_before[1]:.2f}/{load_before[2]:.2f}, after "
+                     f"{load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f}; other load "
+                     f"{min(cores, default=0):.2f}-{max(cores, default=0):.2f} cores in the cells",
+                     serving_rows(results, wrk, args.workers, args.nginx_workers), client=wrk,
+                     cells=cell_records(results))
     return 0
 
 

@@ -23,7 +23,8 @@ the gateway warm (the same workload again on that gateway); the origin's figure 
 passes. The answers of every setup must be the same (floating-point sums to 1e-9 relative). The
 origin requests (GET of an object, HEAD, LIST) and bytes (answer bodies) of every workload and setup
 are counted at the shaped proxy, which both setups pass through (its /_shaped_proxy/counters);
---requests-log writes each request of each workload and setup (method, target, Range, status, bytes).
+--requests-log writes each request of each workload and setup (method, target, Range, status, bytes);
+--json PATH the results as a JSON results file, from which bench/charts.py draws docs/benchmarks.md's chart.
 
     .venv/bin/python bench/engines.py [--scale sf1] [--days 120] [--repeat 3] [--latency 25ms] [--rate 80MB]
                                       [--tpch q1,q3,q5,q6,q10,q12,q14,q19] [--formats parquet,orc]
@@ -37,6 +38,7 @@ import argparse
 import math
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -44,6 +46,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import cast
 
 import httpx
 
@@ -238,8 +241,58 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
-def ratio(a: float, b: float) -> str:
-    return f"{a / b:.2f}x" if b else "-"
+TARGETS = {"cold_target": 0.95}  # every workload's cold run against direct (docs/benchmarks.md)
+WHOLE_TARGETS = {"requests_target": 1.05, "bytes_target": 1.2}  # the whole workload's cold origin requests, bytes
+
+
+def _over(a: float, b: float) -> float | None:
+    return round(a / b, 4) if b else None
+
+
+def result_row(name: str, seconds: dict[str, float], requests: dict[str, int], sizes: dict[str, int],
+               kinds: dict[str, dict[str, int]] | None = None) -> dict[str, object]:
+    """One workload's results as a results file holds them: for the setups direct, cold and warm, the
+    seconds, the origin requests and answer bytes (and requests by kind), then the ratios the tables and
+    charts show (time direct / gateway, origin requests and bytes cold / direct)."""
+    row: dict[str, object] = {"workload": name}
+    for setup in ("direct", "cold", "warm"):
+        row.update({f"{setup}_s": round(seconds[setup], 3), f"{setup}_requests": requests[setup],
+                    f"{setup}_bytes": sizes[setup], f"{setup}_mb": round(sizes[setup] / 1e6, 3)})
+        if kinds is not None:
+            row[f"{setup}_by_kind"] = dict(kinds[setup])
+    row.update({"cold_ratio": _over(seconds["direct"], seconds["cold"]),
+                "warm_ratio": _over(seconds["direct"], seconds["warm"]),
+                "requests_ratio": _over(requests["cold"], requests["direct"]),
+                "bytes_ratio": _over(sizes["cold"], sizes["direct"])})
+    return row
+
+
+def counted_row(name: str, seconds: dict[str, float], counts: dict[str, Counts]) -> dict[str, object]:
+    return result_row(name, seconds, {k: c.total for k, c in counts.items()},
+                      {k: c.total_bytes for k, c in counts.items()}, {k: c.requests for k, c in counts.items()})
+
+
+def whole_row(rows: list[dict[str, object]]) -> dict[str, object]:
+    """The whole workload: the workloads' seconds, requests and bytes summed, with the targets it is held to."""
+    def total(key: str) -> float:
+        return math.fsum(cast(float, row[key]) for row in rows)
+
+    setups = ("direct", "cold", "warm")
+    return {**result_row("whole workload", {s: total(f"{s}_s") for s in setups},
+                         {s: int(total(f"{s}_requests")) for s in setups},
+                         {s: int(total(f"{s}_bytes")) for s in setups}), **WHOLE_TARGETS}
+
+
+def table_row(row: dict[str, object]) -> tuple[object, ...]:
+    """A results row as a line of the printed table."""
+    def times(key: str) -> str:
+        value = row[key]
+        return f"{value:.2f}x" if isinstance(value, float) else "-"
+
+    name = "**whole workload**" if row["workload"] == "whole workload" else row["workload"]
+    return (name, row["direct_s"], row["cold_s"], row["warm_s"], times("cold_ratio"), times("warm_ratio"),
+            f"{row['cold_requests']} / {row['direct_requests']} ({times('requests_ratio')})",
+            f"{row['cold_mb']:.1f} / {row['direct_mb']:.1f} MB ({times('bytes_ratio')})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -257,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-quota", default="2GiB", help="the gateway's cache.memory_quota")
     parser.add_argument("--chart", default="", help="PNG path (default: engines.png in a temp folder)")
     parser.add_argument("--requests-log", default="", help="TSV of every origin request per workload and setup")
+    parser.add_argument("--json", default="", metavar="PATH",
+                        help="also write the results here as a JSON results file (bench/charts.py draws it)")
     args = parser.parse_args(argv)
     tpch = [q.strip().lower() for q in args.tpch.split(",") if q.strip()]
     formats = [f.strip().lower() for f in args.formats.split(",") if f.strip()]
@@ -277,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{args.file_size}; small: {args.days} daily partitions of one file; "
                      f"gateway: server.workers default (one per core), metadata.ttl = listing.ttl = metadata.negative_ttl = 10m, cache.memory_quota "
                      f"{args.memory_quota}; Trino: one node, -Xmx2G, task.concurrency 2")
+    load_start = wl.loadavg()
     code = wl.snapshot_code(tmp)
     plan = workloads(args.days, args.repeat, tpch, tpch_formats)
     if args.only:
@@ -358,25 +414,17 @@ def main(argv: list[str] | None = None) -> int:
                     out.writelines(f"{name}\t{setup}\t{line}\n" for line in lines[low:high])
             print(f"requests: {args.requests_log}")
 
-    totals = {"direct": [0.0, 0, 0], "cold": [0.0, 0, 0], "warm": [0.0, 0, 0]}
+    results = []
     for name in plan:
         d_seconds, _, d_counts, _ = direct[name]
         assert d_counts is not None
         details.append((name, "direct", d_seconds, *(d_counts.requests[k] for k in KINDS),
                         round(d_counts.total_bytes / 1e6, 2), "-", "-"))
         (c_seconds, c_counts), (w_seconds, w_counts) = measured[name, "cold"], measured[name, "warm"]
-        for setup, seconds, counts in (("direct", d_seconds, d_counts), ("cold", c_seconds, c_counts),
-                                       ("warm", w_seconds, w_counts)):
-            totals[setup][0] += seconds
-            totals[setup][1] += counts.total
-            totals[setup][2] += counts.total_bytes
-        rows.append((name, d_seconds, c_seconds, w_seconds, ratio(d_seconds, c_seconds), ratio(d_seconds, w_seconds),
-                     f"{c_counts.total} / {d_counts.total} ({ratio(c_counts.total, d_counts.total)})",
-                     f"{c_counts.total_bytes / 1e6:.1f} / {d_counts.total_bytes / 1e6:.1f} MB "
-                     f"({ratio(c_counts.total_bytes, d_counts.total_bytes)})"))
-    (ds, dr, db), (cs_, cr, cb), (ws, _, _) = totals["direct"], totals["cold"], totals["warm"]
-    rows.append(("**whole workload**", ds, cs_, ws, ratio(ds, cs_), ratio(ds, ws), f"{cr} / {dr} ({ratio(cr, dr)})",
-                 f"{cb / 1e6:.1f} / {db / 1e6:.1f} MB ({ratio(cb, db)})"))
+        results.append(counted_row(name, {"direct": d_seconds, "cold": c_seconds, "warm": w_seconds},
+                                   {"direct": d_counts, "cold": c_counts, "warm": w_counts}))
+    results.append(whole_row(results))
+    rows = [table_row(row) for row in results]
     details.sort(key=lambda row: (list(plan).index(row[0]), ("direct", "gw cold", "gw warm").index(row[1])))
     print("\nOrigin requests and bytes (answer bodies) as the shaped proxy counted them, per setup:\n")
     print(wl.markdown(["workload", "setup", "seconds", *KINDS, "MB", "gateway CPU s", "other load"], details))
@@ -385,8 +433,17 @@ def main(argv: list[str] | None = None) -> int:
     print(wl.markdown(["workload", "direct s", "cold s", "warm s", "cold/direct", "warm/direct speedup",
                        "origin requests cold/direct", "origin bytes cold/direct"], rows))
     print(f"\nAt the end: {wl.loadavg()}")
-    series = {setup: [float(r[i]) for r in rows[:-1]]  # type: ignore[arg-type]
-              for i, setup in ((1, "origin"), (2, "gw cold"), (3, "gw warm"))}
+    if args.json:
+        from bench.charts import results_document, write_results
+
+        command = shlex.join([".venv/bin/python", "bench/engines.py", *(sys.argv[1:] if argv is None else argv)])
+        write_results(args.json, results_document(
+            "engines", results, command=command, commit=version, targets=TARGETS,
+            machine=f"{os.cpu_count()} cores; Trino 476, one node; moto behind bench/shaped_proxy.py (+{args.latency} "
+                    f"first byte, {args.rate}/s per connection); tpch.{args.scale}",
+            load=f"{load_start} at the start; {wl.loadavg()} at the end"))
+    series = {setup: [float(row[key]) for row in results[:-1]]  # type: ignore[arg-type]
+              for key, setup in (("direct_s", "origin"), ("cold_s", "gw cold"), ("warm_s", "gw warm"))}
     wl.bar_chart(chart, "Trino 476 on the shaped origin, directly and through the gateway: seconds (lower is better)",
                  [name.replace(" (", "\n(") for name in plan], series, "seconds",
                  note=f"origin: moto + shaped_proxy (+{args.latency} first byte, {args.rate}/s per connection); "

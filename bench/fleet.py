@@ -39,7 +39,8 @@ committed HEAD by default, or the work tree); its commit is printed.
     .venv/bin/python bench/fleet.py --quick         # ~1 minute, smaller everything
 
 Needs: apt-get install -y redis-server wrk; .venv/bin/pip install aiohttp matplotlib.
-Results and the machine they were taken on: docs/benchmarks.md ("The fleet (issue 4)").
+Results and the machine they were taken on: docs/benchmarks-notes.md ("The fleet (issue 4)";
+the latest figures in docs/benchmarks.md, "The fleet").
 """
 
 from __future__ import annotations

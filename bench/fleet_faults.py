@@ -18,7 +18,7 @@ slower than 1.5x its p90 before the kill.
     .venv/bin/python bench/fleet_faults.py --duration 120 --kill-at 30 --restart-at 75
 
 tests/integration/test_fleet_faults.py runs the same scenario, shorter, with assertions.
-Results: docs/benchmarks.md ("A fleet node killed under load").
+Results: docs/benchmarks-notes.md ("A fleet node killed under load").
 """
 
 from __future__ import annotations

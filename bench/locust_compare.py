@@ -27,7 +27,7 @@ processes used and the other load on the machine; and a chart of req/s.
     .venv/bin/python bench/locust_compare.py --seconds 60 --users 16 --chart docs/img/locust_compare.png
     .venv/bin/python bench/locust_compare.py --seconds 5 --warmup 0 --objects 50 --dirs 3   # a quick look
 
-Needs: apt-get install -y nginx; locust (pip install -e '.[test]'). Results: docs/benchmarks.md.
+Needs: apt-get install -y nginx; locust (pip install -e '.[test]'). Results: docs/benchmarks-notes.md.
 """
 
 from __future__ import annotations

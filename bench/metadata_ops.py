@@ -26,7 +26,7 @@ cores the client's CPU caps the operations/s too. --workloads runs only some of 
         --chart docs/img/metadata_ops_100k.png                  # ~5 minutes
     .venv/bin/python bench/metadata_ops.py --workloads mixed --clients-sweep 1,4,16   # ~3 minutes
 
-Needs matplotlib (.venv/bin/pip install matplotlib). Results: docs/benchmarks.md.
+Needs matplotlib (.venv/bin/pip install matplotlib). Results: docs/benchmarks-notes.md.
 """
 
 from __future__ import annotations

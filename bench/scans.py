@@ -23,7 +23,7 @@ the speedup over the origin, and writes a PNG chart.
     .venv/bin/python bench/scans.py --files 8 --rows 2000000 --chart docs/img/scans.png
 
 Needs pyarrow, duckdb, duckdb-extension-httpfs (installed) and matplotlib
-(.venv/bin/pip install matplotlib). Results: docs/benchmarks.md.
+(.venv/bin/pip install matplotlib). Results: docs/benchmarks-notes.md.
 """
 
 from __future__ import annotations

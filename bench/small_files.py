@@ -26,7 +26,7 @@ The 5000-file batch is 10 GB: --moto-key-buffer 1 has moto spool every object to
 file (else it keeps objects under 5 MiB in memory), and --disk-quota gives the gateway a
 disk tier under the run's temp folder (else a warm pass finds only the last 2 GiB).
 
-Needs matplotlib (.venv/bin/pip install matplotlib). Results: docs/benchmarks.md.
+Needs matplotlib (.venv/bin/pip install matplotlib). Results: docs/benchmarks-notes.md.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ which is what a reader checking a generation in Redis would add to every hit.
     .venv/bin/python bench/write_latency.py                    # ~1 min
     .venv/bin/python bench/write_latency.py --src /tmp/before  # the gateway of another tree (before/after)
 
-Results: docs/benchmarks.md ("Read-after-write across nodes").
+Results: docs/benchmarks-notes.md ("Read-after-write across nodes").
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ printed (slower: for finding what grows, not for the figures).
 Loopback only; bounded in count (--requests) and time (--max-seconds). Exits 1 if the RSS did
 not level off, 2 if the gateway answered a 5xx (but 503 SlowDown, its rate limit), died, or the run
 ran out of time.
-Results: docs/benchmarks.md ("Memory under hostile traffic").
+Results: docs/benchmarks-notes.md ("Memory under hostile traffic").
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ last acknowledged version (or a later one) is not there.
     .venv/bin/python loadtests/soak.py --minutes 1 --fault-every 12 --fault-for 4
 
 Prints a line every --every seconds and the report; exits 1 if a byte was wrong or an
-acknowledged write lost. Results: docs/benchmarks.md ("Soak").
+acknowledged write lost. Results: docs/benchmarks-notes.md ("Soak").
 """
 
 from __future__ import annotations

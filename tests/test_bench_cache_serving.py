@@ -3,11 +3,12 @@
 The request files are made by botocore itself (a boto3 client's get_object, caught before it is
 sent); these check that the bytes are those boto3 puts on a socket, that every request is its
 own and dated within S3's clock skew, and a brief run of every kind of row against the gateway
-and nginx (skipped without wrk, nginx or taskset)."""
+and nginx (skipped without wrk, nginx or taskset); the results files `--json` writes (bench/charts.py)."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import shutil
 import socket
@@ -20,6 +21,8 @@ from pathlib import Path
 import boto3
 import pytest
 from botocore.config import Config
+
+from bench import charts
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -100,13 +103,51 @@ def test_each_request_is_its_own_and_dated_within_the_skew() -> None:
     assert len(set(cs.same_bytes_requests("http://127.0.0.1:9", keys))) == len(keys)
 
 
+def _cell(cs, setup: str, size: int, ok: int, cpu: float | None = None):  # type: ignore[no-untyped-def]
+    return cs.Cell(setup, "wrk:sdk", size, ok, 0, 1.0, 1.0, 2.0, server_cpu=cpu)
+
+
+def test_a_whole_run_gives_its_headline_ratios_with_their_targets() -> None:
+    cs = serving_module()
+    results = {
+        "4KiB": [_cell(cs, "gw-mem", 4096, 1000, 0.05), _cell(cs, "nginx-tmpfs-1w", 4096, 2000),
+                 _cell(cs, "gw-mem-2w", 4096, 1500, 0.09), _cell(cs, "nginx-tmpfs", 4096, 3000)],
+        "1MiB": [_cell(cs, "gw-mem", 2**20, 100), _cell(cs, "nginx", 2**20, 50), _cell(cs, "gw-disk", 2**20, 80),
+                 _cell(cs, "gw-cold/shaped", 2**20, 30), _cell(cs, "shaped-origin", 2**20, 60)],
+    }
+    rows = {row["row"]: row for row in cs.serving_rows(results, "wrk:sdk", 2, "auto")}
+    assert {name: (row["ratio"], row["target"]) for name, row in rows.items()} == {
+        "warm 4 KiB req/s, 1 worker vs nginx-tmpfs with 1 worker": (0.5, 0.5),
+        "warm 4 KiB req/s, 2 workers vs nginx-tmpfs (auto workers)": (0.5, 0.8),
+        "CPU per 4 KiB hit, 2 workers / 1 worker": (1.2, 1.15),
+        "warm 1 MiB MB/s, 1 worker vs nginx (disk cache, auto workers)": (2.0, 1.0),
+        "disk tier 1 MiB MB/s vs memory tier": (0.8, 0.8),
+        "cold 1 MiB MB/s, 1 worker vs the shaped origin directly": (0.5, 0.7),
+    }  # no 64 MiB row: not measured
+    assert rows["CPU per 4 KiB hit, 2 workers / 1 worker"]["lower"] is True
+    assert cs.serving_rows(results, "py", 2, "auto") == []  # no cells of that client
+
+
+def test_hits_rows_are_named_as_the_docs_name_them() -> None:
+    cs = serving_module()
+    results = [(f"{signing} {label}", _cell(cs, "gateway", size, 500, 0.1), _cell(cs, "nginx", size, 1000, 0.02))
+               for signing, label, size in (("sdk", "4KiB", 4096), ("sdk", "1MiB", 2**20),
+                                            ("presigned-new", "4KiB", 4096), ("same-bytes", "4KiB", 4096))]
+    rows = cs.hit_rows(results)
+    assert [(r["row"], r.get("target")) for r in rows] == [
+        ("SDK-signed 4 KiB", 0.5), ("SDK-signed 1 MiB", 1.0), ("each-new presigned 4 KiB", 0.4),
+        ("same bytes again 4 KiB (reference)", None)]  # the rows of docs/img/data/hits-232f448.json
+    assert rows[0]["gateway_rps"] == 500 and rows[0]["nginx_rps"] == 1000
+    assert rows[0]["gateway_cpu_us"] == 200 and rows[0]["nginx_cpu_us"] == 20
+
+
 @pytest.mark.skipif(any(shutil.which(tool) is None for tool in ("wrk", "nginx", "taskset")),
                     reason="needs wrk, nginx and taskset (apt)")
 def test_hits_mode_runs_every_kind_of_row(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "cache_serving.py"), "--hits", "--seconds", "1", "--requests", "400",
          "--hits-objects", "4KiB=20,1MiB=4", "--retries", "0",
-         "--hits-rows", "4KiB:sdk,1MiB:sdk,4KiB:presigned-new,4KiB:same-bytes"],
+         "--hits-rows", "4KiB:sdk,1MiB:sdk,4KiB:presigned-new,4KiB:same-bytes", "--json", str(tmp_path / "hits.json")],
         capture_output=True, text=True, timeout=100, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:]]
@@ -116,3 +157,9 @@ def test_hits_mode_runs_every_kind_of_row(tmp_path: Path) -> None:
         assert cells[9] == "0/0", (name, cells)  # no errors at the gateway or nginx: every signature passed
         assert float(cells[0].replace(",", "")) > 0 and float(cells[2].replace(",", "")) > 0, (name, cells)
     assert "kept 0%" in rows["sdk 4KiB"][10]  # a request signed anew is never answered as kept
+    document = json.loads((tmp_path / "hits.json").read_text())
+    assert document["bench"] == "cache_serving.hits" and "--hits" in document["command"] and document["load"]
+    assert [row["row"] for row in document["rows"]] == [
+        "SDK-signed 4 KiB", "SDK-signed 1 MiB", "each-new presigned 4 KiB", "same bytes again 4 KiB (reference)"]
+    assert all(row["gateway_rps"] > 0 and row["nginx_rps"] > 0 for row in document["rows"])
+    assert charts.draw(tmp_path / "hits.png", [tmp_path / "hits.json"]).read_bytes()[:4] == b"\x89PNG"

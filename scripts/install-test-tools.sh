@@ -33,8 +33,9 @@ need redis-server redis-server     # shared metadata, fleets, Sentinel and Clust
 need redis-cli redis-tools         # creating the Redis Cluster of tests/redis_fixtures.py
 need rclone rclone                 # client tests (tests/integration/test_clients.py, test_docs_clients.py)
 need s3cmd s3cmd
-need openssl openssl               # test certificates for TLS
-need nginx nginx                   # the smoke run of bench/cache_serving.py --hits
+need openssl openssl               # test certificates for TLS; the fleet walk-through (docs/fleet.md)
+need curl curl                     # the fleet walk-through
+need nginx nginx                   # the smoke run of bench/cache_serving.py --hits; the fleet's balancer
 need wrk wrk
 need systemd-analyze systemd       # deploy/systemd's unit verified and rated (tests/test_deploy.py)
 # The admin dashboard and the demo in a real browser (tests/admin/); the tests use these paths.

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -153,3 +154,15 @@ def test_a_taken_port_is_one_line_and_no_lines_to_try() -> None:
                                 capture_output=True, text=True, timeout=60, env=dict(os.environ))
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert f"port {port} is taken" in result.stderr and "Try it" not in result.stdout
+
+
+def test_the_readme_lines_to_try_work(demo: Demo) -> None:
+    """README's first screen shows the demo's line to try with the checkout's .venv/bin/aws and port
+    8080: run as written there, with this virtualenv and this demo's port."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = re.search(r"`make demo` prints what to try[^\n]*\n\n```sh\n(.*?)\n```", readme, re.DOTALL)
+    assert block, "README's first screen has no line to try"
+    script = (block.group(1).replace(".venv/bin/", os.path.dirname(sys.executable) + "/")
+              .replace("127.0.0.1:8080", f"127.0.0.1:{demo.port}"))
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=demo.env, timeout=60)
+    assert result.returncode == 0 and result.stdout.encode() == SAMPLES["hello.txt"], result

@@ -36,7 +36,7 @@ def test_without_root_it_names_the_command_and_stops(tmp_path: Path) -> None:
         assert "install the programs of these Debian packages:" in lines[0], lines[0]
         return
     packages = command.group(1).split()
-    for wanted in ("redis-server", "redis-tools", "rclone", "s3cmd", "wrk", "openssl", "systemd", "nodejs",
+    for wanted in ("redis-server", "redis-tools", "rclone", "s3cmd", "wrk", "openssl", "curl", "systemd", "nodejs",
                    "npm", "maven", "default-jdk-headless"):
         assert wanted in packages, (wanted, lines[0])
     # Looked for where the tests look: chromium and its driver at /usr/bin, nginx in /usr/sbin too.

@@ -1,27 +1,47 @@
-# Two commands on a fresh Debian/Ubuntu machine with Python 3.11:
+# Two commands on a fresh Debian/Ubuntu machine with Python 3.11 (its venv module) and make:
 #   make demo   - start the gateway in front of a demo origin on loopback
 #   make test   - run the whole test suite
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+# The tests' PATH: the virtualenv's programs (aws, gateway) first; nginx lives in /usr/sbin, Go's own
+# install in /usr/local/go (scripts/install-test-tools.sh looks there too).
+TEST_PATH = $(abspath $(BIN)):$$PATH:/usr/sbin:/usr/local/go/bin
+# INSTALL_TOOLS=no: run the tests without installing the programs they drive (those tests skip).
+INSTALL_TOOLS ?= yes
 
-.PHONY: demo test test-engines typecheck install lock clean
+.PHONY: demo test test-engines typecheck install tools lock clean
 
 # Every install takes the versions of constraints.txt: the ones the suite last passed with, so that a
 # release upstream cannot change what a fresh machine (CI) tests or what a deployment runs.
+# The demo's install is the package, moto and the AWS CLI alone; the tests' adds the test extra (and so
+# counts as the demo's too).
+$(BIN)/.installed-demo: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[demo]'
+	touch $@
+
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[demo,test]'
-	touch $@
+	touch $@ $(BIN)/.installed-demo
 
 install: $(BIN)/.installed
 
-demo: install
+demo: $(BIN)/.installed-demo
 	$(BIN)/gateway demo
 
-test: install
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest $(PYTEST_ARGS)
+# The programs the tests drive (redis-server, chromium, rclone, ...), from Debian's packages when missing:
+# see scripts/install-test-tools.sh. First, since it also brings python3-venv for the virtualenv.
+tools:
+ifneq ($(INSTALL_TOOLS),no)
+	bash scripts/install-test-tools.sh
+endif
+
+test: tools install
+	PATH="$(TEST_PATH)" $(BIN)/pytest $(PYTEST_ARGS)
 
 # Real query engines against the gateway (tests/engines): Trino and the S3A jars from Maven Central, cached in
 # ~/.cache/s3gw-engines ($S3GW_ENGINES_CACHE), and pyspark (the `engines` extra); left out of `make test` by the `engines` marker.
@@ -29,8 +49,8 @@ $(BIN)/.installed-engines: $(BIN)/.installed
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[demo,test,engines]'
 	touch $@
 
-test-engines: $(BIN)/.installed-engines
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -m engines tests/engines $(PYTEST_ARGS)
+test-engines: tools $(BIN)/.installed-engines
+	PATH="$(TEST_PATH)" $(BIN)/pytest -m engines tests/engines $(PYTEST_ARGS)
 
 # mypy over gateway/ (configuration in pyproject.toml).
 typecheck: install

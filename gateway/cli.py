@@ -81,7 +81,9 @@ def serve(config_path: str | None, host: str | None, port: int | None, workers: 
 @main.command()
 @click.option("--port", type=int, default=8080, show_default=True, help="Gateway port.")
 def demo(port: int) -> None:
-    """Start a demo: moto S3 on loopback with sample objects, and the gateway in front of it."""
+    """Start a demo: moto S3 on loopback with sample objects, and the gateway in front of it with
+    its admin API on ($GATEWAY_ADMIN_TOKEN, else a token made for the run). What to try, the
+    dashboard's URL and the `gateway stats` command are printed once the gateway serves."""
     from gateway.demo import run_demo
 
     log.configure("INFO")

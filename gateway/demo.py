@@ -1,19 +1,25 @@
-"""`gateway demo`: a moto S3 server on loopback as the origin, a sample bucket, the gateway in front."""
+"""`gateway demo`: a moto S3 server on loopback as the origin, a sample bucket, the gateway in front
+with its admin API on (the dashboard and `gateway stats` show the cache)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
+import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
 import httpx
 
-from gateway.config import AuthSettings, Grant, OriginSettings, ServerSettings, Settings, User
+from gateway.config import AdminSettings, AuthSettings, Grant, OriginSettings, ServerSettings, Settings, User
 from gateway.errors import S3Error
 from gateway.origin import Origin
 
@@ -41,7 +47,7 @@ def _moto_origin(port: int | None = None) -> Iterator[str]:
     try:
         import moto.server  # noqa: F401
     except ImportError:
-        raise SystemExit("gateway demo needs moto: pip install 'moto[server]' (make demo installs it)") from None
+        raise SystemExit("gateway demo needs moto: pip install -e '.[demo]' (make demo installs it)") from None
     port = port or _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
@@ -79,28 +85,83 @@ async def seed(origin_settings: OriginSettings) -> None:
         await origin.aclose()
 
 
-def demo_settings(origin_endpoint: str, port: int) -> Settings:
+def demo_settings(origin_endpoint: str, port: int, admin_token: str = "") -> Settings:
     return Settings(
         origin=OriginSettings(endpoint=origin_endpoint, access_key="demo", secret_key="demo"),
         server=ServerSettings(host="127.0.0.1", port=port),
         auth=AuthSettings(users=(User(DEMO_ACCESS_KEY, DEMO_SECRET_KEY, grants=(Grant("*", "", "readwrite"),), admin=True),)),
+        admin=AdminSettings(token=admin_token),
     )
 
 
 def run_demo(port: int) -> None:
+    """Serve the demo until stopped. The admin API is on, with $GATEWAY_ADMIN_TOKEN or a token made
+    here; what to try is printed once the gateway answers."""
     from gateway.run import run_server
 
     # uvicorn ends a SIGTERM'd run by raising the signal again; as an exception (not the
     # default handler's instant death) it lets the `with` below stop moto too.
     signal.signal(signal.SIGTERM, _exit)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # the readiness probes are not the demo's traffic
+    _refuse_a_taken_port(port)
+    token = os.environ.get("GATEWAY_ADMIN_TOKEN") or secrets.token_urlsafe(18)
     with _moto_origin() as endpoint:
         asyncio.run(seed(OriginSettings(endpoint=endpoint, access_key="demo", secret_key="demo")))
-        settings = demo_settings(endpoint, port)
-        print(f"origin (moto): {endpoint}   gateway: http://127.0.0.1:{port}\n")
-        print("Try it:")
-        print(f"  export AWS_ACCESS_KEY_ID={DEMO_ACCESS_KEY} AWS_SECRET_ACCESS_KEY={DEMO_SECRET_KEY} AWS_DEFAULT_REGION=us-east-1")
-        print(f"  aws s3 ls --recursive s3://{DEMO_BUCKET} --endpoint-url http://127.0.0.1:{port}\n", flush=True)
+        settings = demo_settings(endpoint, port, token)
+        threading.Thread(target=_announce, args=(endpoint, port, token), name="demo-announce", daemon=True).start()
         run_server(settings)
+
+
+def _refuse_a_taken_port(port: int) -> None:
+    """Exit with one line when something listens on the port already (an earlier demo, say): the
+    lines to try would otherwise name a server that is not this one."""
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            raise SystemExit(f"port {port} is taken (another demo?): gateway demo --port N serves on another") from None
+
+
+def _announce(origin: str, port: int, token: str) -> None:
+    """Print what to try once the gateway answers on its port (the admin API's healthz)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/_gateway/healthz", timeout=1).status_code == 200:
+                print(instructions(origin, port, token), flush=True)
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+
+
+def instructions(origin: str, port: int, token: str) -> str:
+    """The demo's lines to try, with the programs of this install named by their paths."""
+    gateway = f"http://127.0.0.1:{port}"
+    aws, command = _program("aws"), _program("gateway")
+    lines = [f"origin (moto): {origin}   gateway: {gateway}   bucket: s3://{DEMO_BUCKET}", "", "Try it, in another shell:",
+             f"  export AWS_ACCESS_KEY_ID={DEMO_ACCESS_KEY} AWS_SECRET_ACCESS_KEY={DEMO_SECRET_KEY} "
+             "AWS_DEFAULT_REGION=us-east-1"]
+    if aws is None:
+        lines.append("  (the AWS CLI is not installed here: pip install awscli, or pip install -e '.[demo]')")
+    lines += [f"  {aws or 'aws'} s3 ls --recursive s3://{DEMO_BUCKET} --endpoint-url {gateway}",
+              f"  {aws or 'aws'} s3 cp s3://{DEMO_BUCKET}/hello.txt - --endpoint-url {gateway}"
+              "   # twice: the second read is a cache hit",
+              "", "See the cache (hit ratio, bytes by tier, hot objects):",
+              f"  dashboard: {gateway}/_gateway/dashboard#token={token}",
+              f"  {command or 'gateway'} stats --url {gateway} --token {token}",
+              "", 'Below, one JSON line per request; "cache" says where its bytes came from (miss, hit-mem). '
+              "Ctrl-C stops the demo.", ""]
+    return "\n".join(lines)
+
+
+def _program(name: str) -> str | None:
+    """The absolute path of this install's `name` (next to its Python, as in .venv/bin), else
+    `name` itself when it is on PATH, else None."""
+    beside = os.path.join(os.path.abspath(os.path.dirname(sys.executable)), name)
+    if os.access(beside, os.X_OK):
+        return beside
+    return name if shutil.which(name) else None
 
 
 def _exit(signum: int, frame: object) -> None:

@@ -22,7 +22,8 @@ hypothesis_settings.load_profile("gateway")
 
 
 # Programs some tests drive, beyond what `pip install -e '.[test]'` brings; what is missing is
-# named in one line at the start of the run (their tests skip). `bash .ci/run` installs them all.
+# named in one line at the start of the run (their tests skip). scripts/install-test-tools.sh (run by
+# `make test` and .ci/run) installs them all.
 _PROGRAMS = {
     "redis-server": "redis-server", "rclone": "rclone", "s3cmd": "s3cmd", "chromium": "chromium",
     "chromedriver": "chromium-driver", "node": "nodejs npm", "go": "golang", "mvn": "maven",
@@ -35,7 +36,7 @@ def pytest_report_header(config: pytest.Config) -> str:
         return "every program the tests drive is installed"
     packages = " ".join(dict.fromkeys(_PROGRAMS[name] for name in missing))
     return (f"missing: {', '.join(missing)} (their tests skip or fail); "
-            f"apt-get install {packages}, or run bash .ci/run, which installs them")
+            f"apt-get install {packages}, or run bash scripts/install-test-tools.sh as root, which installs them")
 
 
 @pytest.fixture(scope="session")

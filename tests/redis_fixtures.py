@@ -27,7 +27,7 @@ class RedisServer:
     def __init__(self, *args: str, sentinel_config: Path | None = None) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
-            pytest.skip("redis-server is not installed: apt-get install redis-server (.ci/run does)")
+            pytest.skip("redis-server is not installed: apt-get install redis-server (make test does, as root)")
         self.binary = binary
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"

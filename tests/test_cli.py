@@ -1,22 +1,16 @@
-"""The `gateway` command: config check, clear errors, and the demo a new user runs first."""
+"""The `gateway` command: config check and clear errors (the demo a new user runs first: tests/test_demo.py)."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import click
-import httpx
-import pytest
 from click.testing import CliRunner
 
 from gateway.cli import main
-from gateway.demo import DEMO_ACCESS_KEY, DEMO_SECRET_KEY
 from tests.servers import free_port
 
 GATEWAY = [sys.executable, "-m", "gateway.cli"]
@@ -56,37 +50,6 @@ def test_help_on_every_command():
     for command in commands:
         result = CliRunner().invoke(main, [*command, "--help"])
         assert result.exit_code == 0 and "Usage" in result.output, command
-
-
-def test_demo_serves_the_sample_bucket():
-    port = free_port()
-    proc = subprocess.Popen([*GATEWAY, "demo", "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
-                break
-            except httpx.HTTPError:
-                assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-                assert time.monotonic() < deadline, "demo did not start"
-                time.sleep(0.2)
-        aws = Path(sys.executable).with_name("aws")
-        env = dict(os.environ, AWS_ACCESS_KEY_ID=DEMO_ACCESS_KEY, AWS_SECRET_ACCESS_KEY=DEMO_SECRET_KEY,
-                   AWS_DEFAULT_REGION="us-east-1", AWS_CONFIG_FILE="/dev/null", AWS_SHARED_CREDENTIALS_FILE="/dev/null")
-        listing = subprocess.run([str(aws) if aws.exists() else "aws", "s3", "ls", "--recursive", "s3://demo",
-                                  "--endpoint-url", f"http://127.0.0.1:{port}"],
-                                 capture_output=True, text=True, env=env, timeout=60)
-        assert listing.returncode == 0, listing.stderr
-        assert "hello.txt" in listing.stdout and "blobs/1MiB.bin" in listing.stdout
-    finally:
-        proc.terminate()
-        output = proc.communicate(timeout=20)[0]
-    assert "aws s3 ls" in output  # the line to try was printed
-    # Stopping the demo stops its moto too.
-    moto_port = int(re.search(r"origin \(moto\): http://127.0.0.1:(\d+)", output).group(1))  # type: ignore[union-attr]
-    with pytest.raises(httpx.ConnectError):
-        httpx.get(f"http://127.0.0.1:{moto_port}/", timeout=2)
 
 
 def test_serve_refuses_to_start_without_its_origin_or_redis():

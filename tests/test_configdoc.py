@@ -109,3 +109,25 @@ def test_alluxio_table_names_only_settings_that_exist():
                    "alluxio.user.file.replication.max", "alluxio.user.file.passive.cache.enabled",
                    "alluxio.worker.evictor.class", "distributedLoad"):
         assert wanted in properties, wanted
+
+
+def test_docs_name_only_settings_that_exist():
+    """README.md and docs/: every `section.name` of a settings section, and every GATEWAY_* variable,
+    is one gateway/config/ has. (docs/configuration.md is rendered from the settings; docs/benchmarks.md
+    records runs at past commits, with the names they had, and names modules such as `auth.memo`.)"""
+    known, variables = _setting_names(), set(configdoc.env_vars())
+    sections = dict(configdoc.sections())
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    checked = 0
+    for doc in docs:
+        if doc.name in ("configuration.md", "benchmarks.md"):
+            continue
+        text = doc.read_text()
+        for section, rest in re.findall(r"`([a-z_]+)\.([a-z_]+(?:\[\]\.[a-z_]+)?)(?![\w.(/])", text):
+            if section in sections and rest != "py":
+                checked += 1
+                assert f"{section}.{rest}" in known, f"{doc.name} names {section}.{rest}, which is not a setting"
+        for variable in re.findall(r"\bGATEWAY_[A-Z0-9_]*[A-Z0-9]\b", text):
+            checked += 1
+            assert variable in variables, f"{doc.name} names {variable}, which no setting reads"
+    assert checked > 100, checked

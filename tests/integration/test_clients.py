@@ -10,6 +10,7 @@ skips only when its client is not installed; the skip says how to install it.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -195,8 +196,12 @@ _S3FS_DELETE = _S3FS_SETUP + """
 
 
 def test_s3fs_round_trip(gateway, s3, direct):
-    _need_module("s3fs", "pip install s3fs (only where it does not change the pinned boto3/botocore: "
-                         "aiobotocore pins an older botocore)")
+    if importlib.util.find_spec("s3fs") is None:
+        import botocore
+
+        pytest.skip(f"s3fs cannot be installed beside botocore {botocore.__version__} (pinned in constraints.txt): "
+                    "the s3fs releases that use aiobotocore need an older botocore (pip falls back to s3fs 0.4, "
+                    "from before them); it runs where s3fs is installed with a botocore its aiobotocore accepts")
     s3.create_bucket(Bucket="fsspec")
     out = _python(_S3FS, gateway.endpoint, *ADMIN, "fsspec")
     assert out["listing"] == {"fsspec/dir/small.txt": 16, "fsspec/dir/sub/big.bin": 12 * 1024 * 1024 + 3}

@@ -5,7 +5,6 @@
 - every relative link of README.md and docs/*.md leads to a file of the repository (none to a
   project document kept elsewhere);
 - no internal issue numbers ("issue 7"): a reader outside the project has no tracker to look in.
-  docs/benchmarks.md is left out of that one: it is being restructured on its own.
 """
 
 from __future__ import annotations
@@ -89,7 +88,7 @@ def test_links_stay_in_the_repository(doc: Path) -> None:
         assert path.is_relative_to(ROOT) and path.exists(), f"{doc.name} links {target}, which is not in the repository"
 
 
-@pytest.mark.parametrize("doc", [d for d in DOCS if d.name != "benchmarks.md"], ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_internal_issue_numbers(doc: Path) -> None:
     found = re.findall(r"\bissues? #?\d+|/issues/\d+", doc.read_text(), re.IGNORECASE)
     assert not found, f"{doc.name} cites the project's tracker: {found}"

@@ -51,7 +51,7 @@ from gateway.s3api import reads  # noqa: E402
 from gateway.s3api.context import Context  # noqa: E402
 from gateway.s3api.hits import _no_body  # noqa: E402
 from gateway.s3api.responses import body_response  # noqa: E402
-from gateway.s3api.server import parse_request  # noqa: E402
+from gateway.s3api.request import parse_request  # noqa: E402
 from tests.servers import moto_server  # noqa: E402
 from tests.support import ADMIN, REGION, RunningGateway, base_settings  # noqa: E402
 

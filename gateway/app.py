@@ -107,9 +107,9 @@ class GatewayApp:
             self._tasks.append(asyncio.create_task(self.replication.run(), name="gateway-replication"))
         shadow = build_shadow(self.settings.cache, self.workers) if store is not None else None
         if shadow is not None:
-            self.s3.observers.append(shadow.observe_entry)
+            self.s3.accounts.observers.append(shadow.observe_entry)
         name = self.fleet.me.id if self.fleet is not None else f"{socket.gethostname()}:{self.settings.server.port}"
-        node = Node(name, engine, self.s3.stats, pins,
+        node = Node(name, engine, self.s3.accounts.stats, pins,
                     membership=self.fleet.membership if self.fleet is not None else None, shadow=shadow,
                     replication=self.replication)
         self.admin = AdminApp(self.settings.admin, node, self.workers)  # answers for the node's workers

@@ -15,7 +15,7 @@ read, a clamped or open range; else the largest offset read, a bound), for at mo
 `max_objects` sampled objects.
 
 The live gateway feeds one with every request it answers (`observe_entry`, from
-`S3App.observers`; `cache.shadow_rate`), shadowing its own store at 1x, 2x and 4x its
+`Accounts.observers`; `cache.shadow_rate`), shadowing its own store at 1x, 2x and 4x its
 quotas, and shows `estimates()` in its admin stats and metrics. Offline it can be attached to
 the `gateway.access` logger as a handler.
 """

@@ -24,7 +24,7 @@ class _Page:
 
 class Listings:
     """Event loop only. A page is keyed by bucket, prefix and every other parameter the
-    origin receives (the one parsed query, gateway.s3api.server.parse_request), so one
+    origin receives (the one parsed query, gateway.s3api.request.parse_request), so one
     request's page is never another's."""
 
     def __init__(self, origin: Origin, settings: ListingSettings, coherence: Coherence, *,

@@ -11,11 +11,12 @@ from starlette.responses import Response
 
 from gateway.engine import Forwarded
 from gateway.s3api import headers as hdrs
+from gateway.s3api.request import S3Request
 from gateway.s3api.responses import empty_response, stream_response
 from gateway.s3api.routes import Action
 
 if TYPE_CHECKING:
-    from gateway.s3api.server import S3App, S3Request
+    from gateway.s3api.server import S3App
 
 # Query parameters that authenticate the client's own request; never sent on.
 _AUTH_QUERY = frozenset({

@@ -5,7 +5,7 @@ no ASGI cycle, task or response object run.
 
 It takes the same steps as the ASGI path, with the same functions (parse_request, the
 app's `identify`, the policy, reads.object_answer, cors.answer_headers, the responses
-module), and counts and logs the same way (S3App.finished). At the first doubt (a body, a
+module), and counts and logs the same way (s3api.accounting). At the first doubt (a body, a
 write, a sub-resource, a personal read, an Origin whose bucket's CORS rules are not in
 memory, a miss, any S3 error such as a failed signature or a 304) it answers None, having
 counted nothing, and the ASGI app takes the request; one that got as far as being
@@ -32,7 +32,9 @@ from gateway.s3api.context import Context
 from gateway.s3api import headers as hdrs
 from gateway.s3api.replays import Keeper, Replay, Replays, keepable
 from gateway.s3api.responses import body_response, empty_response, new_request_id
-from gateway.s3api.server import IDENTIFIED, S3App, S3Request, answered_for, note_answer, parse_request
+from gateway.s3api.accounting import answered_for, note_answer
+from gateway.s3api.request import IDENTIFIED, S3Request, parse_request
+from gateway.s3api.server import S3App
 
 # (keep-alive) -> the whole answer, made once the block of a GET another node owns came.
 _Make = Callable[[bool], list[bytes | memoryview]]
@@ -158,9 +160,10 @@ class HitPath:
         head = http_head(answer.status, made.default_headers, response.raw_headers, keep_alive)
         made.outcome = {"bytes": len(body), "cache": None}
         note_answer(made.outcome, answer.status, response.raw_headers)
-        app = self.app
-        app.finished(made.req, made.scope, request_id, made.outcome, time.perf_counter() - made.started)
-        app.stats.below_asgi += 1
+        accounts = self.app.accounts
+        accounts.record(answered_for(made.req, made.scope["method"], made.outcome), request_id, len(body),
+                        made.outcome["cache"], time.perf_counter() - made.started)
+        accounts.stats.below_asgi += 1
         return [head, body]
 
     def _replay(self, made: _Made, meta: ObjectMeta, read: OneBlock | None) -> Replay | None:

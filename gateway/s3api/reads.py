@@ -5,7 +5,6 @@ range, response overrides, headers), and the read itself. The hit path below ASG
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from starlette.responses import Response
 
@@ -14,10 +13,8 @@ from gateway.errors import S3Error
 from gateway.s3api import headers as hdrs
 from gateway.s3api import ranges
 from gateway.s3api.context import Context
+from gateway.s3api.request import S3Request
 from gateway.s3api.responses import body_response, empty_response, stream_response
-
-if TYPE_CHECKING:
-    from gateway.s3api.server import S3Request
 
 _RESPONSE_OVERRIDES = {
     "response-content-type": "content-type",

@@ -36,7 +36,7 @@ read: it also counts the block hit and the object's heat), or, for a block anoth
 read from it as the hit path's later answer reads it (Engine.read_block), the answer sent once
 it came (LaterReplay). Any difference, and the request goes the whole way as a new one. Each
 answer gets its own request id and Date and is counted and logged as the hit path counts and
-logs it (S3App.finished_again, from an entry made once when the request is kept).
+logs it (Accounts.record, from an entry made once when the request is kept).
 """
 
 from __future__ import annotations
@@ -52,7 +52,9 @@ from gateway.errors import S3Error
 from gateway.s3api.auth import Identity
 from gateway.s3api.auth.memo import KNOWN_REQUEST_MAX, SDK_INVOCATION_ID, kept_size
 from gateway.s3api.responses import new_request_id
-from gateway.s3api.server import Answered, S3App, S3Request
+from gateway.s3api.accounting import Answered
+from gateway.s3api.request import S3Request
+from gateway.s3api.server import S3App
 
 # A request is kept only without these: their answer depends on the clock, not only on the
 # request and the object (ranges.evaluate_preconditions ignores a date in the future).
@@ -82,7 +84,7 @@ class Replay:
     raw_headers: list[tuple[bytes, bytes]]  # the answer's, but the server's default headers (Date)
     closing: bytes  # what ends the head: CRLF, with Connection: close before it when not keep_alive
     keep_alive: bool
-    answered: Answered  # how each answer is counted and logged (S3App.finished_again)
+    answered: Answered  # how each answer is counted and logged (Accounts.record)
     # Made when the request is first answered again (most kept requests never are): the answer's
     # head is status_line | the server's default headers | segments[0] | first slot | segments[1]
     # | second slot | segments[2], the slots being the request id and the x-cache value in the
@@ -217,9 +219,9 @@ class Replays:
         first, second = (rid, label) if replay.rid_first else (label, rid)
         head = b"".join((replay.status_line, self._default_lines(default_headers), segments[0], first, segments[1],
                          second, segments[2]))
-        app = self.app
-        app.finished_again(replay.answered, request_id, len(body), source, time.perf_counter() - started)
-        stats = app.stats
+        accounts = self.app.accounts
+        accounts.record(replay.answered, request_id, len(body), source, time.perf_counter() - started)
+        stats = accounts.stats
         stats.below_asgi += 1
         stats.replayed += 1
         return [head, body], replay.keep_alive

@@ -90,7 +90,7 @@ def pair(origin_endpoint: str, tmp_path_factory: pytest.TempPathFactory, request
         logs: dict[str, list[dict[str, Any]]] = {"fast": [], "asgi": []}
         for name, gateway in (("fast", fast), ("asgi", asgi)):
             s3 = client(gateway.endpoint)
-            gateway.server.config.app.s3.observers.append(logs[name].append)
+            gateway.server.config.app.s3.accounts.observers.append(logs[name].append)
             for bucket, key in OBJECTS:  # warm: metadata and every block in memory
                 s3.get_object(Bucket=bucket, Key=key)["Body"].read()
             deadline = time.monotonic() + 5  # the app logs a request as its answer's last bytes go out
@@ -155,7 +155,7 @@ def _answer(http: httpx.Client, request: httpx.Request) -> tuple[int, list[tuple
 def _counted(gateway: RunningGateway) -> tuple[Counter[Any], Counter[Any], Counter[str]]:
     """What each gateway counted (the hit path's own counter aside: it is what differs)."""
     app = gateway.server.config.app
-    return app.s3.stats.requests, app.s3.stats.served, app.s3.engine.stats
+    return app.s3.accounts.stats.requests, app.s3.accounts.stats.served, app.s3.engine.stats
 
 
 def _logged(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -202,7 +202,7 @@ def requests(draw: st.DrawFn, etags: dict[tuple[str, str], str]) -> dict[str, An
 
 
 def test_a_plain_hit_is_answered_below_asgi_and_alike(pair: Pair) -> None:
-    stats = pair.fast.server.config.app.s3.stats
+    stats = pair.fast.server.config.app.s3.accounts.stats
     with httpx.Client() as http:
         for method, who, signing, headers in [("GET", "team", "v4-header", {}), ("HEAD", "reader", "v2-query", {}),
                                               ("GET", "admin", "v4-query", {"range": "bytes=3-40"})]:
@@ -251,9 +251,9 @@ def _settled(pair: Pair) -> None:
 
 def test_the_requests_above_took_the_hit_path_often(pair: Pair) -> None:
     """Not a vacuous comparison: many of the generated requests were hits answered below ASGI."""
-    assert pair.fast.server.config.app.s3.stats.below_asgi >= 30
-    assert pair.fast.server.config.app.s3.stats.replayed >= 15
-    assert pair.asgi.server.config.app.s3.stats.below_asgi == 0
+    assert pair.fast.server.config.app.s3.accounts.stats.below_asgi >= 30
+    assert pair.fast.server.config.app.s3.accounts.stats.replayed >= 15
+    assert pair.asgi.server.config.app.s3.accounts.stats.below_asgi == 0
 
 
 def _raw(endpoint: str, payload: bytes) -> bytes:
@@ -276,12 +276,12 @@ def test_pipelined_hits_and_a_miss_are_answered_in_order(pair: Pair) -> None:
     hit = b"GET /public/small.txt HTTP/1.1\r\nHost: gw\r\n\r\n"
     miss = b"GET /public/absent.txt HTTP/1.1\r\nHost: gw\r\n\r\n"
     last = b"HEAD /public/small.txt HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n"
-    before = pair.fast.server.config.app.s3.stats.below_asgi
+    before = pair.fast.server.config.app.s3.accounts.stats.below_asgi
     received = _raw(pair.fast.endpoint, hit + miss + hit + last)
     statuses = re.findall(rb"HTTP/1.1 (\d{3}) ", received)
     assert statuses == [b"200", b"404", b"200", b"200"]
     assert received.count(OBJECTS[("public", "small.txt")]) == 2 and b"<Code>NoSuchKey</Code>" in received
-    assert pair.fast.server.config.app.s3.stats.below_asgi == before + 3
+    assert pair.fast.server.config.app.s3.accounts.stats.below_asgi == before + 3
 
 
 def test_a_connection_is_logged_in_the_order_it_was_answered(pair: Pair) -> None:

@@ -39,7 +39,7 @@ def stable(headers: dict[str, str]) -> dict[str, str]:
 
 
 def below_asgi(node: RunningGateway) -> int:
-    return node.server.config.app.s3.stats.below_asgi
+    return node.server.config.app.s3.accounts.stats.below_asgi
 
 
 def reader_of(fleet, index: int = 0) -> tuple[RunningGateway, RunningGateway]:  # type: ignore[no-untyped-def]
@@ -150,7 +150,7 @@ def test_an_object_gone_behind_the_fleet_is_the_apps_to_answer(fleet, direct):
 
 
 def replayed(node: RunningGateway) -> int:
-    return node.server.config.app.s3.stats.replayed
+    return node.server.config.app.s3.accounts.stats.replayed
 
 
 def test_a_request_sent_again_whose_block_a_peer_holds_is_answered_as_kept_and_alike(fleet, direct):

@@ -252,7 +252,7 @@ def test_the_access_log_names_the_key_written_and_its_signer(gateway, s3):
         if entry["operation"] == "PostObject":
             logged.set()
 
-    observers = gateway.server.config.app.s3.observers
+    observers = gateway.server.config.app.s3.accounts.observers
     observers.append(observe)
     try:
         assert post(presigned(gateway.endpoint, "shared", "team/${filename}", key_pair=TEAM), b"x",

@@ -1,7 +1,7 @@
 """One parsed query: what is authorized is what keys every cache and what the origin receives.
 
 A request may name a parameter twice (`?prefix=pub%2F&prefix=`). S3 takes the first value;
-so does the gateway, in one place (gateway.s3api.server.parse_request), and nothing after it
+so does the gateway, in one place (gateway.s3api.request.parse_request), and nothing after it
 sees the other values. These tests send such requests from a user allowed only `shared/pub/`
 after another user warmed the listing caches of two gateways sharing one Redis, and check that
 no key outside the grant is ever returned and that no cached page differs from the origin's

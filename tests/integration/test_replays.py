@@ -38,7 +38,7 @@ def gateway(origin_endpoint: str) -> Iterator[RunningGateway]:
 
 
 def stats(gateway: RunningGateway) -> Any:
-    return gateway.server.config.app.s3.stats
+    return gateway.server.config.app.s3.accounts.stats
 
 
 def put(gateway: RunningGateway, key: str, body: bytes) -> None:
@@ -218,7 +218,7 @@ def test_an_answer_sent_again_is_logged_as_the_hit_path_logged_it(gateway: Runni
     field and in the same order, but for its own time, request id and latency."""
     s3 = gateway.server.config.app.s3
     entries: list[dict[str, Any]] = []
-    s3.observers.append(entries.append)
+    s3.accounts.observers.append(entries.append)
     try:
         put(gateway, "logged.txt", b"logged the same way\n")
         exchange(gateway, presigned(gateway, "GET", "logged.txt"), answers=1)  # metadata and block in memory
@@ -240,7 +240,7 @@ def test_an_answer_sent_again_is_logged_as_the_hit_path_logged_it(gateway: Runni
                     {k: v for k, v in hit.items() if k not in ("time", "request_id", "latency_ms")}
                 assert entry["request_id"] != hit["request_id"] and entry["time"] >= hit["time"]
     finally:
-        s3.observers.remove(entries.append)
+        s3.accounts.observers.remove(entries.append)
 
 
 def test_a_connection_answered_again_is_kept_alive_by_its_requests_and_closed_when_idle(origin_endpoint: str) -> None:

@@ -260,7 +260,7 @@ def test_requests_sent_again_see_each_write_through_the_other_worker(node):
     # Six of the eight cycles begin with the object there; in each, on each worker, at least the
     # last two of the three GETs and of the three HEADs are answered as kept (33 seen).
     for gateway in node:
-        assert gateway.server.config.app.s3.stats.replayed >= 6 * 2 * 2
+        assert gateway.server.config.app.s3.accounts.stats.replayed >= 6 * 2 * 2
 
 
 def test_a_served_node_answers_requests_sent_again_never_stale(origin_endpoint):

@@ -1,0 +1,122 @@
+"""What every answer of the S3 endpoint leaves behind, whichever way it was made (the ASGI app,
+the hit path below it, a kept request answered again): its counts (s3api.stats), its access-log
+entry (logged as one JSON line and handed to the observers, such as the shadow estimate), and
+the bucket it shows to exist. One function, `Accounts.record`, does all three; the paths differ
+only in how they get to an `Answered`."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway import log
+from gateway.s3api.request import S3Request
+from gateway.s3api.stats import RequestStats
+
+__all__ = ["Accounts", "Answered", "access_entry", "answered_for", "note_answer"]
+
+
+class Accounts:
+    """The counts, access log and observers of one S3 endpoint. Event loop only.
+
+    `bucket_exists(bucket)` is told of each bucket a known user's request succeeded on (a CORS
+    preflight for it may then ask the origin for its rules without a rate limit)."""
+
+    def __init__(self, bucket_exists: Callable[[str], None]) -> None:
+        self.stats = RequestStats()
+        # Called with every request's access-log entry (a dict), logged or not: the shadow estimate.
+        self.observers: list[Callable[[dict[str, Any]], None]] = []
+        self._bucket_exists = bucket_exists
+
+    def record(self, answered: Answered, request_id: str, sent: int, cache: str | None, seconds: float) -> None:
+        """One answer: `sent` bytes of body, x-cache `cache`, made in `seconds`."""
+        entry = answered.entry
+        if answered.status < 400 and entry["user"] is not None and entry["bucket"] is not None:
+            self._bucket_exists(entry["bucket"])
+        self.stats.record(answered.operation, answered.status, seconds, cache=cache, sent=sent)
+        logged = log.access.isEnabledFor(logging.INFO)
+        if logged or self.observers:
+            _access_log(dict(entry), request_id, sent, cache, seconds, self.observers, logged)
+
+
+def note_answer(outcome: dict[str, Any], status: int, headers: Iterable[tuple[bytes, bytes]]) -> None:
+    """What the access log and stats keep of an answer's status line and headers: the status,
+    the x-cache value, and the object's size when the answer shows it."""
+    outcome["status"] = status
+    for name, value in headers:
+        if name == b"x-cache":
+            outcome["cache"] = value.decode("latin-1")
+        elif name == b"content-range":  # bytes a-b/SIZE: the object's size
+            outcome["size"] = value.rpartition(b"/")[2].decode("latin-1")
+        elif name == b"content-length" and status == 200:
+            outcome.setdefault("size", value.decode("latin-1"))
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """What the counters and the access log say of every answer to one request sent again and
+    again (s3api.replays): its operation's name, its status, and its access-log entry but for
+    the fields each answer fills in (access_entry)."""
+
+    operation: str
+    status: int
+    entry: dict[str, Any]
+
+
+def answered_for(req: S3Request | None, method: str, outcome: dict[str, Any]) -> Answered:
+    """How `req`, answered with `outcome` (status and size), is counted and logged."""
+    return Answered(req.operation.name if req is not None and req.operation is not None else "unknown",
+                    outcome["status"],
+                    access_entry(req, method, outcome))
+
+
+def access_entry(req: S3Request | None, method: str, outcome: dict[str, Any]) -> dict[str, Any]:
+    """A request's access-log entry with the fields its answer's status and size settle;
+    time, request_id, bytes, cache and latency_ms are None, for `_access_log` to fill in.
+
+    `user` is the access key (never a secret, a signature or the query string of a presigned
+    URL); `size` the object's size when the answer shows it (a GET's Content-Range or
+    whole-object Content-Length)."""
+    operation = req.operation.name if req and req.operation else None
+    # An object's size, from the answer to a read of it (a listing's length is no object's).
+    size = outcome.get("size") if operation in ("GetObject", "HeadObject") else None
+    return {
+        "time": None,
+        "request_id": None,
+        "user": req.user.access_key if req and req.user else None,
+        "operation": operation,
+        "method": method,
+        "bucket": req.bucket if req else None,
+        "key": req.key if req else None,
+        "range": req.headers.get("range") if req else None,
+        "status": outcome["status"],
+        "bytes": None,
+        "cache": None,
+        "size": int(size) if size is not None and size.isdigit() else None,
+        "latency_ms": None,
+    }
+
+
+def _access_log(entry: dict[str, Any], request_id: str, sent: int, cache: str | None, seconds: float,
+                observers: list[Callable[[dict[str, Any]], None]], logged: bool) -> None:
+    """A request's access-log entry (from access_entry, completed here) handed to the
+    `observers`, and `logged` as one JSON line. `cache` is the answer's x-cache value."""
+    # round(x, 3) and round(x, 2) but for a value within float error of a tie, without round()'s
+    # decimal conversion: the two cost a twentieth of a request sent again (s3api.replays).
+    entry["time"] = int(time.time() * 1000 + 0.5) / 1000  # seconds, to the millisecond
+    entry["request_id"] = request_id
+    entry["bytes"] = sent
+    entry["cache"] = cache
+    entry["latency_ms"] = int(seconds * 100_000 + 0.5) / 100
+    for observe in observers:
+        try:
+            observe(entry)
+        except Exception:  # an estimate must never cost a request
+            log.s3api.exception("an access-log observer failed")
+    if logged:
+        log.access.info(orjson.dumps(entry).decode())

@@ -15,9 +15,9 @@ import orjson
 from starlette.types import Receive, Scope, Send
 
 from gateway import log
-from gateway.cluster.peers import (AUTH_HEADER, BLOCK_HEADER, BLOCK_PATH, CACHED_HEADER, HOLD_PATH, META_HEADER,
-                                   MAX_SKEW, OPEN_PATH, PEER_PREFIX, TAKE_PATH, OpenAnswer, PeerRefused, decode_query,
-                                   refusal, verify)
+from gateway.cluster.peers import (AUTH_HEADER, BLOCK_HEADER, BLOCK_PATH, CACHED_HEADER, HELD_MAX, HELD_PATH,
+                                   HOLD_PATH, META_HEADER, MAX_SKEW, OPEN_PATH, PEER_PREFIX, TAKE_PATH, OpenAnswer,
+                                   PeerRefused, decode_query, mask_indexes, refusal, verify)
 
 __all__ = ["KEPT_REQUESTS", "KeptBlock", "PeerApp"]
 
@@ -37,10 +37,15 @@ ServeBlockNow = Callable[[str, str, str, str, int, int], "bytes | memoryview | N
 ServeOpen = Callable[[str, str, str, int, bool, bool, bool], Awaitable["OpenAnswer | None"]]
 # (bucket, key, etag, version id or "", object size, replicas) -> bytes fetched.
 ServeHold = Callable[[str, str, str, str, int, int], Awaitable[int]]
-# Between the workers of a node: (bucket, key, etag, version id or "", object size, index, giving
-# worker) -> None, a block the giver lends is taken; (the same but the giver) -> the bytes it lent.
-ServeTake = Callable[[str, str, str, str, int, int, int], Awaitable[None]]
-ServeLent = Callable[[str, str, str, str, int, int], "bytes | None"]
+# (bucket, key, etag, version id or "", object size, index, giving worker, giving node or "" (a worker
+# of this node)) -> None: a block the giver lends is taken (a sibling's take is awaited, another
+# node's goes on after the answer). (The same but the giver, and the worker of this node that lent it,
+# None: this one) -> the bytes it lent, or None.
+ServeTake = Callable[[str, str, str, str, int, int, int, str], Awaitable[None]]
+ServeLent = Callable[[str, str, str, str, int, int, "int | None"], Awaitable["bytes | None"]]
+# (bucket, key, etag, version id or "", object size, block indexes, whether a worker of this node
+# asks (then only of the blocks this worker owns)) -> the indexes of those held now.
+ServeHeld = Callable[[str, str, str, str, int, list[int], bool], Awaitable["set[int]"]]
 
 
 class KeptBlock(NamedTuple):
@@ -54,7 +59,7 @@ class KeptBlock(NamedTuple):
 
 
 class PeerApp:
-    """Plain ASGI handler of /_peer/v1/block, /_peer/v1/open and /_peer/v1/hold.
+    """Plain ASGI handler of the routes under /_peer/v1/: block, open, hold, held and take.
 
     The callables do the work (the engine's block reader: from the cache, else from the
     origin once); they raise PeerRefused for an S3 error the origin gave, LookupError
@@ -66,7 +71,8 @@ class PeerApp:
 
     def __init__(self, cluster_secret: str, node_secret: str, serve_block: ServeBlock, serve_open: ServeOpen,
                  serve_hold: ServeHold, serve_block_now: ServeBlockNow | None = None, *,
-                 serve_take: ServeTake | None = None, serve_lent: ServeLent | None = None) -> None:
+                 serve_take: ServeTake | None = None, serve_lent: ServeLent | None = None,
+                 serve_held: ServeHeld | None = None) -> None:
         # Other nodes sign with the cluster secret, this node's other workers with the node's own.
         self._secrets = [(secret.encode(), sibling) for secret, sibling in ((cluster_secret, False),
                                                                             (node_secret, True)) if secret]
@@ -76,6 +82,7 @@ class PeerApp:
         self._serve_block_now = serve_block_now
         self._serve_take = serve_take
         self._serve_lent = serve_lent
+        self._serve_held = serve_held
         self.served: Counter[str] = Counter()
         self._kept: OrderedDict[bytes, KeptBlock] = OrderedDict()
 
@@ -91,14 +98,14 @@ class PeerApp:
             self.served["unauthorized"] += 1
             return await _answer(send, status, orjson.dumps({"error": "peer requests are signed with the "
                                                                       "cluster secret (x-gateway-peer)"}))
-        if method != "GET" or path not in (BLOCK_PATH, OPEN_PATH, HOLD_PATH, TAKE_PATH):
+        if method != "GET" or path not in (BLOCK_PATH, OPEN_PATH, HOLD_PATH, TAKE_PATH, HELD_PATH):
             return await _answer(send, 404, orjson.dumps({"error": f"no peer route {method} {path}"}))
         params = decode_query(query)
         try:
             in_file = sibling and params.get("file") == "1"
             peers = sibling and params.get("peers") == "1"
-            if sibling and (path == TAKE_PATH or params.get("lent") == "1"):
-                return await self._between_workers(send, path, params)
+            if path in (TAKE_PATH, HELD_PATH) or params.get("lent") == "1":
+                return await self._lending(send, path, params, sibling)
             if path == BLOCK_PATH:
                 data = await self._serve_block(params["bucket"], params["key"], params["etag"], params["vid"],
                                                int(params["size"]), int(params["index"]), peers, in_file)
@@ -111,8 +118,6 @@ class PeerApp:
                                                  int(params["size"]), int(params["replicas"]))
                 self.served["hold"] += 1
                 return await _answer(send, 200, orjson.dumps({"bytes": fetched}))
-            if path == TAKE_PATH:
-                raise LookupError("only another worker of this node lends blocks")
             opened = await self._serve_open(params["bucket"], params["key"], params["vid"], int(params["index"]),
                                             peers, in_file, sibling and params.get("cached") == "1")
         except PeerRefused as refused:
@@ -137,17 +142,32 @@ class PeerApp:
                       [(META_HEADER.encode(), base64.b64encode(opened.meta)), *(_IN_FILE if opened.data is None else []),
                        *(_CACHED if opened.cached else [])])
 
-    async def _between_workers(self, send: Send, path: str, params: dict[str, str]) -> None:
-        """A block lent to its owner worker: the owner told to take it, the giver asked for it."""
-        block = (params["bucket"], params["key"], params["etag"], params["vid"], int(params["size"]),
-                 int(params["index"]))
+    async def _lending(self, send: Send, path: str, params: dict[str, str], sibling: bool) -> None:
+        """Which blocks this node holds (`held`); a block lent to its owner, by another worker of
+        this node or another node: the owner told to take it (`take`), the giver asked for it (`lent`)."""
+        described = (params["bucket"], params["key"], params["etag"], params["vid"], int(params["size"]))
+        if path == HELD_PATH:
+            first, mask = int(params["first"]), int(params["mask"], 16)
+            if first < 0 or mask <= 0 or mask.bit_length() > HELD_MAX:
+                raise ValueError("a held question of no blocks, or of too many")
+            if self._serve_held is None:
+                raise LookupError("this worker keeps no blocks")
+            held = await self._serve_held(*described, mask_indexes(first, mask), sibling)
+            self.served["held"] += 1
+            answer = sum(1 << (index - first) for index in set(held) if 0 <= index - first < HELD_MAX) & mask
+            return await _answer(send, 200, orjson.dumps({"held": f"{answer:x}"}))
+        block = (*described, int(params["index"]))
         if path == TAKE_PATH:
+            node = params.get("node", "")  # (a worker of this node passes on what another node offered)
+            if not (sibling or node):
+                raise ValueError("a take from another node names it")
             if self._serve_take is None:
                 raise LookupError("this worker keeps no blocks")
-            await self._serve_take(*block, int(params["from"]))
+            await self._serve_take(*block, int(params["from"]), node)
             self.served["take"] += 1
             return await _answer(send, 204, b"")
-        data = self._serve_lent(*block) if self._serve_lent is not None else None
+        worker = None if sibling else int(params["worker"])
+        data = await self._serve_lent(*block, worker) if self._serve_lent is not None else None
         self.served["lent" if data is not None else "lent_gone"] += 1
         if data is None:
             return await _answer(send, 404, orjson.dumps({"error": "not lent, or taken already"}))

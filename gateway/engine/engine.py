@@ -4,8 +4,12 @@ and the peer API ask of it. Each step of a request has its own module:
     metadata  object metadata: L1, Redis L2, revalidation, remembered 404s
     listings  listing pages: L1, Redis L2
     reads     a range of bytes: blocks, read buffer, readahead, streaming
-    fetch     a block (single-flight; from the tiers, the owners or the origin), a cold open
-    peers     blocks asked of their owners, and answered to other nodes
+    fetch     a block (single-flight; from the tiers, the owners or the origin); runs
+    opens     a cold open: metadata and first bytes from one GET
+    holders   which of a read's blocks their owners hold, asked before its answer starts
+    lending   blocks a run brought offered to their owners (another worker, another node)
+    peers     blocks asked of their owners; siblings: of this node's other workers
+    serving   what other nodes and workers ask of this one
     replicas  this node's share of hot objects filled and dropped; loads spread over owners
     writes    forward to the origin, invalidate everywhere, cache-through
 """
@@ -312,11 +316,16 @@ class Engine:
         return await self._serving().serve_open(bucket, key, version_id, index, peers, in_file, cached)
 
     async def serve_take(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
-                         giver: int) -> None:
-        await self._serving().serve_take(bucket, key, etag, version_id, size, index, giver)
+                         giver: int, node: str) -> None:
+        await self._serving().serve_take(bucket, key, etag, version_id, size, index, giver, node)
 
-    def serve_lent(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int) -> bytes | None:
-        return self._serving().serve_lent(bucket, key, etag, version_id, size, index)
+    async def serve_lent(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
+                         worker: int | None) -> bytes | None:
+        return await self._serving().serve_lent(bucket, key, etag, version_id, size, index, worker)
+
+    async def serve_held(self, bucket: str, key: str, etag: str, version_id: str, size: int, indexes: list[int],
+                         sibling: bool) -> set[int]:
+        return await self._serving().serve_held(bucket, key, etag, version_id, size, indexes, sibling)
 
     async def serve_hold(self, bucket: str, key: str, etag: str, version_id: str, size: int, replicas: int) -> int:
         return await self._serving().serve_hold(bucket, key, etag, version_id, size, replicas)

@@ -11,6 +11,7 @@ from typing import NamedTuple
 from gateway.bytebudget import ByteBudget
 from gateway.config import CacheSettings
 from gateway.engine.fetch import BlockFetcher, version_of
+from gateway.engine.holders import fetched_here
 from gateway.engine.opens import FirstBlock
 from gateway.engine.runs import Run
 from gateway.errors import S3Error
@@ -252,13 +253,13 @@ class Reads:
         return "miss" if cached == 0 else "partial"
 
     async def _runs_for(self, fetch: BlockFetcher, blocks: list[BlockId], meta: ObjectMeta) -> list[Run]:
-        """The runs that bring the blocks of a read that this worker would fetch from the origin:
-        one origin GET for each stretch of them (a block held here, or that another worker or
-        node may hold or is fetching, is read from there: the tiers' policies see their hits).
-        Each is started (its answer's status in) before this returns."""
+        """The runs that bring the blocks of a read that this worker fetches from the origin: one
+        origin GET for each stretch of them. A block held here, on its way here, or that its owner
+        (another worker or node) holds now, is read from there: the tiers' policies see their hits
+        (engine.holders). Each is started (its answer's status in) before this returns."""
         stretches: list[list[int]] = [[]]
-        for block in blocks:
-            if fetch.missing_here(block):
+        for block, here in zip(blocks, await fetched_here(fetch, blocks, meta)):
+            if here:
                 stretches[-1].append(block.index)
             elif stretches[-1]:
                 stretches.append([])
@@ -282,6 +283,7 @@ class Reads:
         size = self.settings.block_size
         ahead: dict[int, tuple[asyncio.Future[bytes], int]] = {}  # position -> (fetch, budget it holds)
         held = 0
+        position = 0
         try:
             for position, block in enumerate(blocks):
                 # This block's share of the read buffer is had before the next ones are started
@@ -314,6 +316,10 @@ class Reads:
                 yield data if (lo, hi) == (0, len(data)) else data[lo:hi]
                 self.budget.give(held)
                 held = 0
+        except ObjectChanged:
+            if position:  # after the answer's headers: its owner lost a block it said it held (engine.holders)
+                fetch.stats["read_cut_changed"] += 1
+            raise
         finally:
             self.budget.give(held)
             for fetching, taken in ahead.values():  # only the waiting stops: shared fetches go on

@@ -12,7 +12,7 @@ brings that others own are offered to them (engine.lending).
 What is left: a block whose owner said it held it (or was fetching it) and lost it before the read
 asks for it (evicted, or its fetch stopped) is fetched by the owner then, If-Match the version; if
 the object was overwritten in between, the read is cut after its headers (counted as
-`read_cut_changed`)."""
+`read_cut_changed`, the metric gateway_reads_cut_total)."""
 
 from __future__ import annotations
 

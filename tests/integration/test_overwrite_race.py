@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
+import re
 import secrets
 import threading
 import time
@@ -282,3 +284,50 @@ def test_a_read_of_known_metadata_through_a_fleet_is_one_origin_get(start_gatewa
     before = origin_gets(*fleet)
     assert read_whole(fleet[1], "k") == OLD
     assert origin_gets(*fleet) - before == 1
+
+
+TOKEN = "overwrite-race-admin-token"
+
+
+def admin(node: GatewayProcess, what: str) -> httpx.Response:
+    response = httpx.get(f"{node.endpoint}/_gateway/{what}", headers={"authorization": f"Bearer {TOKEN}"},
+                         timeout=10)
+    response.raise_for_status()
+    return response
+
+
+def node_gets(node: GatewayProcess) -> int:
+    """The node's origin GETs so far, all its workers' (the admin API's metrics)."""
+    text = admin(node, "metrics").text
+    assert re.search(r"^gateway_workers_answered 2\.0$", text, re.M), text[-2000:]
+    match = re.search(r'^gateway_origin_requests_total\{method="GET"\} (\S+)$', text, re.M)
+    return int(float(match[1])) if match else 0
+
+
+def node_blocks(node: GatewayProcess) -> int:
+    return sum(tier["blocks"] for tier in admin(node, "stats").json()["tiers"])
+
+
+def test_a_cold_read_through_a_fleet_of_nodes_of_workers_is_one_origin_get(clean_origin, clean_redis, direct,
+                                                                             tmp_path):
+    # Two nodes of two workers with disk tiers: the node reading asks the other which blocks it holds
+    # (that node asks its workers), runs the rest, and offers the other node its blocks, which the
+    # worker of that node owning each takes from the worker of this one that lent it.
+    direct.create_bucket(Bucket="bkt")
+    direct.put_object(Bucket="bkt", Key="k", Body=OLD)
+    env = {"GATEWAY_REDIS_URL": clean_redis.url, "GATEWAY_CLUSTER_SECRET": SECRET,
+           "GATEWAY_CLUSTER_HEARTBEAT_INTERVAL": "0.2", "GATEWAY_CLUSTER_MEMBER_TTL": "2",
+           "GATEWAY_CACHE_BLOCK_SIZE": "64KiB", "GATEWAY_CACHE_READAHEAD_BLOCKS": "0", "GATEWAY_ADMIN_TOKEN": TOKEN}
+    nodes = [GatewayProcess(clean_origin, workers=2, **env, GATEWAY_CACHE_DISK=json.dumps(
+        [{"path": str(tmp_path / f"disk{i}"), "quota": "64MiB"}])) for i in range(2)]
+    with contextlib.ExitStack() as stack:
+        for node in nodes:
+            stack.enter_context(node)
+        wait_for(lambda: all(len(admin(n, "stats").json()["members"]) == 2 for n in nodes))
+        before = sum(node_gets(n) for n in nodes)
+        assert read_whole(nodes[0], "k") == OLD
+        assert sum(node_gets(n) for n in nodes) - before == 1
+        wait_for(lambda: sum(node_blocks(n) for n in nodes) == len(OLD) // BLOCK)  # each block once, with its owner
+        for node in (nodes[1], nodes[0]):
+            assert read_whole(node, "k") == OLD
+        assert sum(node_gets(n) for n in nodes) - before == 1

@@ -204,11 +204,11 @@ class Engine:
 
     async def open_object(self, bucket: str, key: str, *, version_id: str | None = None,
                           headers: dict[str, str] | None = None, checksums: bool = False,
-                          want: Want | None = None) -> OpenObject:
+                          want: Want | None = None, reopen: bool = False) -> OpenObject:
         """An object's metadata, ready to read: see Metadata.head_object for the arguments. The
         caller closes it (`aclose`) when it read what it reads, or decided not to."""
         head = await self.metadata.head_object(bucket, key, version_id=version_id, headers=headers,
-                                               checksums=checksums, want=want)
+                                               checksums=checksums, want=want, reopen=reopen)
         return OpenObject(head, self.reads, bucket, key, headers)
 
     async def get_object(self, bucket: str, key: str, answer: Callable[[OpenObject], Awaitable[R]], *,
@@ -217,10 +217,12 @@ class Engine:
         """`answer(opened)` for the object as it is now: when the metadata turns out to
         describe a version the origin no longer holds (the object changed behind the
         gateway), the stale entry is already dropped, so one more open describes the
-        current version and `answer` runs again on it."""
+        current version and `answer` runs again on it: with its bytes from the same origin answer
+        as its metadata where it can (Metadata.head_object's `reopen`), so that an object changed
+        again meanwhile does not fail the read."""
         for attempt in (1, 2):
             opened = await self.open_object(bucket, key, version_id=version_id, headers=headers,
-                                            checksums=checksums, want=want)
+                                            checksums=checksums, want=want, reopen=attempt == 2)
             opened.heat = self.heat
             try:
                 return await answer(opened)

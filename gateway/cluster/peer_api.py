@@ -46,6 +46,8 @@ ServeLent = Callable[[str, str, str, str, int, int, "int | None"], Awaitable["by
 # (bucket, key, etag, version id or "", object size, block indexes, whether a worker of this node
 # asks (then only of the blocks this worker owns)) -> the indexes of those held now.
 ServeHeld = Callable[[str, str, str, str, int, list[int], bool], Awaitable["set[int]"]]
+# The same without an await; None when that takes one (another worker of this node is asked).
+ServeHeldNow = Callable[[str, str, str, str, int, list[int], bool], "set[int] | None"]
 
 
 class KeptBlock(NamedTuple):
@@ -72,7 +74,7 @@ class PeerApp:
     def __init__(self, cluster_secret: str, node_secret: str, serve_block: ServeBlock, serve_open: ServeOpen,
                  serve_hold: ServeHold, serve_block_now: ServeBlockNow | None = None, *,
                  serve_take: ServeTake | None = None, serve_lent: ServeLent | None = None,
-                 serve_held: ServeHeld | None = None) -> None:
+                 serve_held: ServeHeld | None = None, serve_held_now: ServeHeldNow | None = None) -> None:
         # Other nodes sign with the cluster secret, this node's other workers with the node's own.
         self._secrets = [(secret.encode(), sibling) for secret, sibling in ((cluster_secret, False),
                                                                             (node_secret, True)) if secret]
@@ -83,6 +85,7 @@ class PeerApp:
         self._serve_take = serve_take
         self._serve_lent = serve_lent
         self._serve_held = serve_held
+        self._serve_held_now = serve_held_now
         self.served: Counter[str] = Counter()
         self._kept: OrderedDict[bytes, KeptBlock] = OrderedDict()
 
@@ -147,15 +150,12 @@ class PeerApp:
         this node or another node: the owner told to take it (`take`), the giver asked for it (`lent`)."""
         described = (params["bucket"], params["key"], params["etag"], params["vid"], int(params["size"]))
         if path == HELD_PATH:
-            first, mask = int(params["first"]), int(params["mask"], 16)
-            if first < 0 or mask <= 0 or mask.bit_length() > HELD_MAX:
-                raise ValueError("a held question of no blocks, or of too many")
+            first, mask = _held_question(params)
             if self._serve_held is None:
                 raise LookupError("this worker keeps no blocks")
             held = await self._serve_held(*described, mask_indexes(first, mask), sibling)
             self.served["held"] += 1
-            answer = sum(1 << (index - first) for index in set(held) if 0 <= index - first < HELD_MAX) & mask
-            return await _answer(send, 200, orjson.dumps({"held": f"{answer:x}"}))
+            return await _answer(send, 200, _held_answer(first, mask, held))
         block = (*described, int(params["index"]))
         if path == TAKE_PATH:
             node = params.get("node", "")  # (a worker of this node passes on what another node offered)
@@ -175,15 +175,21 @@ class PeerApp:
 
     def answer_now(self, scope: Scope) -> tuple[list[tuple[bytes, bytes]], bytes | memoryview, KeptBlock] | None:
         """(headers, body) of the 200 answer to a signed block request whose block a tier holds
-        now, made in the HTTP protocol (gateway.httpserver.Hits) as `__call__` would answer it,
-        and what answering the same bytes again takes (`keep`); None (nothing counted) for
-        anything else, which `__call__` then answers."""
-        if self._serve_block_now is None or scope["method"] != "GET" or scope["path"] != BLOCK_PATH:
+        now, or to a `held` question this worker answers without asking another, made in the
+        HTTP protocol (gateway.httpserver.Hits) as `__call__` would answer it, and what answering
+        the same bytes again takes (`keep`); None (nothing counted) for anything else, which
+        `__call__` then answers."""
+        if scope["method"] != "GET" or scope["path"] not in (BLOCK_PATH, HELD_PATH):
             return None
         query = scope.get("query_string", b"").decode("latin-1")
-        if self._signed(scope, query)[0] != 200:
+        signed, sibling = self._signed(scope, query)
+        if signed != 200:
             return None
         params = decode_query(query)
+        if scope["path"] == HELD_PATH:
+            return self._held_now(params, sibling)
+        if self._serve_block_now is None:
+            return None
         if params.get("file") == "1" or params.get("lent") == "1":  # __call__ says (a file, a lent block)
             return None
         try:
@@ -199,9 +205,28 @@ class PeerApp:
         signed_at = int(next(v for n, v in scope["headers"] if n == _AUTH_HEADER).split(b" ")[1])  # verified above
         return _body_headers(len(data)), data, KeptBlock(block, signed_at)
 
+    def _held_now(self, params: dict[str, str],
+                  sibling: bool) -> tuple[list[tuple[bytes, bytes]], bytes | memoryview, KeptBlock] | None:
+        """answer_now's answer to a `held` question this worker answers without an await (never
+        kept: the answer changes as blocks come and go)."""
+        try:
+            described = (params["bucket"], params["key"], params["etag"], params["vid"], int(params["size"]))
+            first, mask = _held_question(params)
+            held = None if self._serve_held_now is None else \
+                self._serve_held_now(*described, mask_indexes(first, mask), sibling)
+        except (KeyError, ValueError):
+            return None  # __call__ answers 400
+        if held is None:
+            return None
+        self.served["held"] += 1
+        self.served["below_asgi"] += 1
+        body = _held_answer(first, mask, held)
+        return _body_headers(len(body), b"application/json"), body, _NOT_KEPT
+
     def keep(self, request: bytes, kept: KeptBlock) -> None:
-        """`request`, exactly as read, was answered by answer_now, which gave `kept`."""
-        if len(request) > _MAX_KEPT_BYTES:
+        """`request`, exactly as read, was answered by answer_now, which gave `kept` (an answer
+        of no block, signed at no time, is not kept)."""
+        if len(request) > _MAX_KEPT_BYTES or kept.signed_at <= 0:
             return
         self._kept[request] = kept
         self._kept.move_to_end(request)
@@ -238,7 +263,21 @@ class PeerApp:
         return min(checked, default=(401, False))
 
 
+def _held_question(params: dict[str, str]) -> tuple[int, int]:
+    """(first, mask) of a `held` question; ValueError when it names no blocks, or too many."""
+    first, mask = int(params["first"]), int(params["mask"], 16)
+    if first < 0 or mask <= 0 or mask.bit_length() > HELD_MAX:
+        raise ValueError("a held question of no blocks, or of too many")
+    return first, mask
+
+
+def _held_answer(first: int, mask: int, held: set[int]) -> bytes:
+    answer = sum(1 << (index - first) for index in held if 0 <= index - first < HELD_MAX) & mask
+    return orjson.dumps({"held": f"{answer:x}"})
+
+
 _AUTH_HEADER = AUTH_HEADER.encode()
+_NOT_KEPT = KeptBlock(("", "", "", "", 0, -1), 0)  # what answer_now gives for an answer never to keep
 _IN_FILE = [(BLOCK_HEADER.encode(), b"file")]
 _CACHED = [(CACHED_HEADER.encode(), b"1")]
 

@@ -329,6 +329,10 @@ class Engine:
                          sibling: bool) -> set[int]:
         return await self._serving().serve_held(bucket, key, etag, version_id, size, indexes, sibling)
 
+    def serve_held_now(self, bucket: str, key: str, etag: str, version_id: str, size: int, indexes: list[int],
+                       sibling: bool) -> set[int] | None:
+        return self._serving().serve_held_now(bucket, key, etag, version_id, size, indexes, sibling)
+
     async def serve_hold(self, bucket: str, key: str, etag: str, version_id: str, size: int, replicas: int) -> int:
         return await self._serving().serve_hold(bucket, key, etag, version_id, size, replicas)
 

@@ -1,7 +1,7 @@
 """Blocks a run of this worker brought that others own, offered to them: to the worker of this
-node that owns one (it takes the bytes over this worker's socket), and to the node of the fleet
-that owns it first (it takes them over the peer API the same way, and hands them to its own
-owner worker). The node, and the fleet, keep a block the origin sent once."""
+node that owns one (it takes the bytes over this worker's socket), and to the nodes of the fleet
+that own it (each takes them over the peer API the same way, and hands them to its own owner
+worker). The node, and the fleet, keep a block the origin sent once."""
 
 from __future__ import annotations
 
@@ -32,20 +32,21 @@ class Lending:
 
     async def keep(self, block: BlockId, meta: ObjectMeta, data: bytes) -> None:
         """A block a run brought: kept by this node when it is one of the block's owners in the
-        fleet (or keeps what it reads, `cluster.passive_cache`), and offered to its first owner
-        when that is another node; kept by this worker when it owns the block, else lent to the
-        worker of this node that does."""
+        fleet (or keeps what it reads, `cluster.passive_cache`), and offered to the other nodes
+        owning it (those ranked above this one, when it is an owner); kept by this worker when it
+        owns the block, else lent to the worker of this node that does."""
         fetch = self.fetch
         self.stats["origin_block_fetch"] += 1
         route = fetch.fleet.route(block.bucket, block.key, block.index) if fetch.fleet is not None else None
-        node = route.ask[0] if route is not None and route.ask and fetch.peers is not None else None
+        nodes = route.ask if route is not None and fetch.peers is not None else ()
         here = route is None or route.keep
         siblings = fetch.siblings if here else None
         owner = siblings.owner(block.bucket, block.key, block.index) if siblings is not None else None
-        takers = (node is not None) + (owner is not None)
+        takers = len(nodes) + (owner is not None)
         if takers:
             self._offer(block, data, takers)
-        if node is not None and fetch.peers is not None:
+        for node in nodes:
+            assert fetch.peers is not None
             self.stats["run_block_offered"] += 1
             fetch.spawn(fetch.peers.give(node, block, meta, self.giver))
         if owner is not None and siblings is not None:

@@ -119,7 +119,23 @@ class Serving:
         it says so). Another worker of this node (`sibling`) asks about those this one owns: only
         this worker is looked at. Nothing is asked of the origin or of another node."""
         meta = _described(etag, version_id, size)
-        if any(not 0 <= index * self.fetch.settings.block_size < size for index in indexes):
+        held, asks = self._held_here(meta, bucket, key, indexes, sibling)
+        siblings = self.fetch.siblings
+        if siblings is not None and asks:
+            for answer in await asyncio.gather(*(siblings.held(owner, blocks, meta) for owner, blocks in asks.items())):
+                held.update(answer)
+        return held
+
+    def serve_held_now(self, bucket: str, key: str, etag: str, version_id: str, size: int, indexes: list[int],
+                       sibling: bool) -> set[int] | None:
+        """`serve_held` when no other worker of this node need be asked (no await); else None."""
+        held, asks = self._held_here(_described(etag, version_id, size), bucket, key, indexes, sibling)
+        return None if asks else held
+
+    def _held_here(self, meta: ObjectMeta, bucket: str, key: str, indexes: list[int],
+                   sibling: bool) -> tuple[set[int], dict[int, list[BlockId]]]:
+        """(the blocks this worker sees held, the others by the worker of this node to ask about them)."""
+        if any(not 0 <= index * self.fetch.settings.block_size < meta.size for index in indexes):
             raise ValueError("a block outside the object")
         fetch, version = self.fetch, version_of(meta)
         siblings = None if sibling else fetch.siblings
@@ -132,10 +148,7 @@ class Serving:
                 held.add(index)
             elif owner is not None:
                 asks.setdefault(owner, []).append(block)
-        if siblings is not None and asks:
-            for answer in await asyncio.gather(*(siblings.held(owner, blocks, meta) for owner, blocks in asks.items())):
-                held.update(answer)
-        return held
+        return held, asks
 
     async def serve_take(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
                          giver: int, node: str = "") -> None:

@@ -38,9 +38,8 @@ ServeOpen = Callable[[str, str, str, int, bool, bool, bool], Awaitable["OpenAnsw
 # (bucket, key, etag, version id or "", object size, replicas) -> bytes fetched.
 ServeHold = Callable[[str, str, str, str, int, int], Awaitable[int]]
 # (bucket, key, etag, version id or "", object size, index, giving worker, giving node or "" (a worker
-# of this node)) -> None: a block the giver lends is taken (a sibling's take is awaited, another
-# node's goes on after the answer). (The same but the giver, and the worker of this node that lent it,
-# None: this one) -> the bytes it lent, or None.
+# of this node)) -> None: a block the giver lends is taken (before the answer). (The same but the
+# giver, and the worker of this node that lent it, None: this one) -> the bytes it lent, or None.
 ServeTake = Callable[[str, str, str, str, int, int, int, str], Awaitable[None]]
 ServeLent = Callable[[str, str, str, str, int, int, "int | None"], Awaitable["bytes | None"]]
 # (bucket, key, etag, version id or "", object size, block indexes, whether a worker of this node

@@ -24,13 +24,14 @@ Routes (GET, on the S3 port, only when the fleet is on):
 - `/_peer/v1/take?bucket&key&etag&vid&size&index&from&node`: a block the asking node's worker
   `from` fetched (in a run of a read of its own) that this node owns: the node takes it from
   there (`block?...&lent=1&worker=<from>` of the node `node`, a member) and keeps it, without
-  asking the origin; 204 at once, the take going on after.
+  asking the origin; 204 once it did, or found the block gone.
 
 Every request carries `x-gateway-peer: v1 <unix time> <hex HMAC-SHA256>` of the method,
 path, query string and time under the cluster secret: the secret never travels, and S3
-credentials mean nothing here. Between the workers of one node, `take` (without `node`) and `held`
-go to the worker that owns the blocks. Between the workers of one node, `block` and `open` may carry
-`file=1`: an owner that keeps the block in the node's shared memory tier then answers 200 with
+credentials mean nothing here. Between the workers of one node (signed with the node's own
+secret), `held` asks only of the blocks the asked worker owns, `take` (with `node`: passing on
+another node's offer) goes to the worker owning the block, and `block?...&lent=1` to the worker
+that lent it. Between the workers of one node, `block` and `open` may carry `file=1`: an owner that keeps the block in the node's shared memory tier then answers 200 with
 `x-gateway-block: file` and no body, and the asking worker reads the block from that file (a
 copy from memory instead of the block through the socket). Answers: 200 the block; 401 no or malformed signature;
 403 a wrong or stale one; 400 bad parameters; 424 the origin's S3 error, as JSON

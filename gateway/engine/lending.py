@@ -66,6 +66,10 @@ class Lending:
         return 0 if siblings is None else siblings.workers.index
 
     def _offer(self, block: BlockId, data: bytes, takers: int) -> None:
+        again = self._lent.pop(block.name, None)  # offered before (another run brought it too): each taker asks once
+        if again is not None:
+            self._bytes -= len(again[0])
+            takers += again[1]
         self._lent[block.name] = (data, takers)
         self._bytes += len(data)
         while self._bytes > self.fetch.settings.read_buffer and len(self._lent) > 1:

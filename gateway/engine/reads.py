@@ -128,6 +128,7 @@ class Reads:
             runs = ([] if run is None else [run]) + await self._runs_for(fetch, rest, meta)
         finally:
             self._read_around(fetch, blocks, meta, start, end)
+        source = _asked(source, blocks, runs)
         chunks = self._stream(fetch, blocks, meta, start, end, runs, in_hand)
         # Started here, so that closing the read runs its `finally` (which gives the budget
         # back and stops the runs) even if the response never asks for a byte: an unstarted
@@ -245,8 +246,8 @@ class Reads:
         if cached == len(blocks):
             return "hit-disk"
         if fetch.fleet is not None:
-            # Blocks not held here that a peer owns count as peer hits (whether that peer
-            # holds them already is not known at this point).
+            # Blocks not held here that a peer owns count as peer hits (whether that peer holds
+            # them is known once it was asked: read_object corrects this then).
             remote = sum(1 for b in blocks if b not in store and fetch.route(b.bucket, b.key, b.index) is not None)
             if remote and cached + remote == len(blocks):
                 return "hit-peer"
@@ -359,6 +360,15 @@ class Reads:
         if response.status >= 300:
             raise await self.origin.error_from(response, resource=f"/{bucket}/{key}")
         return response
+
+
+def _asked(source: str, blocks: list[BlockId], runs: list[Run]) -> str:
+    """The x-cache value once the owners of the blocks were asked: a guessed hit-peer is a miss,
+    or partial, when some of them no one held (runs bring them from the origin)."""
+    if source != "hit-peer" or not runs:
+        return source
+    brought = sum(1 for block in blocks if any(block.index in run.indexes for run in runs))
+    return "miss" if brought == len(blocks) else "partial"
 
 
 async def _prepend(head: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -284,6 +284,14 @@ def test_a_read_of_known_metadata_through_a_fleet_is_one_origin_get(start_gatewa
     before = origin_gets(*fleet)
     assert read_whole(fleet[1], "k") == OLD
     assert origin_gets(*fleet) - before == 1
+    # A read of blocks all owned by other nodes, which hold none of them, says it missed.
+    ids = {g.server.config.app.fleet.me.id: g for g in fleet}
+    key = next(k for k in (f"far-{i}" for i in range(1000))
+               if all(ids[owners(placement_name("bkt", k, i), ids)[0]] is not fleet[1] for i in range(3)))
+    direct.put_object(Bucket="bkt", Key=key, Body=OLD[:3 * BLOCK])
+    client(fleet[1].endpoint).head_object(Bucket="bkt", Key=key)
+    got = client(fleet[1].endpoint).get_object(Bucket="bkt", Key=key, Range="bytes=0-")
+    assert got["Body"].read() == OLD[:3 * BLOCK] and got["ResponseMetadata"]["HTTPHeaders"]["x-cache"] == "miss"
 
 
 TOKEN = "overwrite-race-admin-token"

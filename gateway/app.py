@@ -123,7 +123,8 @@ class GatewayApp:
         secret) ask this worker: blocks, opens, holds, and blocks lent to it."""
         return PeerApp(self.settings.cluster.secret if self.fleet is not None else "", self.workers.secret.hex(),
                        engine.serve_block, engine.serve_open, engine.serve_hold, engine.serve_block_now,
-                       serve_take=engine.serve_take, serve_lent=engine.serve_lent)
+                       serve_take=engine.serve_take, serve_lent=engine.serve_lent, serve_held=engine.serve_held,
+                       serve_held_now=engine.serve_held_now)
 
     async def shutdown(self) -> None:
         await _stop([task for task in [self._invalidations, *self._tasks] if task is not None])

@@ -134,6 +134,11 @@ class NodeCollector(Collector):
             "gateway_singleflight_waits_total",
             "Block reads that waited for a fetch of the same block already under way instead of fetching it.",
             value=self.node.engine.stats.get("block_wait", 0))
+        yield CounterMetricFamily(
+            "gateway_reads_cut_total",
+            "GET answers cut after their headers: a block its owner said it held was lost before it was read, "
+            "and the object changed at the origin meanwhile (engine/holders.py).",
+            value=self.node.engine.stats.get("read_cut_changed", 0))
         yield GaugeMetricFamily("gateway_metadata_cache_entries",
                                 "Object metadata entries (404s included) in this node's metadata cache.",
                                 value=len(self.node.engine.meta_cache))

@@ -15,9 +15,9 @@ import orjson
 from starlette.types import Receive, Scope, Send
 
 from gateway import log
-from gateway.cluster.peers import (AUTH_HEADER, BLOCK_HEADER, BLOCK_PATH, CACHED_HEADER, HOLD_PATH, META_HEADER,
-                                   MAX_SKEW, OPEN_PATH, PEER_PREFIX, TAKE_PATH, OpenAnswer, PeerRefused, decode_query,
-                                   refusal, verify)
+from gateway.cluster.peers import (AUTH_HEADER, BLOCK_HEADER, BLOCK_PATH, CACHED_HEADER, HELD_MAX, HELD_PATH,
+                                   HOLD_PATH, META_HEADER, MAX_SKEW, OPEN_PATH, PEER_PREFIX, TAKE_PATH, OpenAnswer,
+                                   PeerRefused, decode_query, mask_indexes, refusal, verify)
 
 __all__ = ["KEPT_REQUESTS", "KeptBlock", "PeerApp"]
 
@@ -37,10 +37,16 @@ ServeBlockNow = Callable[[str, str, str, str, int, int], "bytes | memoryview | N
 ServeOpen = Callable[[str, str, str, int, bool, bool, bool], Awaitable["OpenAnswer | None"]]
 # (bucket, key, etag, version id or "", object size, replicas) -> bytes fetched.
 ServeHold = Callable[[str, str, str, str, int, int], Awaitable[int]]
-# Between the workers of a node: (bucket, key, etag, version id or "", object size, index, giving
-# worker) -> None, a block the giver lends is taken; (the same but the giver) -> the bytes it lent.
-ServeTake = Callable[[str, str, str, str, int, int, int], Awaitable[None]]
-ServeLent = Callable[[str, str, str, str, int, int], "bytes | None"]
+# (bucket, key, etag, version id or "", object size, index, giving worker, giving node or "" (a worker
+# of this node)) -> None: a block the giver lends is taken (before the answer). (The same but the
+# giver, and the worker of this node that lent it, None: this one) -> the bytes it lent, or None.
+ServeTake = Callable[[str, str, str, str, int, int, int, str], Awaitable[None]]
+ServeLent = Callable[[str, str, str, str, int, int, "int | None"], Awaitable["bytes | None"]]
+# (bucket, key, etag, version id or "", object size, block indexes, whether a worker of this node
+# asks (then only of the blocks this worker owns)) -> the indexes of those held now.
+ServeHeld = Callable[[str, str, str, str, int, list[int], bool], Awaitable["set[int]"]]
+# The same without an await; None when that takes one (another worker of this node is asked).
+ServeHeldNow = Callable[[str, str, str, str, int, list[int], bool], "set[int] | None"]
 
 
 class KeptBlock(NamedTuple):
@@ -54,7 +60,7 @@ class KeptBlock(NamedTuple):
 
 
 class PeerApp:
-    """Plain ASGI handler of /_peer/v1/block, /_peer/v1/open and /_peer/v1/hold.
+    """Plain ASGI handler of the routes under /_peer/v1/: block, open, hold, held and take.
 
     The callables do the work (the engine's block reader: from the cache, else from the
     origin once); they raise PeerRefused for an S3 error the origin gave, LookupError
@@ -66,7 +72,8 @@ class PeerApp:
 
     def __init__(self, cluster_secret: str, node_secret: str, serve_block: ServeBlock, serve_open: ServeOpen,
                  serve_hold: ServeHold, serve_block_now: ServeBlockNow | None = None, *,
-                 serve_take: ServeTake | None = None, serve_lent: ServeLent | None = None) -> None:
+                 serve_take: ServeTake | None = None, serve_lent: ServeLent | None = None,
+                 serve_held: ServeHeld | None = None, serve_held_now: ServeHeldNow | None = None) -> None:
         # Other nodes sign with the cluster secret, this node's other workers with the node's own.
         self._secrets = [(secret.encode(), sibling) for secret, sibling in ((cluster_secret, False),
                                                                             (node_secret, True)) if secret]
@@ -76,6 +83,8 @@ class PeerApp:
         self._serve_block_now = serve_block_now
         self._serve_take = serve_take
         self._serve_lent = serve_lent
+        self._serve_held = serve_held
+        self._serve_held_now = serve_held_now
         self.served: Counter[str] = Counter()
         self._kept: OrderedDict[bytes, KeptBlock] = OrderedDict()
 
@@ -91,14 +100,14 @@ class PeerApp:
             self.served["unauthorized"] += 1
             return await _answer(send, status, orjson.dumps({"error": "peer requests are signed with the "
                                                                       "cluster secret (x-gateway-peer)"}))
-        if method != "GET" or path not in (BLOCK_PATH, OPEN_PATH, HOLD_PATH, TAKE_PATH):
+        if method != "GET" or path not in (BLOCK_PATH, OPEN_PATH, HOLD_PATH, TAKE_PATH, HELD_PATH):
             return await _answer(send, 404, orjson.dumps({"error": f"no peer route {method} {path}"}))
         params = decode_query(query)
         try:
             in_file = sibling and params.get("file") == "1"
             peers = sibling and params.get("peers") == "1"
-            if sibling and (path == TAKE_PATH or params.get("lent") == "1"):
-                return await self._between_workers(send, path, params)
+            if path in (TAKE_PATH, HELD_PATH) or params.get("lent") == "1":
+                return await self._lending(send, path, params, sibling)
             if path == BLOCK_PATH:
                 data = await self._serve_block(params["bucket"], params["key"], params["etag"], params["vid"],
                                                int(params["size"]), int(params["index"]), peers, in_file)
@@ -111,8 +120,6 @@ class PeerApp:
                                                  int(params["size"]), int(params["replicas"]))
                 self.served["hold"] += 1
                 return await _answer(send, 200, orjson.dumps({"bytes": fetched}))
-            if path == TAKE_PATH:
-                raise LookupError("only another worker of this node lends blocks")
             opened = await self._serve_open(params["bucket"], params["key"], params["vid"], int(params["index"]),
                                             peers, in_file, sibling and params.get("cached") == "1")
         except PeerRefused as refused:
@@ -137,17 +144,29 @@ class PeerApp:
                       [(META_HEADER.encode(), base64.b64encode(opened.meta)), *(_IN_FILE if opened.data is None else []),
                        *(_CACHED if opened.cached else [])])
 
-    async def _between_workers(self, send: Send, path: str, params: dict[str, str]) -> None:
-        """A block lent to its owner worker: the owner told to take it, the giver asked for it."""
-        block = (params["bucket"], params["key"], params["etag"], params["vid"], int(params["size"]),
-                 int(params["index"]))
+    async def _lending(self, send: Send, path: str, params: dict[str, str], sibling: bool) -> None:
+        """Which blocks this node holds (`held`); a block lent to its owner, by another worker of
+        this node or another node: the owner told to take it (`take`), the giver asked for it (`lent`)."""
+        described = (params["bucket"], params["key"], params["etag"], params["vid"], int(params["size"]))
+        if path == HELD_PATH:
+            first, mask = _held_question(params)
+            if self._serve_held is None:
+                raise LookupError("this worker keeps no blocks")
+            held = await self._serve_held(*described, mask_indexes(first, mask), sibling)
+            self.served["held"] += 1
+            return await _answer(send, 200, _held_answer(first, mask, held))
+        block = (*described, int(params["index"]))
         if path == TAKE_PATH:
+            node = params.get("node", "")  # (a worker of this node passes on what another node offered)
+            if not (sibling or node):
+                raise ValueError("a take from another node names it")
             if self._serve_take is None:
                 raise LookupError("this worker keeps no blocks")
-            await self._serve_take(*block, int(params["from"]))
+            await self._serve_take(*block, int(params["from"]), node)
             self.served["take"] += 1
             return await _answer(send, 204, b"")
-        data = self._serve_lent(*block) if self._serve_lent is not None else None
+        worker = None if sibling else int(params["worker"])
+        data = await self._serve_lent(*block, worker) if self._serve_lent is not None else None
         self.served["lent" if data is not None else "lent_gone"] += 1
         if data is None:
             return await _answer(send, 404, orjson.dumps({"error": "not lent, or taken already"}))
@@ -155,15 +174,21 @@ class PeerApp:
 
     def answer_now(self, scope: Scope) -> tuple[list[tuple[bytes, bytes]], bytes | memoryview, KeptBlock] | None:
         """(headers, body) of the 200 answer to a signed block request whose block a tier holds
-        now, made in the HTTP protocol (gateway.httpserver.Hits) as `__call__` would answer it,
-        and what answering the same bytes again takes (`keep`); None (nothing counted) for
-        anything else, which `__call__` then answers."""
-        if self._serve_block_now is None or scope["method"] != "GET" or scope["path"] != BLOCK_PATH:
+        now, or to a `held` question this worker answers without asking another, made in the
+        HTTP protocol (gateway.httpserver.Hits) as `__call__` would answer it, and what answering
+        the same bytes again takes (`keep`); None (nothing counted) for anything else, which
+        `__call__` then answers."""
+        if scope["method"] != "GET" or scope["path"] not in (BLOCK_PATH, HELD_PATH):
             return None
         query = scope.get("query_string", b"").decode("latin-1")
-        if self._signed(scope, query)[0] != 200:
+        signed, sibling = self._signed(scope, query)
+        if signed != 200:
             return None
         params = decode_query(query)
+        if scope["path"] == HELD_PATH:
+            return self._held_now(params, sibling)
+        if self._serve_block_now is None:
+            return None
         if params.get("file") == "1" or params.get("lent") == "1":  # __call__ says (a file, a lent block)
             return None
         try:
@@ -179,9 +204,28 @@ class PeerApp:
         signed_at = int(next(v for n, v in scope["headers"] if n == _AUTH_HEADER).split(b" ")[1])  # verified above
         return _body_headers(len(data)), data, KeptBlock(block, signed_at)
 
+    def _held_now(self, params: dict[str, str],
+                  sibling: bool) -> tuple[list[tuple[bytes, bytes]], bytes | memoryview, KeptBlock] | None:
+        """answer_now's answer to a `held` question this worker answers without an await (never
+        kept: the answer changes as blocks come and go)."""
+        try:
+            described = (params["bucket"], params["key"], params["etag"], params["vid"], int(params["size"]))
+            first, mask = _held_question(params)
+            held = None if self._serve_held_now is None else \
+                self._serve_held_now(*described, mask_indexes(first, mask), sibling)
+        except (KeyError, ValueError):
+            return None  # __call__ answers 400
+        if held is None:
+            return None
+        self.served["held"] += 1
+        self.served["below_asgi"] += 1
+        body = _held_answer(first, mask, held)
+        return _body_headers(len(body), b"application/json"), body, _NOT_KEPT
+
     def keep(self, request: bytes, kept: KeptBlock) -> None:
-        """`request`, exactly as read, was answered by answer_now, which gave `kept`."""
-        if len(request) > _MAX_KEPT_BYTES:
+        """`request`, exactly as read, was answered by answer_now, which gave `kept` (an answer
+        of no block, signed at no time, is not kept)."""
+        if len(request) > _MAX_KEPT_BYTES or kept.signed_at <= 0:
             return
         self._kept[request] = kept
         self._kept.move_to_end(request)
@@ -218,7 +262,21 @@ class PeerApp:
         return min(checked, default=(401, False))
 
 
+def _held_question(params: dict[str, str]) -> tuple[int, int]:
+    """(first, mask) of a `held` question; ValueError when it names no blocks, or too many."""
+    first, mask = int(params["first"]), int(params["mask"], 16)
+    if first < 0 or mask <= 0 or mask.bit_length() > HELD_MAX:
+        raise ValueError("a held question of no blocks, or of too many")
+    return first, mask
+
+
+def _held_answer(first: int, mask: int, held: set[int]) -> bytes:
+    answer = sum(1 << (index - first) for index in held if 0 <= index - first < HELD_MAX) & mask
+    return orjson.dumps({"held": f"{answer:x}"})
+
+
 _AUTH_HEADER = AUTH_HEADER.encode()
+_NOT_KEPT = KeptBlock(("", "", "", "", 0, -1), 0)  # what answer_now gives for an answer never to keep
 _IN_FILE = [(BLOCK_HEADER.encode(), b"file")]
 _CACHED = [(CACHED_HEADER.encode(), b"1")]
 

@@ -16,11 +16,22 @@ Routes (GET, on the S3 port, only when the fleet is on):
   one ranged GET (as a node alone does); the answer carries the block as its body and
   the metadata in `x-gateway-meta` (base64 of the shared-metadata form). 204: the
   owner could not (an empty object, a start past the end): ask the origin with a HEAD.
+- `/_peer/v1/held?bucket&key&etag&vid&size&first&mask`: which of some blocks of the object
+  version the node holds now (in a tier, or on their way to it), asked before a read's answer
+  starts: `mask` (hex) has bit i set for block `first + i` (at most HELD_MAX blocks); the answer
+  is `{"held": "<hex mask>"}`, the same bits for the blocks held. The node asks its workers
+  that own them; it never asks the origin or another node.
+- `/_peer/v1/take?bucket&key&etag&vid&size&index&from&node`: a block the asking node's worker
+  `from` fetched (in a run of a read of its own) that this node owns: the node takes it from
+  there (`block?...&lent=1&worker=<from>` of the node `node`, a member) and keeps it, without
+  asking the origin; 204 once it did, or found the block gone.
 
 Every request carries `x-gateway-peer: v1 <unix time> <hex HMAC-SHA256>` of the method,
 path, query string and time under the cluster secret: the secret never travels, and S3
-credentials mean nothing here. Between the workers of one node, `block` and `open` may carry
-`file=1`: an owner that keeps the block in the node's shared memory tier then answers 200 with
+credentials mean nothing here. Between the workers of one node (signed with the node's own
+secret), `held` asks only of the blocks the asked worker owns, `take` (with `node`: passing on
+another node's offer) goes to the worker owning the block, and `block?...&lent=1` to the worker
+that lent it. Between the workers of one node, `block` and `open` may carry `file=1`: an owner that keeps the block in the node's shared memory tier then answers 200 with
 `x-gateway-block: file` and no body, and the asking worker reads the block from that file (a
 copy from memory instead of the block through the socket). Answers: 200 the block; 401 no or malformed signature;
 403 a wrong or stale one; 400 bad parameters; 424 the origin's S3 error, as JSON
@@ -52,7 +63,9 @@ PEER_PREFIX = "/_peer/"
 BLOCK_PATH = "/_peer/v1/block"
 OPEN_PATH = "/_peer/v1/open"
 HOLD_PATH = "/_peer/v1/hold"
-TAKE_PATH = "/_peer/v1/take"  # between the workers of a node: take a block another worker lends
+TAKE_PATH = "/_peer/v1/take"  # take a block another worker, or another node's, lends
+HELD_PATH = "/_peer/v1/held"  # which of some blocks the node (a worker: of those it owns) holds now
+HELD_MAX = 4096  # blocks one `held` question may name
 AUTH_HEADER = "x-gateway-peer"
 META_HEADER = "x-gateway-meta"
 BLOCK_HEADER = "x-gateway-block"  # "file": the block is in the owner's file, not in the body
@@ -229,20 +242,40 @@ class PeerClient:
         return OpenAnswer(shared, None if in_file and headers.get(BLOCK_HEADER) == "file" and not body else body,
                           headers.get(CACHED_HEADER) == "1")
 
+    async def held(self, peer: Member, bucket: str, key: str, etag: str, version_id: str | None, size: int,
+                   indexes: list[int]) -> set[int]:
+        """Which of the blocks `indexes` of the object version `peer` holds now: one question for
+        each HELD_MAX of them."""
+        held: set[int] = set()
+        for first, mask in held_masks(indexes):
+            params = [("bucket", bucket), ("key", key), ("etag", etag), ("vid", version_id or ""),
+                      ("size", str(size)), ("first", str(first)), ("mask", f"{mask:x}")]
+            status, _, body = await self._get(peer, HELD_PATH, params, 64 + mask.bit_length() // 4)
+            try:
+                answer = int(orjson.loads(body)["held"], 16) if status == 200 else None
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                answer = None
+            if answer is None:
+                raise PeerError(f"{peer.id} answered {status} to a held question")
+            held.update(mask_indexes(first, answer & mask))
+        return held
+
     async def take(self, peer: Member, bucket: str, key: str, etag: str, version_id: str | None, size: int,
-                   index: int, giver: int) -> None:
-        """Tell `peer` (the worker of this node that owns the block) to take it from worker `giver`."""
+                   index: int, giver: int, node: str = "") -> None:
+        """Tell `peer` to take the block from worker `giver` of this node: `peer` is the worker of
+        this node that owns it, or (`node`: this node's member id) another node that owns it."""
         params = [("bucket", bucket), ("key", key), ("etag", etag), ("vid", version_id or ""), ("size", str(size)),
-                  ("index", str(index)), ("from", str(giver))]
+                  ("index", str(index)), ("from", str(giver)), *([("node", node)] if node else [])]
         status, _, _ = await self._get(peer, TAKE_PATH, params, 0)
         if status != 204:
             raise PeerError(f"{peer.id} answered {status} to a take")
 
     async def lent(self, peer: Member, bucket: str, key: str, etag: str, version_id: str | None, size: int,
-                   index: int, length: int) -> bytes | None:
-        """The block `peer` (a worker of this node) lent to this one, or None when it has it no more."""
+                   index: int, length: int, worker: int | None = None) -> bytes | None:
+        """The block `peer` lent to this worker, or None when it has it no more: `peer` a worker of
+        this node, or another node whose worker `worker` lent it."""
         params = [("bucket", bucket), ("key", key), ("etag", etag), ("vid", version_id or ""), ("size", str(size)),
-                  ("index", str(index)), ("lent", "1")]
+                  ("index", str(index)), ("lent", "1"), *([("worker", str(worker))] if worker is not None else [])]
         status, _, body = await self._get(peer, BLOCK_PATH, params, length)
         if status == 404:
             return None
@@ -313,6 +346,23 @@ class PeerClient:
         if response.status == 424:
             raise _refused(body)
         return response.status, response.headers, body
+
+
+def held_masks(indexes: list[int]) -> list[tuple[int, int]]:
+    """Block indexes as `held` names them: (first, mask), bit i of mask for block first + i, each
+    mask covering at most HELD_MAX blocks."""
+    masks: list[tuple[int, int]] = []
+    for index in sorted(set(indexes)):
+        if not masks or index - masks[-1][0] >= HELD_MAX:
+            masks.append((index, 0))
+        first, mask = masks[-1]
+        masks[-1] = (first, mask | 1 << (index - first))
+    return masks
+
+
+def mask_indexes(first: int, mask: int) -> list[int]:
+    """The block indexes a (first, mask) of `held` names."""
+    return [first + i for i in range(mask.bit_length()) if mask >> i & 1]
 
 
 def _refused(body: bytes) -> Exception:

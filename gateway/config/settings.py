@@ -323,9 +323,10 @@ class ClusterSettings:
 
     On only when `redis.url` and `cluster.secret` are both set. Each block has `replicas`
     owners among the live members (rendezvous hashing); a node asks a block's owners for
-    it over the peer API (`/_peer/v1/...` on the S3 port, authenticated with the secret),
-    and only owners fetch blocks from the origin. A peer that fails costs speed: the next
-    owner, then the origin, is asked instead.
+    it over the peer API (`/_peer/v1/...` on the S3 port, authenticated with the secret)
+    when they hold it, and otherwise fetches it from the origin with the rest of the read
+    and offers it to them, so that every block is kept by its owners. A peer that fails
+    costs speed: the next owner, then the origin, is asked instead.
     """
 
     node_id: str = setting("", "This node's name in the fleet, unique per node; empty: the `host:port` of "

@@ -4,8 +4,12 @@ and the peer API ask of it. Each step of a request has its own module:
     metadata  object metadata: L1, Redis L2, revalidation, remembered 404s
     listings  listing pages: L1, Redis L2
     reads     a range of bytes: blocks, read buffer, readahead, streaming
-    fetch     a block (single-flight; from the tiers, the owners or the origin), a cold open
-    peers     blocks asked of their owners, and answered to other nodes
+    fetch     a block (single-flight; from the tiers, the owners or the origin); runs
+    opens     a cold open: metadata and first bytes from one GET
+    holders   which of a read's blocks their owners hold, asked before its answer starts
+    lending   blocks a run brought offered to their owners (another worker, another node)
+    peers     blocks asked of their owners; siblings: of this node's other workers
+    serving   what other nodes and workers ask of this one
     replicas  this node's share of hot objects filled and dropped; loads spread over owners
     writes    forward to the origin, invalidate everywhere, cache-through
 """
@@ -200,11 +204,11 @@ class Engine:
 
     async def open_object(self, bucket: str, key: str, *, version_id: str | None = None,
                           headers: dict[str, str] | None = None, checksums: bool = False,
-                          want: Want | None = None) -> OpenObject:
+                          want: Want | None = None, reopen: bool = False) -> OpenObject:
         """An object's metadata, ready to read: see Metadata.head_object for the arguments. The
         caller closes it (`aclose`) when it read what it reads, or decided not to."""
         head = await self.metadata.head_object(bucket, key, version_id=version_id, headers=headers,
-                                               checksums=checksums, want=want)
+                                               checksums=checksums, want=want, reopen=reopen)
         return OpenObject(head, self.reads, bucket, key, headers)
 
     async def get_object(self, bucket: str, key: str, answer: Callable[[OpenObject], Awaitable[R]], *,
@@ -213,10 +217,12 @@ class Engine:
         """`answer(opened)` for the object as it is now: when the metadata turns out to
         describe a version the origin no longer holds (the object changed behind the
         gateway), the stale entry is already dropped, so one more open describes the
-        current version and `answer` runs again on it."""
+        current version and `answer` runs again on it: with its bytes from the same origin answer
+        as its metadata where it can (Metadata.head_object's `reopen`), so that an object changed
+        again meanwhile does not fail the read."""
         for attempt in (1, 2):
             opened = await self.open_object(bucket, key, version_id=version_id, headers=headers,
-                                            checksums=checksums, want=want)
+                                            checksums=checksums, want=want, reopen=attempt == 2)
             opened.heat = self.heat
             try:
                 return await answer(opened)
@@ -312,11 +318,20 @@ class Engine:
         return await self._serving().serve_open(bucket, key, version_id, index, peers, in_file, cached)
 
     async def serve_take(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
-                         giver: int) -> None:
-        await self._serving().serve_take(bucket, key, etag, version_id, size, index, giver)
+                         giver: int, node: str) -> None:
+        await self._serving().serve_take(bucket, key, etag, version_id, size, index, giver, node)
 
-    def serve_lent(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int) -> bytes | None:
-        return self._serving().serve_lent(bucket, key, etag, version_id, size, index)
+    async def serve_lent(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
+                         worker: int | None) -> bytes | None:
+        return await self._serving().serve_lent(bucket, key, etag, version_id, size, index, worker)
+
+    async def serve_held(self, bucket: str, key: str, etag: str, version_id: str, size: int, indexes: list[int],
+                         sibling: bool) -> set[int]:
+        return await self._serving().serve_held(bucket, key, etag, version_id, size, indexes, sibling)
+
+    def serve_held_now(self, bucket: str, key: str, etag: str, version_id: str, size: int, indexes: list[int],
+                       sibling: bool) -> set[int] | None:
+        return self._serving().serve_held_now(bucket, key, etag, version_id, size, indexes, sibling)
 
     async def serve_hold(self, bucket: str, key: str, etag: str, version_id: str, size: int, replicas: int) -> int:
         return await self._serving().serve_hold(bucket, key, etag, version_id, size, replicas)

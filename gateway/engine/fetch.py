@@ -1,12 +1,12 @@
 """Blocks into the cache: from a tier, else fetched once however many readers wait, from
 the block's owners in a fleet (gateway.engine.peers) or from the origin; and runs, one origin
-answer for a stretch of blocks (gateway.engine.runs), lending the blocks other workers own."""
+answer for a stretch of blocks (gateway.engine.runs), lending the blocks others own (engine.lending)."""
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -16,6 +16,7 @@ from gateway.cluster.fleet import Fleet, Route
 from gateway.config import CacheSettings
 from gateway.engine.coherence import Coherence
 from gateway.engine.flight import SingleFlight
+from gateway.engine.lending import Lending
 from gateway.engine.runs import Run, RunStopped, Want
 from gateway.errors import S3Error
 from gateway.objects import ObjectChanged, ObjectMeta, meta_from_headers, meta_from_ranged_get
@@ -66,9 +67,7 @@ class BlockFetcher:
         self._from_origin: SingleFlight[str, bytes] = SingleFlight()
         self._from_peers: SingleFlight[str, bytes] = SingleFlight()
         self._background: set[asyncio.Future[Any]] = set()
-        # Blocks a run of this worker brought that another worker owns, until it took them (lend).
-        self._lent: OrderedDict[str, bytes] = OrderedDict()
-        self._lent_bytes = 0
+        self.lending = Lending(self, self.stats)  # blocks this worker's runs brought that others own
 
     # --- blocks ------------------------------------------------------------------------
 
@@ -129,6 +128,12 @@ class BlockFetcher:
     def background(self) -> int:
         """Fetches under way that no reader waits for (readahead, prefetch)."""
         return len(self._background)
+
+    async def arriving(self, block: BlockId, work: Callable[[], Awaitable[bytes]]) -> bytes:
+        """`work` (bringing the block from elsewhere: a take) as the block's fetch here: a read of
+        it meanwhile waits for these bytes, and when `work` raises RunStopped (it brought nothing),
+        fetches the block itself."""
+        return await self._from_origin.run(block.name, work)
 
     def fetching(self, block: BlockId) -> bool:
         return block.name in self._from_origin or block.name in self._from_peers
@@ -302,60 +307,13 @@ class BlockFetcher:
             self.stats["block_miss"] += 1
             self.store.missed()
             if data is not None:
-                await self.keep(block, meta, data)
+                await self.lending.keep(block, meta, data)
 
         return Run(answer, lambda index: BlockId(bucket, key, version, index), first, last, meta.size,
                    self.settings.block_size, flights=self._from_origin, keep=keep, budget=self.budget,
                    ahead=max(self.settings.readahead_blocks, _RUN_AHEAD), reader=reader, eager=eager,
                    claimed=claimed)
 
-    async def keep(self, block: BlockId, meta: ObjectMeta, data: bytes) -> None:
-        """A block a run brought: kept by this node when it is one of the block's owners in the
-        fleet (or keeps what it reads, `cluster.passive_cache`), else not (its owners fetch it
-        themselves); then by this worker when it owns the block, else lent to the worker that
-        does (`lend`)."""
-        self.stats["origin_block_fetch"] += 1
-        if self.fleet is not None and not self.fleet.route(block.bucket, block.key, block.index).keep:
-            self.stats["run_block_not_kept"] += 1
-            return
-        owner = self.siblings.owner(block.bucket, block.key, block.index) if self.siblings is not None else None
-        if owner is not None:
-            self.lend(owner, block, meta, data)
-        else:
-            await self.store.put(block, data)
-
-    def lend(self, owner: int, block: BlockId, meta: ObjectMeta, data: bytes) -> None:
-        """Offer a block to the worker that owns it: it takes the bytes from here (`lent`) and
-        keeps them, so a block this worker's run brought is fetched from the origin once. At
-        most a read buffer's worth waits to be taken; the oldest offers go first."""
-        siblings = self.siblings
-        assert siblings is not None
-        self._lent[block.name] = data
-        self._lent_bytes += len(data)
-        while self._lent_bytes > self.settings.read_buffer and len(self._lent) > 1:
-            self._lent_bytes -= len(self._lent.popitem(last=False)[1])
-            self.stats["lent_dropped"] += 1
-        self.spawn(siblings.give(owner, block, meta))
-
-    def lent(self, block: BlockId) -> bytes | None:
-        """A block `lend` offered, once, to the owner that takes it; None when it is gone."""
-        data = self._lent.pop(block.name, None)
-        if data is not None:
-            self._lent_bytes -= len(data)
-        return data
-
-    async def take(self, block: BlockId, meta: ObjectMeta, giver: int) -> None:
-        """Keep a block another worker of this node offers (its `lend`), unless it is here or on
-        its way already. Nothing is asked of the origin: a block the giver no longer has is
-        left to the next read that wants it."""
-        if block in self.store or self.fetching(block) or self.siblings is None:
-            return
-        data = await self.siblings.lent(giver, block, meta)
-        if data is None:
-            self.stats["take_gone"] += 1
-            return
-        self.stats["take"] += 1
-        await self.store.put(block, data)
 
 def version_of(meta: ObjectMeta) -> str:
     """What names the blocks of this object version: its version id, else its ETag."""

@@ -53,7 +53,8 @@ class _Known:
         object.__setattr__(self, "complete", missing or self.value.complete)  # type: ignore[union-attr]
 
 
-Flight = tuple[MetaKey, "Want | None", bool, Epoch]  # (object, what the read reads (None: a HEAD), checksums, epoch)
+# (object, what the read reads (None: a HEAD), checksums, epoch, reopen)
+Flight = tuple[MetaKey, "Want | None", bool, Epoch, bool]
 
 
 class Metadata:
@@ -88,6 +89,7 @@ class Metadata:
         headers: dict[str, str] | None = None,
         checksums: bool = False,
         want: Want | None = None,
+        reopen: bool = False,
     ) -> ObjectHead:
         """Metadata of one object (version); raises S3Error (NoSuchKey, NoSuchBucket, ...).
 
@@ -96,6 +98,8 @@ class Metadata:
         `checksums`: the answer must include the object's checksums. `want`: what the
         caller will read of the object; when the metadata has to come from the origin, one
         GET then brings it and those bytes together (with checksums only for the whole object).
+        `reopen`: the version described last changed under a read: that GET is asked even when
+        blocks of the object are held (its bytes cannot change under the read: no If-Match).
         """
         query = [("versionId", version_id)] if version_id else []
         if headers:
@@ -120,35 +124,37 @@ class Metadata:
                 found = shared
         if found is None or found[0].missing or (checksums and not found[0].complete):
             return await self._miss(cache_key, query, epoch, want if want is None or want.whole or not checksums
-                                    else None, checksums)
+                                    else None, checksums, reopen)
         meta = found[0].value
         assert isinstance(meta, ObjectMeta)
         return ObjectHead(await self._revalidate(cache_key, query, meta, found[1], epoch))
 
     async def _miss(self, cache_key: MetaKey, query: list[tuple[str, str]], epoch: Epoch,
-                    want: Want | None, checksums: bool = False) -> ObjectHead:
+                    want: Want | None, checksums: bool = False, reopen: bool = False) -> ObjectHead:
         """One origin request however many readers miss at once: they share the flight until
         its answer is cached. (Not across an invalidation: a read that started after a write
         must not get an answer asked for before it.)"""
         self.stats["meta_miss"] += 1
         if self.fetch is None:
             want = None
-        flight = (cache_key, want, checksums, epoch)
+        flight = (cache_key, want, checksums, epoch, reopen)
         if not self._coherence.trusted():  # another node's write may have come unheard since a flight began
-            return await self._fetch_missing(cache_key, query, epoch, want, checksums)
+            return await self._fetch_missing(cache_key, query, epoch, want, checksums, reopen)
         if self._flights.joined(flight) is not None:
             self.stats["meta_miss_shared"] += 1
-        return await self._flights.run(flight, lambda: self._fetch_missing(cache_key, query, epoch, want, checksums))
+        return await self._flights.run(flight, lambda: self._fetch_missing(cache_key, query, epoch, want, checksums,
+                                                                           reopen))
 
     async def _fetch_missing(self, cache_key: MetaKey, query: list[tuple[str, str]], epoch: Epoch,
-                             want: Want | None, checksums: bool) -> ObjectHead:
+                             want: Want | None, checksums: bool, reopen: bool = False) -> ObjectHead:
         """Metadata the caches do not have, from the origin, cached before the flight ends. An
         object some blocks of which are held here (after a restart; or lent by another worker) is
         not read from the origin with its metadata: its metadata comes alone (another worker's,
-        else a HEAD), and the blocks serve the read."""
+        else a HEAD), and the blocks serve the read; unless the read is asked again because the
+        version changed under it (`reopen`)."""
         if want is not None:
             assert self.fetch is not None
-            held = self.fetch.store.holds_object(cache_key[0], cache_key[1])
+            held = self.fetch.store.holds_object(cache_key[0], cache_key[1]) and not reopen
             opened = await self._open(cache_key, query, want, epoch, checksums, run=not held)
             if opened is not None:
                 return opened

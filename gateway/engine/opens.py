@@ -1,7 +1,7 @@
 """Opening an object this worker knows nothing of: its metadata and its first bytes together,
 never a HEAD in front of a GET. For a read here (`open`): what the worker owning its first
-block holds (no origin request), a fleet owner's open of that block, else one GET of the origin
-for all the read's bytes (a run). For another node or worker (`open_block`): the block holding
+block holds (no origin request), a fleet owner's open of a read within one block it owns, else
+one GET of the origin for all the read's bytes (a run). For another node or worker (`open_block`): the block holding
 a first byte, from one ranged GET shared by concurrent opens and remembered a moment."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 
-from gateway.cluster.fleet import Fleet
 from gateway.engine.coherence import Coherence, Epoch
 from gateway.engine.fetch import BlockFetcher, content_range, version_of
 from gateway.engine.flight import SingleFlight
@@ -18,7 +17,6 @@ from gateway.errors import S3Error
 from gateway.objects import ObjectMeta, meta_from_ranged_get
 from gateway.store.blocks import BlockId
 
-_KEPT_STRETCH = 1024  # blocks a fleet node's cold open asks the origin for at most
 # Opens a fleet node remembers for a moment (see Opens.open_here): how many, how long.
 _RECENT_OPENS = 1024
 _RECENT_OPEN = 2.0
@@ -60,13 +58,12 @@ class Opens:
                    checksums: bool = False, run: bool = True) -> Cold | None:
         """The metadata of an object this worker knows nothing of, and the bytes `want` reads:
         the owner worker's, when it has both in memory (no origin request); a fleet owner's
-        open of the first block, when another node owns it; else one GET of the origin,
-        whatever the range (BlockFetcher.open_run), in a fleet for the blocks from the first on
-        that this node keeps (its owners fetch the others). None when that answer can't serve
-        (an empty range, a start past the end; a fleet's whole read that wants checksums): ask
-        with a HEAD then. Raises the origin's S3Error. `checksums`: the metadata must hold the
-        object's checksums (a whole object's GET brings them). `run` False: only what another
-        worker holds (None otherwise), the origin is not asked."""
+        open of the block, when `want` is within one block another node owns; else one GET of
+        the origin, whatever the range (BlockFetcher.open_run; in a fleet, the blocks it brings
+        that other nodes own are offered to them). None when that answer can't serve (an empty
+        range, a start past the end): ask with a HEAD then. Raises the origin's S3Error.
+        `checksums`: the metadata must hold the object's checksums (a whole object's GET brings
+        them). `run` False: only what another worker holds (None otherwise), the origin is not asked."""
         fetch = self.fetch
         index = want.start // fetch.settings.block_size
         if want.suffix is None:
@@ -77,27 +74,12 @@ class Opens:
                     return known
         if not run:
             return None
-        if want.suffix is None:
-            if fetch.fleet is not None and fetch.peers is not None and fetch.route(bucket, key, index) is not None:
-                if checksums:
-                    return None  # a peer's open is a ranged GET, which carries no checksums: a HEAD
-                return await self.open_block(bucket, key, query, want.start)
-            if fetch.fleet is not None:
-                kept = self._kept_stretch(fetch.fleet, bucket, key, want)
-                if kept != want and checksums and want.whole:
-                    return None  # a ranged answer carries no checksums: a HEAD, then the blocks
-                want = kept
+        one_block = want.suffix is None and want.end is not None and want.end // fetch.settings.block_size == index
+        if one_block and fetch.peers is not None and fetch.route(bucket, key, index) is not None:
+            # The block's owner opens it (one ranged GET, shared by the opens of every node) and keeps it.
+            return await self.open_block(bucket, key, query, want.start)
+        # One GET for all the read's bytes, here; the blocks others own are offered to them (engine.lending).
         return await fetch.open_run(bucket, key, query, want)
-
-    def _kept_stretch(self, fleet: Fleet, bucket: str, key: str, want: Want) -> Want:
-        """`want` cut to the blocks from its first on that this node of the fleet keeps."""
-        size = self.fetch.settings.block_size
-        first = index = want.start // size
-        last = None if want.end is None else want.end // size
-        while (last is None or index < last) and index - first < _KEPT_STRETCH and \
-                fleet.route(bucket, key, index + 1).keep:
-            index += 1
-        return want if last is not None and index >= last else Want(want.start, (index + 1) * size - 1)
 
     async def open_block(self, bucket: str, key: str, query: list[tuple[str, str]], first_byte: int, *,
                          from_peers: bool = True) -> Opened | None:

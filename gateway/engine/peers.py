@@ -1,5 +1,6 @@
-"""The fleet's block traffic: blocks and opens asked of their owners (what other nodes ask
-of this one is engine.serving's)."""
+"""The fleet's block traffic: blocks and opens asked of their owners, which of a read's blocks
+they hold, blocks a run brought offered to them (what other nodes ask of this one is
+engine.serving's)."""
 
 from __future__ import annotations
 
@@ -90,12 +91,44 @@ class Peers:
         self.stats["peer_fallback"] += 1
         return await self._opens.open_here(bucket, key, query, index)
 
+    async def held(self, peer: Member, blocks: list[BlockId], meta: ObjectMeta) -> set[int] | None:
+        """Which of `blocks` (of one object version) `peer` holds now; None when it does not answer."""
+        try:
+            return await self.fleet.peers.held(peer, blocks[0].bucket, blocks[0].key, meta.etag, meta.version_id,
+                                               meta.size, [block.index for block in blocks])
+        except PeerError as exc:
+            self.failed(peer, exc)
+            return None
+
+    # --- blocks a run of this node brought, offered to their owners (engine.lending) ----
+
+    async def give(self, owner: Member, block: BlockId, meta: ObjectMeta, giver: int) -> None:
+        """Tell the node that owns a block to take it from worker `giver` of this node."""
+        try:
+            await self.fleet.peers.take(owner, block.bucket, block.key, meta.etag, meta.version_id, meta.size,
+                                        block.index, giver, node=self.fleet.me.id)
+        except PeerError as exc:
+            self.fetch.lending.lent(block)  # not taken: not kept there either
+            self.failed(owner, exc, "its block not kept there")
+
+    async def lent(self, node: str, giver: int, block: BlockId, meta: ObjectMeta) -> bytes | None:
+        """The block worker `giver` of node `node` offered this node, or None when it is gone."""
+        member = self.fleet.membership.member(node)
+        if member is None:
+            return None
+        try:
+            return await self.fleet.peers.lent(member, block.bucket, block.key, meta.etag, meta.version_id,
+                                               meta.size, block.index, self.fetch.length(block, meta), worker=giver)
+        except PeerError as exc:
+            self.failed(member, exc, "the block it offered not kept")
+            return None
+
     async def refused(self, bucket: str, key: str, refused: PeerRefused) -> None:
         await take_refusal(bucket, key, refused, self._on_changed)
 
-    def failed(self, peer: Member, exc: Exception) -> None:
+    def failed(self, peer: Member, exc: Exception, instead: str = "asking the next owner or the origin") -> None:
         self.stats["peer_failure"] += 1
         now = time.monotonic()
         if now - self._logged.get(peer.id, -_PEER_LOG_EVERY) >= _PEER_LOG_EVERY:
             self._logged[peer.id] = now
-            log.cluster.warning("peer %s failed (%s); asking the next owner or the origin", peer.id, exc)
+            log.cluster.warning("peer %s failed (%s); %s", peer.id, exc, instead)

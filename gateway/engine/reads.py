@@ -11,6 +11,7 @@ from typing import NamedTuple
 from gateway.bytebudget import ByteBudget
 from gateway.config import CacheSettings
 from gateway.engine.fetch import BlockFetcher, version_of
+from gateway.engine.holders import fetched_here
 from gateway.engine.opens import FirstBlock
 from gateway.engine.runs import Run
 from gateway.errors import S3Error
@@ -127,6 +128,7 @@ class Reads:
             runs = ([] if run is None else [run]) + await self._runs_for(fetch, rest, meta)
         finally:
             self._read_around(fetch, blocks, meta, start, end)
+        source = _asked(source, blocks, runs)
         chunks = self._stream(fetch, blocks, meta, start, end, runs, in_hand)
         # Started here, so that closing the read runs its `finally` (which gives the budget
         # back and stops the runs) even if the response never asks for a byte: an unstarted
@@ -244,21 +246,21 @@ class Reads:
         if cached == len(blocks):
             return "hit-disk"
         if fetch.fleet is not None:
-            # Blocks not held here that a peer owns count as peer hits (whether that peer
-            # holds them already is not known at this point).
+            # Blocks not held here that a peer owns count as peer hits (whether that peer holds
+            # them is known once it was asked: read_object corrects this then).
             remote = sum(1 for b in blocks if b not in store and fetch.route(b.bucket, b.key, b.index) is not None)
             if remote and cached + remote == len(blocks):
                 return "hit-peer"
         return "miss" if cached == 0 else "partial"
 
     async def _runs_for(self, fetch: BlockFetcher, blocks: list[BlockId], meta: ObjectMeta) -> list[Run]:
-        """The runs that bring the blocks of a read that this worker would fetch from the origin:
-        one origin GET for each stretch of them (a block held here, or that another worker or
-        node may hold or is fetching, is read from there: the tiers' policies see their hits).
-        Each is started (its answer's status in) before this returns."""
+        """The runs that bring the blocks of a read that this worker fetches from the origin: one
+        origin GET for each stretch of them. A block held here, on its way here, or that its owner
+        (another worker or node) holds now, is read from there: the tiers' policies see their hits
+        (engine.holders). Each is started (its answer's status in) before this returns."""
         stretches: list[list[int]] = [[]]
-        for block in blocks:
-            if fetch.missing_here(block):
+        for block, here in zip(blocks, await fetched_here(fetch, blocks, meta)):
+            if here:
                 stretches[-1].append(block.index)
             elif stretches[-1]:
                 stretches.append([])
@@ -282,6 +284,7 @@ class Reads:
         size = self.settings.block_size
         ahead: dict[int, tuple[asyncio.Future[bytes], int]] = {}  # position -> (fetch, budget it holds)
         held = 0
+        position = 0
         try:
             for position, block in enumerate(blocks):
                 # This block's share of the read buffer is had before the next ones are started
@@ -314,6 +317,10 @@ class Reads:
                 yield data if (lo, hi) == (0, len(data)) else data[lo:hi]
                 self.budget.give(held)
                 held = 0
+        except ObjectChanged:
+            if position:  # after the answer's headers: its owner lost a block it said it held (engine.holders)
+                fetch.stats["read_cut_changed"] += 1
+            raise
         finally:
             self.budget.give(held)
             for fetching, taken in ahead.values():  # only the waiting stops: shared fetches go on
@@ -353,6 +360,15 @@ class Reads:
         if response.status >= 300:
             raise await self.origin.error_from(response, resource=f"/{bucket}/{key}")
         return response
+
+
+def _asked(source: str, blocks: list[BlockId], runs: list[Run]) -> str:
+    """The x-cache value once the owners of the blocks were asked: a guessed hit-peer is a miss,
+    or partial, when some of them no one held (runs bring them from the origin)."""
+    if source != "hit-peer" or not runs:
+        return source
+    brought = sum(1 for block in blocks if any(block.index in run.indexes for run in runs))
+    return "miss" if brought == len(blocks) else "partial"
 
 
 async def _prepend(head: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -1,9 +1,10 @@
 """What other nodes and the other workers of this node ask of this worker (the peer API's
-`block`, `open` and `hold`): blocks from the tiers, else from the origin once, never from
-another peer; and what an owner's refusal means to the one that asked."""
+`block`, `open`, `hold`, `held` and `take`): blocks from the tiers, else from the origin once,
+never from another peer; and what an owner's refusal means to the one that asked."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 
@@ -111,18 +112,66 @@ class Serving:
         return OpenAnswer(encode_meta(meta), None if in_file and self.fetch.store.in_shared_memory(block) else hit[0],
                           cached=True)
 
+    async def serve_held(self, bucket: str, key: str, etag: str, version_id: str, size: int, indexes: list[int],
+                         sibling: bool) -> set[int]:
+        """Which of the blocks `indexes` of the object version this node holds now: in a tier, or
+        on their way to one (a block this worker fetches, or another worker of this node that owns
+        it says so). Another worker of this node (`sibling`) asks about those this one owns: only
+        this worker is looked at. Nothing is asked of the origin or of another node."""
+        meta = _described(etag, version_id, size)
+        held, asks = self._held_here(meta, bucket, key, indexes, sibling)
+        siblings = self.fetch.siblings
+        if siblings is not None and asks:
+            for answer in await asyncio.gather(*(siblings.held(owner, blocks, meta) for owner, blocks in asks.items())):
+                held.update(answer)
+        return held
+
+    def serve_held_now(self, bucket: str, key: str, etag: str, version_id: str, size: int, indexes: list[int],
+                       sibling: bool) -> set[int] | None:
+        """`serve_held` when no other worker of this node need be asked (no await); else None."""
+        held, asks = self._held_here(_described(etag, version_id, size), bucket, key, indexes, sibling)
+        return None if asks else held
+
+    def _held_here(self, meta: ObjectMeta, bucket: str, key: str, indexes: list[int],
+                   sibling: bool) -> tuple[set[int], dict[int, list[BlockId]]]:
+        """(the blocks this worker sees held, the others by the worker of this node to ask about them)."""
+        if any(not 0 <= index * self.fetch.settings.block_size < meta.size for index in indexes):
+            raise ValueError("a block outside the object")
+        fetch, version = self.fetch, version_of(meta)
+        siblings = None if sibling else fetch.siblings
+        held: set[int] = set()
+        asks: dict[int, list[BlockId]] = {}
+        for index in indexes:
+            block = BlockId(bucket, key, version, index)
+            owner = siblings.owner(bucket, key, index) if siblings is not None else None
+            if block in fetch.store or (owner is None and fetch.fetching(block)):
+                held.add(index)
+            elif owner is not None:
+                asks.setdefault(owner, []).append(block)
+        return held, asks
+
     async def serve_take(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
-                         giver: int) -> None:
-        """Another worker of this node lends a block this worker owns (BlockFetcher.take)."""
+                         giver: int, node: str = "") -> None:
+        """A block this worker, or this node (`node`: the member offering it), owns, offered by
+        worker `giver` of this node or of that one: taken (engine.lending)."""
         meta = _described(etag, version_id, size)
         block = BlockId(bucket, key, version_of(meta), index)
         if not 0 <= index * self.fetch.settings.block_size < size:
             raise ValueError("a block outside the object")
-        await self.fetch.take(block, meta, giver)
+        await self.fetch.lending.take(block, meta, giver, node)
 
-    def serve_lent(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int) -> bytes | None:
-        """The bytes of a block this worker lent to its owner, once (BlockFetcher.lent)."""
-        return self.fetch.lent(BlockId(bucket, key, version_of(_described(etag, version_id, size)), index))
+    async def serve_lent(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
+                         worker: int | None = None) -> bytes | None:
+        """The bytes of a block this worker lent, once for each owner it was offered to; `worker`
+        (another node asks): the worker of this node that lent it, asked for it when not this one."""
+        meta = _described(etag, version_id, size)
+        block = BlockId(bucket, key, version_of(meta), index)
+        siblings = self.fetch.siblings
+        if worker is not None and siblings is not None and worker != siblings.workers.index:
+            if worker not in siblings.workers.siblings():
+                raise ValueError("no such worker")
+            return await siblings.lent(worker, block, meta)
+        return self.fetch.lending.lent(block)
 
 
 async def take_refusal(bucket: str, key: str, refused: PeerRefused, on_changed: Callable[[str, str], Awaitable[None]]) -> None:

@@ -148,13 +148,27 @@ class Siblings:
         self.stats["worker_open"] += 1
         return meta, FirstBlock(block, data, from_origin=False)
 
-    async def give(self, owner: int, block: BlockId, meta: ObjectMeta) -> None:
-        """Tell the owner worker to take a block this worker lends it (BlockFetcher.lend)."""
+    async def held(self, owner: int, blocks: list[BlockId], meta: ObjectMeta) -> set[int]:
+        """Which of `blocks` (of one object version) the owner worker holds now (none when it
+        does not answer: they are read from the origin here, and lent to it)."""
+        try:
+            return await self._clients[owner].held(self._members[owner], blocks[0].bucket, blocks[0].key, meta.etag,
+                                                   meta.version_id, meta.size, [block.index for block in blocks])
+        except PeerError as exc:
+            self._failed(owner, exc, "reading its blocks from the origin here")
+            return set()
+
+    async def give(self, owner: int, block: BlockId, meta: ObjectMeta, giver: int | None = None,
+                   node: str = "") -> None:
+        """Tell the owner worker to take a block this worker lends it (engine.lending), or (`node`)
+        one that worker `giver` of that node of the fleet offered this node."""
         try:
             await self._clients[owner].take(self._members[owner], block.bucket, block.key, meta.etag,
-                                            meta.version_id, meta.size, block.index, self.workers.index)
+                                            meta.version_id, meta.size, block.index,
+                                            self.workers.index if giver is None else giver, node)
         except PeerError as exc:
-            self.fetch.lent(block)  # not taken: not kept either
+            if not node:
+                self.fetch.lending.lent(block)  # not taken: not kept either
             self._failed(owner, exc, "its block not kept")
 
     async def lent(self, giver: int, block: BlockId, meta: ObjectMeta) -> bytes | None:

@@ -7,13 +7,21 @@ from types import SimpleNamespace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.cluster.peers import decode_query, encode_query, sign, verify
+from gateway.cluster.peers import HELD_MAX, decode_query, encode_query, held_masks, mask_indexes, sign, verify
 from gateway.config import ClusterSettings
 
 SECRET = b"cluster-secret"
 # Keys as the S3 layer hands them over: any text, bytes that are not UTF-8 as surrogateescapes.
 keys = st.one_of(st.text(st.characters(exclude_categories=("Cs",))),
                  st.binary().map(lambda raw: raw.decode("utf-8", "surrogateescape")))
+
+
+@given(st.lists(st.integers(0, 3 * HELD_MAX)))
+def test_the_blocks_of_a_held_question_come_back_as_they_were_asked(indexes):
+    masks = held_masks(indexes)
+    assert sorted(i for first, mask in masks for i in mask_indexes(first, mask)) == sorted(set(indexes))
+    assert all(0 < mask < 1 << HELD_MAX for _, mask in masks)  # each question within its bound
+    assert not indexes or len(masks) <= (max(indexes) - min(indexes)) // HELD_MAX + 1
 
 
 @given(keys, st.text(st.characters(exclude_categories=("Cs",))), st.integers(0, 10**6))

@@ -1,0 +1,125 @@
+"""Blocks a run of this worker brought that others own, offered to them: to the worker of this
+node that owns one (it takes the bytes over this worker's socket), and to the nodes of the fleet
+that own it (each takes them over the peer API the same way, and hands them to its own owner
+worker). The node, and the fleet, keep a block the origin sent once."""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from typing import TYPE_CHECKING
+
+from gateway.engine.runs import RunStopped
+from gateway.objects import ObjectMeta
+from gateway.store.blocks import BlockId
+
+if TYPE_CHECKING:
+    from gateway.engine.fetch import BlockFetcher
+
+
+class Lending:
+    """What this worker lends and takes, for its fetcher. Event loop only.
+
+    A block offered waits here until each owner it was offered to took it (`lent`), or said it
+    would not; at most a read buffer's worth waits, the oldest offers going first. A take asks
+    nothing of the origin: a block the giver no longer has is left to the next read that wants it.
+    """
+
+    def __init__(self, fetch: BlockFetcher, stats: Counter[str]) -> None:
+        self.fetch = fetch
+        self.stats = stats
+        self._lent: OrderedDict[str, tuple[bytes, int]] = OrderedDict()  # name -> (bytes, owners yet to take them)
+        self._bytes = 0
+
+    async def keep(self, block: BlockId, meta: ObjectMeta, data: bytes) -> None:
+        """A block a run brought: kept by this node when it is one of the block's owners in the
+        fleet (or keeps what it reads, `cluster.passive_cache`), and offered to the other nodes
+        owning it (those ranked above this one, when it is an owner); kept by this worker when it
+        owns the block, else lent to the worker of this node that does."""
+        fetch = self.fetch
+        self.stats["origin_block_fetch"] += 1
+        route = fetch.fleet.route(block.bucket, block.key, block.index) if fetch.fleet is not None else None
+        nodes = route.ask if route is not None and fetch.peers is not None else ()
+        here = route is None or route.keep
+        siblings = fetch.siblings if here else None
+        owner = siblings.owner(block.bucket, block.key, block.index) if siblings is not None else None
+        takers = len(nodes) + (owner is not None)
+        if takers:
+            self._offer(block, data, takers)
+        for node in nodes:
+            assert fetch.peers is not None
+            self.stats["run_block_offered"] += 1
+            fetch.spawn(fetch.peers.give(node, block, meta, self.giver))
+        if owner is not None and siblings is not None:
+            fetch.spawn(siblings.give(owner, block, meta))
+        elif here:
+            await fetch.store.put(block, data)
+
+    @property
+    def waiting(self) -> int:
+        """Blocks offered that an owner has yet to take."""
+        return len(self._lent)
+
+    @property
+    def giver(self) -> int:
+        """This worker's index in its node (what a taker asks for the bytes by)."""
+        siblings = self.fetch.siblings
+        return 0 if siblings is None else siblings.workers.index
+
+    def _offer(self, block: BlockId, data: bytes, takers: int) -> None:
+        again = self._lent.pop(block.name, None)  # offered before (another run brought it too): each taker asks once
+        if again is not None:
+            self._bytes -= len(again[0])
+            takers += again[1]
+        self._lent[block.name] = (data, takers)
+        self._bytes += len(data)
+        while self._bytes > self.fetch.settings.read_buffer and len(self._lent) > 1:
+            self._bytes -= len(self._lent.popitem(last=False)[1][0])
+            self.stats["lent_dropped"] += 1
+
+    def lent(self, block: BlockId) -> bytes | None:
+        """A block offered to owners (`keep`), to one of them that takes it or will not (each once);
+        None when it is gone."""
+        offered = self._lent.pop(block.name, None)
+        if offered is None:
+            return None
+        data, takers = offered
+        if takers > 1:
+            self._lent[block.name] = (data, takers - 1)
+        else:
+            self._bytes -= len(data)
+        return data
+
+    async def take(self, block: BlockId, meta: ObjectMeta, giver: int, node: str = "") -> None:
+        """Keep a block worker `giver` offers, of this node or (`node`, a member's id) of another
+        node, unless it is here or on its way already. A block from another node that another
+        worker of this one owns is taken by that worker (told to, from that node). While it is
+        taken, it is on its way here (BlockFetcher.arriving): a read of it waits for it."""
+        fetch = self.fetch
+        if block in fetch.store or fetch.fetching(block):
+            return
+        siblings, peers = fetch.siblings, fetch.peers
+        if node:
+            if peers is None or fetch.fleet is None or not fetch.fleet.route(block.bucket, block.key, block.index).keep:
+                self.stats["take_not_owner"] += 1  # (views of the fleet that differ for a moment)
+                return
+            owner = siblings.owner(block.bucket, block.key, block.index) if siblings is not None else None
+            if owner is not None and siblings is not None:
+                await siblings.give(owner, block, meta, giver, node)
+                return
+
+        async def taken() -> bytes:
+            if node and peers is not None:
+                data = await peers.lent(node, giver, block, meta)
+            else:
+                data = await siblings.lent(giver, block, meta) if siblings is not None else None
+            if data is None:
+                raise RunStopped()  # (a read waiting for it fetches it itself)
+            await fetch.store.put(block, data)
+            return data
+
+        try:
+            await fetch.arriving(block, taken)
+        except RunStopped:
+            self.stats["take_gone"] += 1
+        else:
+            self.stats["take"] += 1

@@ -30,6 +30,19 @@ class ObjectMeta:
     def version_id(self) -> str | None:
         return self.headers.get("x-amz-version-id")
 
+    @property
+    def version_query(self) -> list[tuple[str, str]]:
+        """The query that asks the origin for exactly this version: its versionId, none for an
+        unversioned object (no id, or S3's "null")."""
+        version_id = self.version_id
+        return [("versionId", version_id)] if version_id and version_id != "null" else []
+
+
+def block_version(version_id: str | None, etag: str) -> str:
+    """What names the blocks of an object version: its version id, else (unversioned: no id, or
+    S3's "null") its ETag."""
+    return version_id if version_id and version_id != "null" else etag
+
 
 class ObjectChanged(S3Error):
     """The object at the origin is no longer the version our metadata described."""

@@ -19,7 +19,7 @@ from gateway.engine.flight import SingleFlight
 from gateway.engine.lending import Lending
 from gateway.engine.runs import Run, RunStopped, Want
 from gateway.errors import S3Error
-from gateway.objects import ObjectChanged, ObjectMeta, meta_from_headers, meta_from_ranged_get
+from gateway.objects import ObjectChanged, ObjectMeta, block_version, meta_from_headers, meta_from_ranged_get
 from gateway.origin import Origin, OriginResponse
 from gateway.store.blocks import BlockId, block_bounds
 from gateway.store.tiers import TieredStore
@@ -143,7 +143,7 @@ class BlockFetcher:
         cut off mid-body is asked for again, `origin.retries` times (the block is held
         whole before a byte of it is sent, so a retry is invisible to the client)."""
         first, last = block_bounds(block.index, self.settings.block_size, meta.size)
-        query = [("versionId", meta.version_id)] if meta.version_id and meta.version_id != "null" else []
+        query = meta.version_query
         expected = last - first + 1
         for attempt in range(self.origin.settings.retries + 1):
             response = await self.origin.get_block(
@@ -282,8 +282,7 @@ class BlockFetcher:
         first, last = first_index * size, min((last_index + 1) * size, meta.size) - 1
 
         async def answer() -> OriginResponse:
-            query = [("versionId", meta.version_id)] if meta.version_id and meta.version_id != "null" else []
-            response = await self.origin.send("GET", bucket, key, query=query,
+            response = await self.origin.send("GET", bucket, key, query=meta.version_query,
                                               headers={"range": f"bytes={first}-{last}", "if-match": meta.etag})
             if response.status == 412:
                 await response.aclose()
@@ -316,8 +315,8 @@ class BlockFetcher:
 
 
 def version_of(meta: ObjectMeta) -> str:
-    """What names the blocks of this object version: its version id, else its ETag."""
-    return meta.version_id if meta.version_id and meta.version_id != "null" else meta.etag
+    """What names the blocks of this object version (objects.block_version)."""
+    return block_version(meta.version_id, meta.etag)
 
 
 async def _given(response: OriginResponse) -> OriginResponse:

@@ -351,8 +351,7 @@ class Reads:
         request_headers["if-match"] = meta.etag
         if start is not None and end is not None:
             request_headers["range"] = f"bytes={start}-{end}"
-        query = [("versionId", meta.version_id)] if meta.version_id and meta.version_id != "null" else []
-        response = await self.origin.send("GET", bucket, key, query=query, headers=request_headers)
+        response = await self.origin.send("GET", bucket, key, query=meta.version_query, headers=request_headers)
         if response.status == 412:
             await response.aclose()
             await self._on_changed(bucket, key)

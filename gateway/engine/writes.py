@@ -18,6 +18,7 @@ from gateway.engine.listings import Listings
 from gateway.engine.metadata import Metadata
 from gateway.engine.opens import Opens
 from gateway.errors import S3Error
+from gateway.objects import block_version
 from gateway.origin import BodyFactory, Origin, OriginResponse
 from gateway.store.blocks import BlockId
 
@@ -188,7 +189,7 @@ class Writes:
         if self._fetch is None or not self.settings.cache_through or not etag or size == 0:
             return
         store, block_size = self._fetch.store, self.settings.block_size
-        version = version_id if version_id and version_id != "null" else etag
+        version = block_version(version_id, etag)
         fleet = self._fleet
         # In a fleet, a node keeps the blocks it owns (and others only as passive copies):
         # a block kept anywhere else would never be asked for.

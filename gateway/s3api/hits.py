@@ -31,7 +31,7 @@ from gateway.s3api import cors, reads
 from gateway.s3api.context import Context
 from gateway.s3api import headers as hdrs
 from gateway.s3api.replays import Keeper, Replay, Replays, keepable
-from gateway.s3api.responses import body_response, empty_response, new_request_id
+from gateway.s3api.responses import new_request_id, raw_headers
 from gateway.s3api.accounting import answered_for, note_answer
 from gateway.s3api.request import IDENTIFIED, S3Request, parse_request
 from gateway.s3api.server import S3App
@@ -151,15 +151,12 @@ class HitPath:
     def _whole(self, made: _Made, body: bytes | memoryview, keep_alive: bool) -> list[bytes | memoryview]:
         """The HTTP answer (head, body) to a request made up to its body, counted and logged."""
         answer, request_id = made.answer, made.request_id
-        if made.scope["method"] == "GET":
-            response = body_response(body, request_id, status=answer.status, headers=answer.headers)
-        else:
-            response = empty_response(request_id, status=answer.status, headers=answer.headers)
-        made.status_line, made.raw_headers = _STATUS_LINES[answer.status], response.raw_headers
+        lines = raw_headers(answer.headers, request_id, len(body))  # (a HEAD's body is b"")
+        made.status_line, made.raw_headers = _STATUS_LINES[answer.status], lines
         made.closing, made.keep_alive = _closing(keep_alive), keep_alive
-        head = http_head(answer.status, made.default_headers, response.raw_headers, keep_alive)
+        head = http_head(answer.status, made.default_headers, lines, keep_alive)
         made.outcome = {"bytes": len(body), "cache": None}
-        note_answer(made.outcome, answer.status, response.raw_headers)
+        note_answer(made.outcome, answer.status, lines)
         accounts = self.app.accounts
         accounts.record(answered_for(made.req, made.scope["method"], made.outcome), request_id, len(body),
                         made.outcome["cache"], time.perf_counter() - made.started)

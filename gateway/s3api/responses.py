@@ -61,6 +61,18 @@ def empty_response(request_id: str, *, status: int = 200, headers: Mapping[str, 
     return response
 
 
+def raw_headers(headers: Mapping[str, str], request_id: str, length: int) -> list[tuple[bytes, bytes]]:
+    """The header lines `body_response` (`length` bytes of body) and `empty_response` (a HEAD:
+    `length` 0, its Content-Length among `headers`) send for a 200 or 206, made without a
+    Response: what the hit path writes (s3api.hits)."""
+    out = dict(headers)
+    out["x-amz-request-id"] = request_id
+    lines = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in out.items()]
+    if not any(name == b"content-length" for name, _ in lines):
+        lines.append((b"content-length", str(length).encode("latin-1")))
+    return lines
+
+
 def body_response(body: bytes | memoryview, request_id: str, *, status: int, headers: Mapping[str, str]) -> Response:
     """A body already in hand: no task to run, nothing to cancel."""
     out = dict(headers)

@@ -252,7 +252,8 @@ def _settled(pair: Pair) -> None:
 def test_the_requests_above_took_the_hit_path_often(pair: Pair) -> None:
     """Not a vacuous comparison: many of the generated requests were hits answered below ASGI."""
     assert pair.fast.server.config.app.s3.accounts.stats.below_asgi >= 30
-    assert pair.fast.server.config.app.s3.accounts.stats.replayed >= 15
+    # (requests an SDK marked as its own, skewed, expired or tampered are never kept: 4 of the 9 signings are)
+    assert pair.fast.server.config.app.s3.accounts.stats.replayed >= 8
     assert pair.asgi.server.config.app.s3.accounts.stats.below_asgi == 0
 
 

@@ -18,6 +18,7 @@ import socket
 import ssl
 import sys
 import threading
+from collections.abc import Callable
 
 import uvicorn
 
@@ -32,10 +33,24 @@ from gateway.tls import reload_on_sighup
 _MARGIN_FILES = 1024  # open files besides clients': origin and peer pools, Redis, disk blocks (256 kept per tier)
 
 
-def run_server(settings: Settings) -> None:
+def run_server(settings: Settings, listening: Callable[[int], None] = lambda port: None) -> None:
     """Serve until stopped (SIGINT/SIGTERM drain within server.shutdown_timeout; SIGHUP reloads
-    TLS files). Raises ConfigError when the TLS files do not load."""
-    uvicorn.Server(_config(settings, None)).run()
+    TLS files); `listening(port)` once it serves (server.port 0: the port the system gave).
+    Raises ConfigError when the TLS files do not load."""
+    _Server(_config(settings, None), listening).run()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, saying the port it listens on once it serves."""
+
+    def __init__(self, config: uvicorn.Config, listening: Callable[[int], None]) -> None:
+        super().__init__(config)
+        self.listening = listening
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            self.listening(self.servers[0].sockets[0].getsockname()[1])
 
 
 def _config(settings: Settings, workers: WorkerSet | None) -> uvicorn.Config:

@@ -25,6 +25,7 @@ from gateway.config import AdminSettings, CacheSettings, ClusterSettings, RedisS
 from gateway.engine import Engine
 from gateway.store.blocks import BlockId
 from tests.support import ADMIN, RunningGateway, base_settings, client
+from tests.waiting import wait_for
 
 KiB = 1024
 BLOCK = 64 * KiB
@@ -50,13 +51,6 @@ def origin_requests(*gateways: RunningGateway) -> Counter[str]:
         total.update(engine(gateway).origin.requests)
     return total
 
-
-def wait_for(check: Callable[[], object], within: float = 5.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within:.1f} s")
-        time.sleep(0.02)
 
 
 def owner_of(index: int, members: list[RunningGateway], key: str = "k") -> RunningGateway:
@@ -92,7 +86,8 @@ class Fleet:
         try:
             # Each sees the others, and trusts its caches again (past the distrust that follows
             # a new subscription to the invalidation channel: Invalidations.listening).
-            wait_for(lambda: all(view(n) == ids and engine(n).shared.invalidation.listening() for n in nodes))
+            wait_for(lambda: all(view(n) == ids and engine(n).shared.invalidation.listening() for n in nodes),
+                     "every node sees the fleet and listens")
         except AssertionError:
             raise AssertionError(f"want {sorted(ids)}, views {[sorted(view(n)) for n in nodes]}") from None
 
@@ -252,7 +247,7 @@ def test_a_peer_that_hangs_is_skipped_after_the_read_timeout(fleet, direct, clea
         r = redis.Redis(port=clean_redis.port)
         r.zadd("gw:fleet:{members}", {"hung": int(time.time() * 1000) + 60_000})
         r.hset("gw:fleet:{members}:urls", "hung", f"http://127.0.0.1:{hung.getsockname()[1]}")
-        wait_for(lambda: "hung" in view(a) and "hung" in view(b))
+        wait_for(lambda: "hung" in view(a) and "hung" in view(b), "A and B see the hung node")
         data = os.urandom(6 * BLOCK)
         direct.put_object(Bucket="bkt", Key="k", Body=data)
         started = time.monotonic()
@@ -345,9 +340,11 @@ def test_redis_outage_keeps_serving_and_nodes_register_again(fleet, direct, clea
     clean_redis.start()  # empty: every node must register again by itself
     r = redis.Redis(port=clean_redis.port)
     ids = sorted(node_id(n) for n in (a, b, c))
-    wait_for(lambda: sorted(m.decode() for m in r.zrange("gw:fleet:{members}", 0, -1)) == ids, 10)
+    wait_for(lambda: sorted(m.decode() for m in r.zrange("gw:fleet:{members}", 0, -1)) == ids,
+             "every node registered again", within=10)
     # Redis ran a node's beat before the node hears back and counts it: wait for the count too.
-    wait_for(lambda: all(n.server.config.app.fleet.membership.beats > beats[id(n)] for n in (a, b, c)), 5)
+    wait_for(lambda: all(n.server.config.app.fleet.membership.beats > beats[id(n)] for n in (a, b, c)),
+             "a heartbeat of every node")
     for body, _ in read_all([a, b, c], "during"):
         assert body == during
 
@@ -359,7 +356,7 @@ def test_an_object_changed_behind_the_fleet_is_noticed_through_a_peer(fleet, dir
     reading = next(n for n in fleet.nodes if n is not owner)
     reader = client(reading.endpoint)
     # The reader trusts what it caches only while it is known to hear invalidations.
-    wait_for(lambda: engine(reading).shared.invalidation.listening())
+    wait_for(lambda: engine(reading).shared.invalidation.listening(), "the reading node listens")
     assert reader.get_object(Bucket="bkt", Key="k", Range="bytes=0-9")["Body"].read() == old[:10]
     direct.put_object(Bucket="bkt", Key="k", Body=new)  # behind the gateway: same size, new ETag
     # The reader still describes the old version; the owner's If-Match fails at the origin,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from gateway.cluster.periodic import stop_if_cancelled
+from tests.waiting import turns
 
 
 async def test_a_loop_stops_when_a_call_drops_its_cancellation():
@@ -22,8 +23,7 @@ async def test_a_loop_stops_when_a_call_drops_its_cancellation():
 
     for yields in range(8):  # cancelled at each step of a round, some within wait_for's window
         task = asyncio.create_task(loop())
-        for _ in range(yields):
-            await asyncio.sleep(0)
+        await turns(yields)
         task.cancel()
         done, _ = await asyncio.wait({task}, timeout=2)
         if not done:

@@ -192,7 +192,7 @@ async def test_cancellation_removes_the_spool(tmp_path: Path) -> None:
         for _ in range(10):
             yield b"z" * 300_000
         started.set()
-        await asyncio.sleep(3600)
+        await asyncio.Event().wait()  # and no more, ever
         yield b""
 
     task = asyncio.create_task(

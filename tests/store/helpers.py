@@ -7,7 +7,6 @@ import hashlib
 import mmap
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest

@@ -13,9 +13,12 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 import boto3
 import pytest
@@ -197,6 +200,21 @@ def client(endpoint: str, key: tuple[str, str] = ADMIN, **config: object):  # ty
         "s3", endpoint_url=endpoint, region_name=REGION, aws_access_key_id=key[0], aws_secret_access_key=key[1],
         config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}, **config),  # type: ignore[arg-type]
     )
+
+
+def presigned_expiry(url: str) -> float:
+    """When a presigned URL (SigV4, or SigV2's Expires) expires, in seconds since the epoch."""
+    query = dict(parse_qsl(urlsplit(url).query))
+    if "Expires" in query:
+        return float(query["Expires"])
+    signed = datetime.strptime(query["X-Amz-Date"], "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
+    return signed.timestamp() + int(query["X-Amz-Expires"])
+
+
+def wait_expired(url: str) -> None:
+    """Until the machine's clock, which the gateway reads, is past the URL's expiry."""
+    expiry = presigned_expiry(url)
+    wait_for(lambda: time.time() > expiry, "the URL's expiry passes", within=max(0.0, expiry - time.time()) + 5)
 
 
 def concurrent_gets(endpoint: str, readers: int, **params: str) -> list[bytes]:

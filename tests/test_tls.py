@@ -16,7 +16,6 @@ import httpx
 import pytest
 from botocore.config import Config
 
-from tests.servers import free_port
 from tests.support import ADMIN, REGION, GatewayProcess
 from tests.waiting import wait_for
 
@@ -102,7 +101,7 @@ def test_sighup_reloads_the_certificate_and_bad_files_keep_the_old_one(tls_gatew
 
 def test_a_certificate_that_does_not_load_is_one_line(tmp_path, origin_endpoint):
     (tmp_path / "bad.pem").write_text("garbage")
-    env = dict(os.environ, GATEWAY_ORIGIN_ENDPOINT=origin_endpoint, GATEWAY_SERVER_PORT=str(free_port()),
+    env = dict(os.environ, GATEWAY_ORIGIN_ENDPOINT=origin_endpoint, GATEWAY_SERVER_PORT="0",
                GATEWAY_SERVER_TLS_CERT_FILE=str(tmp_path / "bad.pem"), GATEWAY_SERVER_TLS_KEY_FILE=str(tmp_path / "bad.pem"))
     result = subprocess.run([sys.executable, "-m", "gateway.cli", "serve"], env=env, capture_output=True, text=True,
                             timeout=60)

@@ -286,7 +286,7 @@ def test_a_block_cut_off_mid_body_is_fetched_again(
 
 
 def test_unreachable_origin_is_service_unavailable(start_gateway: Callable[..., RunningGateway]) -> None:
-    closed_port_endpoint = f"http://127.0.0.1:{free_port()}"
+    closed_port_endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     gw = start_gateway(origin=origin_settings(closed_port_endpoint, retries=0, connect_timeout=1.0, read_timeout=1.0), cache=NO_CACHE)
     started = time.monotonic()
     response = httpx.get(presigned_get(gw, "any-key"), timeout=30)

@@ -16,7 +16,7 @@ async def test_a_failed_round_is_logged_and_the_next_one_comes(caplog):
     pauses: list[float] = []
     rounds: list[int] = []
 
-    async def sleep(pause: float) -> None:
+    async def pausing(pause: float) -> None:
         if len(pauses) == 4:
             raise asyncio.CancelledError  # the node stops
         pauses.append(pause)
@@ -28,7 +28,7 @@ async def test_a_failed_round_is_logged_and_the_next_one_comes(caplog):
 
     logger = logging.getLogger("gateway.tests.periodic")
     with pytest.raises(asyncio.CancelledError), caplog.at_level(logging.ERROR, logger=logger.name):
-        await run_every(30.0, work, "freeing blocks", logger=logger, sleep=sleep)
+        await run_every(30.0, work, "freeing blocks", logger=logger, sleep=pausing)
     assert pauses == [30.0] * 4 and rounds == [1, 2, 3, 4]  # the failure did not end the rounds
     records = [r for r in caplog.records if r.name == logger.name]
     assert [r.getMessage() for r in records] == ["freeing blocks failed"] and records[0].exc_info is not None

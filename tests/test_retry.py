@@ -45,7 +45,7 @@ class Attempts:
             raise outcome
         return outcome
 
-    async def sleep(self, pause: float) -> None:
+    async def wait(self, pause: float) -> None:
         self.pauses.append(pause)
 
     async def note(self, failures: int, outcome: object) -> None:
@@ -53,7 +53,7 @@ class Attempts:
 
 
 def retry(attempts: Attempts, retries: int, errors: tuple[type[BaseException], ...] = (OSError,)) -> Retry:
-    return Retry(ExponentialBackoff(1.0, cap=4.0), retries, errors, sleep=attempts.sleep)
+    return Retry(ExponentialBackoff(1.0, cap=4.0), retries, errors, sleep=attempts.wait)
 
 
 async def test_errors_it_may_retry_are_tried_again_with_growing_pauses():

@@ -242,14 +242,17 @@ class GatewayProcess:
 
     The child prints every ResourceWarning, and a stop (not a kill) that finds one in its
     output fails: a leaked socket or file in a served process is an error, as in the tests.
-    `workers` is `gateway serve --workers`: a node of several serves once it says it listens."""
+    `workers` is `gateway serve --workers`: a node of several serves once it says it listens.
+    It binds port 0 and says which port it got; `port` names one instead, for a test that
+    reaches it before it says so."""
 
-    def __init__(self, origin_endpoint: str, *, scheme: str = "http", workers: int | None = None, **env: str) -> None:
+    def __init__(self, origin_endpoint: str, *, scheme: str = "http", workers: int | None = None, port: int = 0,
+                 **env: str) -> None:
         self.workers = workers
         self.scheme = scheme
-        self.port = 0  # until it says the port it listens on, which it keeps when started again
+        self.port = port  # (0: until it says the port it listens on, which it keeps when started again)
         self.env = dict(os.environ, GATEWAY_ORIGIN_ENDPOINT=origin_endpoint, GATEWAY_ORIGIN_ACCESS_KEY="origin-key",
-                        GATEWAY_ORIGIN_SECRET_KEY="origin-secret", GATEWAY_SERVER_PORT="0",
+                        GATEWAY_ORIGIN_SECRET_KEY="origin-secret", GATEWAY_SERVER_PORT=str(port),
                         GATEWAY_AUTH_USERS=json.dumps([{"access_key": ADMIN[0], "secret_key": ADMIN[1], "admin": True}]),
                         PYTHONWARNINGS="always::ResourceWarning", **env)
         self.proc: subprocess.Popen[str] | None = None

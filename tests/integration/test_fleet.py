@@ -157,7 +157,8 @@ def test_a_cold_object_read_through_every_node_costs_one_origin_get_per_block(fl
     # Each block ends with its owner (the offers are taken after the reads), and only the owners keep blocks.
     for index in range(8):
         owner = owner_of(index, fleet.nodes)
-        wait_for(lambda: [n for n in fleet.nodes if any(b.index == index for b in _blocks(n))] == [owner])
+        wait_for(lambda: [n for n in fleet.nodes if any(b.index == index for b in _blocks(n))] == [owner],
+                 "the block held by its owner alone")
     # Whole-object reads (with checksums: a HEAD first) through every node again: no GET.
     before = origin_requests(*fleet.nodes)
     for body, source in read_all(fleet.nodes, "k", ranged=False):
@@ -274,7 +275,7 @@ def test_a_fourth_node_takes_over_only_its_share(fleet, direct):
         got = client(node.endpoint).get_object(Bucket="bkt", Key="k", Range="bytes=0-")
         assert got["Body"].read() == data
         # D takes the blocks of its share that the read brought (offered once they were sent).
-        wait_for(lambda: engine(node).fetch.lending.waiting == 0)
+        wait_for(lambda: engine(node).fetch.lending.waiting == 0, "the offers taken")
     # D's share came from the origin once, each block in the run of the first read that found D
     # without it (one GET for each stretch of them; the old owner reads a block it still holds from
     # its own tier), and D keeps it; nothing else was fetched again.
@@ -380,7 +381,8 @@ def test_with_two_replicas_each_block_is_kept_twice_and_fetched_once(make_fleet,
     ids = {node_id(n): n for n in fleet.nodes}
     for index in range(12):  # (blocks a node's run brought are offered to their owners, taken after the reads)
         keepers = {ids[i] for i in owners(placement_name("bkt", "k", index), ids, 2)}
-        wait_for(lambda: {n for n in fleet.nodes if any(b.index == index for b in _blocks(n))} == keepers)
+        wait_for(lambda: {n for n in fleet.nodes if any(b.index == index for b in _blocks(n))} == keepers,
+                 "the block held by its two owners")
 
 
 def test_passive_cache_keeps_what_a_node_read_from_peers(make_fleet, direct):

@@ -337,7 +337,7 @@ def answers(gw) -> Iterator[list[dict[str, Any]]]:  # type: ignore[no-untyped-de
     """Within: the access-log entries of the requests the gateway finished meanwhile (an entry is
     made once a request's handling ended, answered or not)."""
     seen: list[dict[str, Any]] = []
-    observers = gw.server.config.app.s3.observers
+    observers = gw.server.config.app.s3.accounts.observers
     observers.append(seen.append)
     try:
         yield seen

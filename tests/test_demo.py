@@ -134,7 +134,7 @@ def test_the_printed_dashboard_shows_the_hit(demo: Demo, browser) -> None:  # ty
 
 
 def test_the_admin_token_given_is_the_one_used() -> None:
-    demo = start_demo(free_port(), GATEWAY_ADMIN_TOKEN="newcomer-token")
+    demo = start_demo(free_port(), GATEWAY_ADMIN_TOKEN="newcomer-token")  # (the demo prints the port it is given)
     try:
         assert "/_gateway/dashboard#token=newcomer-token" in demo.printed
         assert "--token newcomer-token" in demo.printed

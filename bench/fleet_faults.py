@@ -42,6 +42,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests import waiting
 from tests.support import GatewayProcess, client
 
 SECRET = "fleet-faults-secret"
@@ -79,16 +80,8 @@ def metric(node: GatewayProcess, name: str) -> float:
 
 
 def wait_for(check, within: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            if check():
-                return
-        except (httpx.HTTPError, KeyError, ValueError):
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within:.0f} s: {what}")
-        time.sleep(0.05)
+    """tests.waiting.wait_for, a node that does not answer (yet) counting as "not yet"."""
+    waiting.wait_for(check, what, within=within, ignoring=(httpx.HTTPError, KeyError, ValueError), interval=0.05)
 
 
 def start_fleet(origin: str, redis_url: str, nodes: int = 3, **extra: str) -> list[GatewayProcess]:
@@ -127,6 +120,11 @@ class Outcome:
     seconds: float
     error: str | None = None  # None: answered, with the right bytes unless `wrong`
     wrong: int = 0  # bytes that differ from what the origin holds
+    reader: int = 0  # which of the node's readers asked
+
+    @property
+    def began(self) -> float:
+        return self.at - self.seconds
 
 
 @dataclass
@@ -174,11 +172,11 @@ class Load:
                 body = s3.get_object(**params)["Body"].read()
             except (BotoCoreError, ClientError, OSError) as exc:
                 kind = exc.response["Error"]["Code"] if isinstance(exc, ClientError) else type(exc).__name__
-                self.outcomes.append(Outcome(self.now(), node, time.monotonic() - began, kind))
+                self.outcomes.append(Outcome(self.now(), node, time.monotonic() - began, kind, reader=seed))
                 self._stop.wait(0.1)  # a client backs off before it tries again
                 continue
             wrong = 0 if body == expected else max(len(body), len(expected))
-            self.outcomes.append(Outcome(self.now(), node, time.monotonic() - began, None, wrong))
+            self.outcomes.append(Outcome(self.now(), node, time.monotonic() - began, None, wrong, reader=seed))
 
 
 @dataclass

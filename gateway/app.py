@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import socket
+from collections.abc import Coroutine
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
@@ -29,6 +30,7 @@ from gateway.httpserver import Later
 from gateway.node.journal import Journal
 from gateway.node.workers import WorkerSet, placement
 from gateway.origin import Origin
+from gateway.periodic import run_every
 from gateway.s3api.hits import HitPath, http_head
 from gateway.s3api.replays import Keeper, LaterReplay
 from gateway.s3api.server import S3App
@@ -91,7 +93,7 @@ class GatewayApp:
             self._events = SqsConsumer(self.settings.events, engine.changed)
             self._tasks.append(asyncio.create_task(self._events.run(), name="gateway-sqs-events"))
         if store is not None and self.settings.cache.ttl:
-            self._tasks.append(asyncio.create_task(_expire_periodically(store), name="gateway-cache-ttl"))
+            self._tasks.append(asyncio.create_task(_expiring(store), name="gateway-cache-ttl"))
         # Pins set at runtime (admin API): with Redis, the fleet's, read now and refreshed.
         pins = RuntimePins(((r.bucket, r.prefix) for r in self.settings.cache.pinned),
                            store.set_pinned if store is not None else None,
@@ -212,11 +214,9 @@ class GatewayApp:
                 return
 
 
-async def _expire_periodically(store: TieredStore, every: float = 30.0) -> None:
-    """Free blocks past their prefix's TTL even when nobody reads them."""
-    while True:
-        await asyncio.sleep(every)
-        await store.expire()
+def _expiring(store: TieredStore) -> Coroutine[Any, Any, None]:
+    """Free blocks past their prefix's TTL even when nobody reads them, every _EXPIRE_EVERY seconds."""
+    return run_every(_EXPIRE_EVERY, store.expire, "freeing blocks past their TTL", logger=log.engine)
 
 
 def build_store(cache: CacheSettings, workers: WorkerSet | None = None) -> TieredStore | None:
@@ -289,6 +289,7 @@ async def _stop(tasks: list[asyncio.Task[None]]) -> None:
         log.cluster.warning("background tasks still running at shutdown: %s", sorted(t.get_name() for t in pending))
 
 
+_EXPIRE_EVERY = 30.0  # seconds between two rounds that free blocks past their TTL (cache.ttl)
 _STOP_ROUNDS = 5
 _STOP_WAIT = 1.0  # seconds for the tasks to end after each cancel
 _PEER_REQUEST = f"GET {PEER_PREFIX}".encode()  # how the bytes of a request of the peer API begin

@@ -71,9 +71,8 @@ def serve(config_path: str | None, host: str | None, port: int | None, workers: 
         become_supervisor(settings, count, log_level.upper(), banner)
     from gateway.run import run_server
 
-    click.echo(banner.replace("{port}", str(server.port)), err=True)
     try:
-        run_server(settings)
+        run_server(settings, lambda port: click.echo(banner.replace("{port}", str(port)), err=True))
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
 

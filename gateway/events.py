@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from urllib.parse import unquote_plus, urlsplit
@@ -12,6 +11,7 @@ import orjson
 
 from gateway import log
 from gateway.config import EventsSettings
+from gateway.retry import FOREVER, ExponentialBackoff, Retry
 from gateway.signing import sha256_hex, sign_request_v4
 
 Change = tuple[str, str]  # bucket, key
@@ -88,20 +88,18 @@ class SqsConsumer:
         self._client = client or httpx.AsyncClient(timeout=settings.wait_seconds + 10)
         self.received = 0
         self.errors = 0
+        self._retry = Retry(ExponentialBackoff(1.0, cap=30.0), FOREVER)
 
     async def run(self) -> None:
-        backoff = 1.0
+        """Poll until cancelled. A failed poll (a queue that is down must not stop the gateway)
+        is counted and logged, and tried again after a pause: 1 s, doubling up to 30 s."""
         while True:
-            try:
-                await self.poll_once()
-                backoff = 1.0
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a queue that is down must not stop the gateway
-                self.errors += 1
-                log.engine.warning("SQS poll failed (%s); retrying in %.0f s", exc.__class__.__name__, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 30.0)
+            await self._retry.call(self.poll_once, failed=self._failed)
+
+    async def _failed(self, failures: int, error: BaseException | int) -> None:
+        self.errors += 1
+        log.engine.warning("SQS poll failed (%s); retrying in %.0f s", error.__class__.__name__,
+                           self._retry.backoff.compute(failures))
 
     async def poll_once(self) -> int:
         """One ReceiveMessage round; returns how many messages were handled."""

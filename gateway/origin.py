@@ -10,7 +10,6 @@ become S3Error with the origin's code and status.
 from __future__ import annotations
 
 import asyncio
-import random
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from datetime import datetime, timezone
@@ -25,6 +24,7 @@ from gateway import log
 from gateway.config import OriginSettings
 from gateway.errors import S3Error
 from gateway.rangeclient import RangeClient, RangeResponse
+from gateway.retry import ExponentialBackoff, Retry
 from gateway.signing import UNSIGNED_PAYLOAD, EMPTY_SHA256, sign_request_v4, uri_encode, sha256_hex
 
 # What an origin error status means when the response has no body (HEAD).
@@ -43,6 +43,12 @@ _TRANSPORT_ERRORS = (aiohttp.ClientError, ConnectionError, TimeoutError)
 BodyFactory = Callable[[], AsyncIterator[bytes]]
 """Returns a fresh iterator over the request body each call, so a request can be retried."""
 _Answer = TypeVar("_Answer", "OriginResponse", "BlockResponse")
+_BACKOFF = ExponentialBackoff(0.2, jitter=0.75)  # 50-200 ms after the first failure, doubling
+
+
+def _busy(answer: OriginResponse | BlockResponse) -> bool:
+    """An answer that asks to be sent again (S3's InternalError and SlowDown/ServiceUnavailable)."""
+    return answer.status in (500, 503)
 
 
 class OriginResponse:
@@ -166,6 +172,8 @@ class Origin:
         self._blocks: RangeClient | None = None
         self.requests: Counter[str] = Counter()  # requests sent, by method (every attempt)
         self.failures = 0  # attempts that got no answer (refused, reset, timed out)
+        # Every request is idempotent: one that got no answer, or a 500 or 503, is sent again.
+        self._retry = Retry(_BACKOFF, settings.retries, _TRANSPORT_ERRORS)
 
     def _client(self) -> aiohttp.ClientSession:
         # Made on first use, on the loop that uses it.
@@ -242,8 +250,8 @@ class Origin:
         base_headers = {k.lower(): v for k, v in (headers or {}).items()}
         base_headers["host"] = host
         payload_hash = _payload_hash(method, body, body_length, base_headers)
-        attempts = self.settings.retries + 1
-        for number in range(attempts):
+
+        async def once() -> _Answer:
             signed = dict(base_headers)
             signed.update(sign_request_v4(
                 method=method, path=path, query=query, headers=base_headers,
@@ -253,22 +261,23 @@ class Origin:
             ))
             self.requests[method] += 1
             try:
-                response = await attempt(host, target, signed)
-            except _TRANSPORT_ERRORS as exc:
+                return await attempt(host, target, signed)
+            except _TRANSPORT_ERRORS:
                 self.failures += 1
-                if number + 1 < attempts:
-                    log.origin.warning("origin %s %s failed (%s), retrying", method, path, exc.__class__.__name__)
-                    await asyncio.sleep(random.uniform(0.05, 0.2) * (2**number))
-                    continue
-                if isinstance(exc, TimeoutError):
-                    raise S3Error("ServiceUnavailable", "The origin did not answer in time.") from exc
-                raise S3Error("ServiceUnavailable", "The origin is unreachable.") from exc
-            if response.status in (500, 503) and number + 1 < attempts:
-                await response.aclose()
-                await asyncio.sleep(random.uniform(0.05, 0.2) * (2**number))
-                continue
-            return response
-        raise AssertionError("unreachable")
+                raise
+
+        async def failed(failures: int, outcome: BaseException | _Answer) -> None:
+            if isinstance(outcome, BaseException):
+                log.origin.warning("origin %s %s failed (%s), retrying", method, path, outcome.__class__.__name__)
+            else:
+                await outcome.aclose()
+
+        try:
+            return await self._retry.call(once, again=_busy, failed=failed)
+        except TimeoutError as exc:
+            raise S3Error("ServiceUnavailable", "The origin did not answer in time.") from exc
+        except _TRANSPORT_ERRORS as exc:
+            raise S3Error("ServiceUnavailable", "The origin is unreachable.") from exc
 
     async def probe(self) -> int:
         """The status of a ListBuckets with the gateway's credentials (readiness: any answer

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import dataclasses
 import functools
 import logging
 import os
@@ -18,6 +19,7 @@ import socket
 import ssl
 import sys
 import threading
+from collections.abc import Callable
 
 import uvicorn
 
@@ -25,6 +27,7 @@ from gateway import gcpauses, log
 from gateway.app import create_app
 from gateway.config import ConfigError, Settings
 from gateway.httpserver import uvicorn_options
+from gateway.node.listening import listen
 from gateway.node.workers import WorkerSet
 from gateway.s3api.responses import error_page
 from gateway.tls import reload_on_sighup
@@ -32,10 +35,28 @@ from gateway.tls import reload_on_sighup
 _MARGIN_FILES = 1024  # open files besides clients': origin and peer pools, Redis, disk blocks (256 kept per tier)
 
 
-def run_server(settings: Settings) -> None:
+def run_server(settings: Settings, listening: Callable[[int], None] = lambda port: None) -> None:
     """Serve until stopped (SIGINT/SIGTERM drain within server.shutdown_timeout; SIGHUP reloads
-    TLS files). Raises ConfigError when the TLS files do not load."""
-    uvicorn.Server(_config(settings, None)).run()
+    TLS files); `listening(port)` once it serves. Bound before the app is made: with server.port
+    0, the app knows the port the system gave (the node's identity in a fleet is its address).
+    Raises ConfigError when the port cannot be bound or the TLS files do not load."""
+    with listen(settings.server) as sock:
+        port = sock.getsockname()[1]
+        settings = dataclasses.replace(settings, server=dataclasses.replace(settings.server, port=port))
+        _Server(_config(settings, None), listening).run(sockets=[sock])
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, saying the port it listens on once it serves."""
+
+    def __init__(self, config: uvicorn.Config, listening: Callable[[int], None]) -> None:
+        super().__init__(config)
+        self.listening = listening
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            self.listening(self.servers[0].sockets[0].getsockname()[1])
 
 
 def _config(settings: Settings, workers: WorkerSet | None) -> uvicorn.Config:

@@ -31,6 +31,7 @@ passed, so the node does not keep the CLI's and the checks' modules (some 35 MB)
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -49,6 +50,7 @@ from typing import NoReturn
 
 from gateway import log
 from gateway.config import ConfigError, ServerSettings, Settings
+from gateway.node.listening import listen
 from gateway.node.workers import ENV, WorkerSet
 
 __all__ = ["NodeFailed", "become_supervisor", "supervise", "usable_cores", "worker_count"]
@@ -61,7 +63,6 @@ FIRST_PAUSE = 0.5  # seconds before restarting a worker that died early once; do
 MAX_PAUSE = 30.0  # seconds: the longest pause before a restart
 START_TIMEOUT = 60.0  # seconds for a worker to serve once started; past it, it is killed (and failed to start)
 KILL_MARGIN = 5.0  # seconds past server.shutdown_timeout before a stopping worker is killed
-BACKLOG = 2048  # uvicorn's default
 TICK = 0.1  # seconds between looks at the workers and the signals received
 
 
@@ -106,8 +107,9 @@ def supervise(settings: Settings, count: int, log_level: str, listening: Callabl
     node cannot start or keeps failing."""
     base = _tmpfs()
     _check_room(base, settings.cache.memory_quota)
-    with _listen(settings.server) as sock:
-        port = sock.getsockname()[1]
+    with listen(settings.server) as sock:
+        port = sock.getsockname()[1]  # server.port 0: the one the system gave, which the workers are told
+        settings = dataclasses.replace(settings, server=dataclasses.replace(settings.server, port=port))
         with _run_folder(base, port) as run_dir:
             node = _Node(settings, count, log_level, sock, run_dir)
             with _signals() as received:
@@ -163,22 +165,6 @@ def _check_room(base: str, memory_quota: int) -> None:
             f"cache.memory_quota is {memory_quota} bytes but {base} has {free} free: with server.workers > 1 "
             "the memory tier's blocks are files there. Give it more room (docker run --shm-size; Kubernetes: "
             "an emptyDir of medium Memory on /dev/shm) or lower cache.memory_quota")
-
-
-@contextlib.contextmanager
-def _listen(server: ServerSettings) -> Iterator[socket.socket]:
-    """The node's TCP socket, bound as uvicorn's Config.bind_socket does."""
-    family = socket.AF_INET6 if ":" in server.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((server.host, server.port))
-        sock.listen(BACKLOG)
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(f"server.host / server.port: cannot listen on {server.host}:{server.port}: {exc}") from None
-    with sock:
-        yield sock
 
 
 @contextlib.contextmanager

@@ -6,14 +6,14 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
 from tests.servers import free_port, wait_serving
+from tests.waiting import wait_for
 
 
 class RedisServer:
@@ -29,6 +29,8 @@ class RedisServer:
         if binary is None:
             pytest.skip("redis-server is not installed: apt-get install redis-server (make test does, as root)")
         self.binary = binary
+        # A port chosen before it starts: redis-server cannot bind port 0 and say which it got
+        # (`--port 0` turns TCP off), and `start` after `stop` must come back on the same port.
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.args = args
@@ -91,17 +93,7 @@ def clean_redis(redis_server: RedisServer) -> RedisServer:
     return redis_server
 
 
-def wait_until(check: Callable[[], object], what: str, within: float = 20.0) -> None:
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            if check():
-                return
-        except redis.RedisError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what}: not within {within:.0f} s")
-        time.sleep(0.05)
+REDIS_WAIT = 20.0  # seconds a Redis topology may take to settle on a loaded machine
 
 
 class RedisClusterServers:
@@ -114,6 +106,7 @@ class RedisClusterServers:
     def __init__(self, folder: Path) -> None:
         self.nodes = [
             RedisServer("--cluster-enabled", "yes", "--cluster-config-file", str(folder / f"nodes-{i}.conf"),
+                        # (the bus port, chosen beforehand for the same reason as the client port)
                         "--cluster-port", str(free_port()), "--cluster-node-timeout", "1000")
             for i in range(3)
         ]
@@ -138,7 +131,7 @@ class RedisClusterServers:
     def _wait_ok(self) -> None:
         def ok() -> bool:
             return all(n.client().cluster("info")["cluster_state"] == "ok" for n in self.nodes)
-        wait_until(ok, "the Redis Cluster's state is not ok")
+        wait_for(ok, "the Redis Cluster's state is ok", within=REDIS_WAIT, ignoring=(redis.RedisError,))
 
     def stop(self, index: int) -> None:
         self.nodes[index].stop()
@@ -200,8 +193,8 @@ class RedisSentinelServers:
             if server.proc is None:
                 server.start()
         if self.sentinel.proc is None:  # once the replica is in sync: the Sentinel sees it at once
-            wait_until(lambda: self.replica.client().info("replication")["master_link_status"] == "up",
-                       "the replica did not sync")
+            wait_for(lambda: self.replica.client().info("replication")["master_link_status"] == "up",
+                     "the replica syncs", within=REDIS_WAIT, ignoring=(redis.RedisError,))
             self.sentinel.start()
         self._wait_ready()
 
@@ -223,7 +216,7 @@ class RedisSentinelServers:
                     and replicas[0]["is_slave"] and not replicas[0]["is_sdown"]
                     and replicas[0].get("master-link-status") == "ok"
                     and self.replica.client().info("replication").get("master_link_status") == "up")
-        wait_until(ready, "the Sentinel did not see the master and an in-sync replica", within=30)
+        wait_for(ready, "the Sentinel sees the master and an in-sync replica", within=30, ignoring=(redis.RedisError,))
 
     def _swap_roles(self) -> None:
         """The replica is the master now; the old master restarts as its replica."""
@@ -240,16 +233,18 @@ class RedisSentinelServers:
         start the old master again as the new one's replica."""
         old, new = self.master, self.replica
         sentinel = self.sentinel.client()
-        wait_until(lambda: int(sentinel.sentinel_get_master_addr_by_name(self.name)[1]) == new.port,
-                   "the Sentinel did not promote the replica")
-        wait_until(lambda: new.client().info("replication")["role"] == "master", "the replica is not master")
+        wait_for(lambda: int(sentinel.sentinel_get_master_addr_by_name(self.name)[1]) == new.port,
+                 "the Sentinel promotes the replica", within=REDIS_WAIT, ignoring=(redis.RedisError,))
+        wait_for(lambda: new.client().info("replication")["role"] == "master", "the replica is master",
+                 within=REDIS_WAIT, ignoring=(redis.RedisError,))
         self._swap_roles()
         old.start()
         self._wait_ready()
 
     def flush(self) -> None:
         self.master.client().flushall()
-        wait_until(lambda: self.replica.client().dbsize() == 0, "the replica did not follow the flush")
+        wait_for(lambda: self.replica.client().dbsize() == 0, "the replica follows the flush",
+                 within=REDIS_WAIT, ignoring=(redis.RedisError,))
 
     def shutdown(self) -> None:
         for server in (self.sentinel, self.replica, self.master):

@@ -1,22 +1,28 @@
-"""Servers for the tests and benchmarks: free loopback ports, waiting for a child process to
-answer, and moto's S3 server as the origin (the product's `gateway demo` keeps its own)."""
+"""Servers for the tests and benchmarks: waiting for a child process to answer, free loopback
+ports where a server cannot say which it bound, and moto's S3 server as the origin (the
+product's `gateway demo` keeps its own)."""
 
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+from tests.waiting import wait_for
+
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listened on a moment ago."""
+    """A TCP port on 127.0.0.1 that nothing listened on a moment ago. Only for a server that
+    cannot bind port 0 and say which port it got (redis-server: `--port 0` means no TCP at all),
+    or for an address where nothing listens: another process may take the port meanwhile."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -26,17 +32,26 @@ def wait_serving(probe: Callable[[], object], proc: subprocess.Popen[Any], what:
                  errors: tuple[type[BaseException], ...] = (OSError, httpx.HTTPError), interval: float = 0.1) -> None:
     """Call `probe` until it returns without raising one of `errors`; RuntimeError naming `what`
     when `proc` exits first or `timeout` seconds pass (the caller stops `proc`)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            probe()
-            return
-        except errors:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{what} exited ({proc.returncode}) before it answered") from None
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{what} did not answer within {timeout:.0f} s") from None
-            time.sleep(interval)
+    def answered() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited ({proc.returncode}) before it answered")
+        probe()
+        return True
+
+    try:
+        wait_for(answered, f"{what} answers", within=timeout, ignoring=errors, interval=interval)
+    except AssertionError as exc:
+        raise RuntimeError(str(exc)) from None
+
+
+def refuses(port: int) -> bool:
+    """Whether a connection to 127.0.0.1:`port` is refused now: nothing listens there (a server
+    that shuts down closed its listening socket)."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except ConnectionRefusedError:
+        return True
+    return False
 
 
 def stop_process(proc: subprocess.Popen[Any], timeout: float = 10) -> None:
@@ -57,20 +72,33 @@ def http_get(url: str, timeout: float = 1) -> None:
 
 
 @contextlib.contextmanager
-def moto_server(port: int | None = None) -> Iterator[str]:
-    """moto's S3 server as a subprocess on loopback; yields its endpoint URL, stops it at the end."""
-    port = port or free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryFile() as log:  # what it printed, shown when it does not start
-        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+def moto_server() -> Iterator[str]:
+    """moto's S3 server as a subprocess on loopback, on the port it bound (it says which);
+    yields its endpoint URL, stops it at the end."""
+    with tempfile.NamedTemporaryFile() as log:  # what it printed: its port, or why it did not start
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", "0"],
                                 stdout=subprocess.DEVNULL, stderr=log)
         try:
             try:
-                wait_serving(lambda: http_get(endpoint + "/moto-api/"), proc, f"moto_server on port {port}")
+                endpoint = _said_running(log.name, proc)
+                wait_serving(lambda: http_get(endpoint + "/moto-api/"), proc, f"moto_server at {endpoint}")
             except RuntimeError as err:
                 stop_process(proc)
-                log.seek(0)
-                raise RuntimeError(f"{err}:\n{log.read()[-3000:].decode(errors='replace')}") from None
+                raise RuntimeError(f"{err}:\n{Path(log.name).read_bytes()[-3000:].decode(errors='replace')}") from None
             yield endpoint
         finally:
             stop_process(proc)
+
+
+def _said_running(log: str, proc: subprocess.Popen[Any], timeout: float = 30) -> str:
+    """The address werkzeug (under moto) printed once it bound: `* Running on http://127.0.0.1:PORT`."""
+    def printed() -> str | None:
+        if proc.poll() is not None:
+            raise RuntimeError(f"moto_server exited ({proc.returncode}) before it bound a port")
+        found = re.search(rb"Running on (http://127\.0\.0\.1:\d+)", Path(log).read_bytes())
+        return found[1].decode() if found else None
+
+    try:
+        return wait_for(printed, "moto_server says the port it bound", within=timeout, interval=0.05)
+    except AssertionError as exc:
+        raise RuntimeError(str(exc)) from None

@@ -16,7 +16,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 import boto3
 import pytest
@@ -28,7 +30,8 @@ from gateway.config import AuthSettings, Grant, OriginSettings, ServerSettings, 
 from gateway.httpserver import Limits, protocol_factory, uvicorn_options
 from gateway.node.workers import WorkerSet
 from gateway.s3api.responses import error_page
-from tests.servers import free_port, wait_serving
+from tests.servers import wait_serving
+from tests.waiting import wait_for
 
 ADMIN = ("AKIAADMIN0000000001", "admin-secret-0000000000000000000000000001")
 READER = ("AKIAREADER000000001", "reader-secret-000000000000000000000000001")
@@ -64,7 +67,10 @@ class RunningGateway:
     and also, as under `gateway serve`, on its unix socket (WorkerSet.socket_path)."""
 
     def __init__(self, settings: Settings, *, guarded: bool = False, workers: WorkerSet | None = None) -> None:
-        port = free_port()
+        # Bound here, on port 0 unless the settings name one (a worker started again on its port):
+        # the port is known before uvicorn serves, and no other process can take it meanwhile.
+        tcp = _tcp_socket(settings.server.port)
+        port = tcp.getsockname()[1]
         self.settings = dataclasses.replace(settings, server=dataclasses.replace(settings.server, port=port))
         self.endpoint = f"http://127.0.0.1:{port}"
         app = create_app(self.settings, workers)
@@ -74,17 +80,22 @@ class RunningGateway:
         config = uvicorn.Config(app, host="127.0.0.1", port=port, loop="asyncio",
                                 lifespan="on", access_log=False, log_level="warning", **options)
         self.server = uvicorn.Server(config)
-        self.sockets = None if workers is None or workers.alone else _worker_sockets(port, workers)
+        self.sockets = [tcp] if workers is None or workers.alone else [tcp, _unix_socket(workers)]
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": self.sockets}, daemon=True)
 
     def __enter__(self) -> RunningGateway:
         self.thread.start()
-        deadline = time.monotonic() + 15
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                self.__exit__()
-                raise RuntimeError("gateway did not start")
-            time.sleep(0.02)
+
+        def started() -> bool:
+            if not self.thread.is_alive():
+                raise RuntimeError("the gateway's thread ended before it served")
+            return self.server.started
+
+        try:
+            wait_for(started, "the gateway serves", within=15)
+        except (AssertionError, RuntimeError) as exc:
+            self.__exit__()
+            raise RuntimeError(f"gateway did not start: {exc}") from None
         return self
 
     def purge_caches(self) -> None:
@@ -109,19 +120,24 @@ class RunningGateway:
             sock.close()
 
 
-def _worker_sockets(port: int, workers: WorkerSet) -> list[socket.socket]:
-    """The node's TCP socket (here the worker's own port) and the worker's unix socket."""
+def _tcp_socket(port: int) -> socket.socket:
+    """A TCP socket bound on 127.0.0.1:`port` (0: one the kernel picks), for uvicorn to listen on."""
     # IPPROTO_TCP named, as uvicorn's own bind does: asyncio sets TCP_NODELAY only on sockets
     # whose proto says TCP, and without it small answers wait ~40 ms for delayed ACKs.
     tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     tcp.bind(("127.0.0.1", port))
+    return tcp
+
+
+def _unix_socket(workers: WorkerSet) -> socket.socket:
+    """The worker's unix socket, which its siblings reach it on (as under `gateway serve`)."""
     path = workers.socket_path(workers.index)
     if os.path.exists(path):  # left by this worker's previous run
         os.unlink(path)
     unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     unix.bind(path)
-    return [tcp, unix]
+    return unix
 
 
 CLIENT_TIMEOUT = 60  # seconds for one client command; each takes a few seconds when the gateway answers right
@@ -186,6 +202,21 @@ def client(endpoint: str, key: tuple[str, str] = ADMIN, **config: object):  # ty
     )
 
 
+def presigned_expiry(url: str) -> float:
+    """When a presigned URL (SigV4, or SigV2's Expires) expires, in seconds since the epoch."""
+    query = dict(parse_qsl(urlsplit(url).query))
+    if "Expires" in query:
+        return float(query["Expires"])
+    signed = datetime.strptime(query["X-Amz-Date"], "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
+    return signed.timestamp() + int(query["X-Amz-Expires"])
+
+
+def wait_expired(url: str) -> None:
+    """Until the machine's clock, which the gateway reads, is past the URL's expiry."""
+    expiry = presigned_expiry(url)
+    wait_for(lambda: time.time() > expiry, "the URL's expiry passes", within=max(0.0, expiry - time.time()) + 5)
+
+
 def concurrent_gets(endpoint: str, readers: int, **params: str) -> list[bytes]:
     """The bodies of `readers` GetObject calls with `params`, each from its own client and
     thread, released at the same moment."""
@@ -211,19 +242,27 @@ class GatewayProcess:
 
     The child prints every ResourceWarning, and a stop (not a kill) that finds one in its
     output fails: a leaked socket or file in a served process is an error, as in the tests.
-    `workers` is `gateway serve --workers`: a node of several serves once it says it listens."""
+    `workers` is `gateway serve --workers`: a node of several serves once it says it listens.
+    It binds port 0 and says which port it got; `port` names one instead, for a test that
+    reaches it before it says so."""
 
-    def __init__(self, origin_endpoint: str, *, scheme: str = "http", workers: int | None = None, **env: str) -> None:
+    def __init__(self, origin_endpoint: str, *, scheme: str = "http", workers: int | None = None, port: int = 0,
+                 **env: str) -> None:
         self.workers = workers
-        self.port = free_port()
-        self.endpoint = f"{scheme}://127.0.0.1:{self.port}"
+        self.scheme = scheme
+        self.port = port  # (0: until it says the port it listens on, which it keeps when started again)
         self.env = dict(os.environ, GATEWAY_ORIGIN_ENDPOINT=origin_endpoint, GATEWAY_ORIGIN_ACCESS_KEY="origin-key",
-                        GATEWAY_ORIGIN_SECRET_KEY="origin-secret", GATEWAY_SERVER_PORT=str(self.port),
+                        GATEWAY_ORIGIN_SECRET_KEY="origin-secret", GATEWAY_SERVER_PORT=str(port),
                         GATEWAY_AUTH_USERS=json.dumps([{"access_key": ADMIN[0], "secret_key": ADMIN[1], "admin": True}]),
                         PYTHONWARNINGS="always::ResourceWarning", **env)
         self.proc: subprocess.Popen[str] | None = None
         self._output: deque[str] = deque(maxlen=20_000)  # its last lines (read all along: a full pipe would block it)
         self._reader: threading.Thread | None = None
+
+    @property
+    def endpoint(self) -> str:
+        assert self.port, "the gateway has not said its port yet: start it first"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def start(self, ready: Callable[[], object] | None = None, timeout: float = 30) -> GatewayProcess:
         command = [sys.executable, "-m", "gateway.cli", "serve"]
@@ -237,7 +276,7 @@ class GatewayProcess:
             return ready() if ready is not None else socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
 
         try:
-            wait_serving(probe, self.proc, f"gateway on port {self.port}", timeout=timeout)
+            wait_serving(probe, self.proc, "gateway serve", timeout=timeout)
         except RuntimeError as err:
             output = self.stop()
             raise RuntimeError(f"{err}: {output[-3000:]}") from None
@@ -248,11 +287,15 @@ class GatewayProcess:
         return list(self._output)
 
     def _said_listening(self) -> None:
-        """`gateway serve` printed its listening line: alone, just before it serves; a supervisor,
-        once every worker serves (its socket accepts before that, and a probe may reach the one
-        worker that is up): whatever `ready` checks is then asked of the whole node."""
-        if not any(line.startswith("gateway listening on") for line in self.printed()):
+        """`gateway serve` printed its listening line, with the port it listens on (then kept for
+        a start after a kill): alone, once it serves; a supervisor, once every worker serves (its
+        socket accepts before that, and a probe may reach the one worker that is up): whatever
+        `ready` checks is then asked of the whole node."""
+        said = [line for line in self.printed() if line.startswith("gateway listening on")]
+        if not said:
             raise ConnectionError("the node does not serve yet")
+        self.port = int(said[0].split(" -> ")[0].rsplit(":", 1)[1])
+        self.env["GATEWAY_SERVER_PORT"] = str(self.port)
 
     def stop(self) -> str:
         """Terminate it (if it still runs) and return what it printed."""
@@ -274,10 +317,8 @@ class GatewayProcess:
             self.proc.kill()
             self.proc.wait(timeout=30)
             self._gone()
-            deadline = time.monotonic() + 30
-            while any(self._running(pid) for pid in workers):
-                assert time.monotonic() < deadline, f"workers {sorted(workers)} still run 30 s after their supervisor"
-                time.sleep(0.05)
+            wait_for(lambda: not any(self._running(pid) for pid in workers),
+                     f"workers {sorted(workers)} stop after their supervisor", within=30)
 
     def worker_pids(self) -> set[int]:
         """The processes it started (a node's workers; none when it serves alone)."""

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.bytebudget import ByteBudget
+from tests.waiting import eventually, turns
 
 
 async def test_take_and_give_within_the_limit():
@@ -36,11 +37,11 @@ async def test_waiters_are_served_in_order_and_try_take_does_not_jump_the_queue(
     async def waiter(name: str, size: int) -> None:
         got = await budget.take(size)
         order.append(name)
-        await asyncio.sleep(0.01)
+        await turns(2)  # held a moment
         budget.give(got)
 
     tasks = [asyncio.create_task(waiter("a", 80)), asyncio.create_task(waiter("b", 10))]
-    await asyncio.sleep(0.01)
+    await eventually(lambda: budget.waits == 2, "both wait")
     assert budget.try_take(1) == 0  # someone is waiting: readahead must not take their turn
     budget.give(held)
     await asyncio.gather(*tasks)
@@ -60,7 +61,7 @@ async def test_a_cancelled_waiter_takes_nothing_and_lets_the_next_one_in():
     held = await budget.take(90)
     cancelled = asyncio.create_task(budget.take(50))
     behind = asyncio.create_task(budget.take(10))
-    await asyncio.sleep(0.01)
+    await eventually(lambda: budget.waits == 2, "both wait")
     cancelled.cancel()
     with pytest.raises(asyncio.CancelledError):
         await cancelled
@@ -71,7 +72,7 @@ async def test_a_cancelled_waiter_takes_nothing_and_lets_the_next_one_in():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 150), st.integers(0, 3)), min_size=1, max_size=25))
+@given(st.lists(st.tuples(st.integers(1, 150), st.integers(0, 5)), min_size=1, max_size=25))
 def test_random_workloads_never_exceed_the_limit_and_return_everything(jobs):
     async def run() -> None:
         budget = ByteBudget(100, max_wait=10)
@@ -81,7 +82,7 @@ def test_random_workloads_never_exceed_the_limit_and_return_everything(jobs):
             nonlocal peak
             got = await budget.take(size)
             peak = max(peak, budget.used)
-            await asyncio.sleep(pause / 1000)
+            await turns(pause)  # held for that many rounds of the loop
             budget.give(got)
 
         await asyncio.wait_for(asyncio.gather(*(job(s, p) for s, p in jobs)), 10)

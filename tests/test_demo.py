@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from gateway.demo import SAMPLES
-from tests.admin.test_dashboard import browser, text, wait_for  # noqa: F401 (browser: a fixture)
+from tests.admin.test_dashboard import browser, page_shows, text  # noqa: F401 (browser: a fixture)
 from tests.servers import free_port
 from tests.support import client_env
 
@@ -85,7 +85,7 @@ def stop(demo: Demo) -> None:
 
 @pytest.fixture(scope="module")
 def demo() -> Iterator[Demo]:
-    running = start_demo(free_port())
+    running = start_demo(free_port())  # the demo prints the port it is given, before it binds it
     # The lines are printed once the gateway serves: asked right away, it answers (no retry).
     assert httpx.get(f"http://127.0.0.1:{running.port}/_gateway/healthz", timeout=5).status_code == 200
     yield running
@@ -126,7 +126,7 @@ def test_the_printed_dashboard_shows_the_hit(demo: Demo, browser) -> None:  # ty
     browser.get("about:blank")
     browser.get(url.group(1))
     want = f"{stats['hits']} block hits, {stats['misses']} misses"
-    wait_for(browser, want, lambda b: text(b, "#hit-counts").startswith(want))
+    page_shows(browser, want, lambda b: text(b, "#hit-counts").startswith(want))
     assert text(browser, '#served tr[data-source="memory"] td.num') != "0 B"
     hot = [[cell.text for cell in row.find_elements("tag name", "td")]
            for row in browser.find_elements("css selector", "#hot-objects tr")]
@@ -134,7 +134,7 @@ def test_the_printed_dashboard_shows_the_hit(demo: Demo, browser) -> None:  # ty
 
 
 def test_the_admin_token_given_is_the_one_used() -> None:
-    demo = start_demo(free_port(), GATEWAY_ADMIN_TOKEN="newcomer-token")
+    demo = start_demo(free_port(), GATEWAY_ADMIN_TOKEN="newcomer-token")  # (the demo prints the port it is given)
     try:
         assert "/_gateway/dashboard#token=newcomer-token" in demo.printed
         assert "--token newcomer-token" in demo.printed

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from gateway.config import OriginSettings
 from gateway.errors import S3Error
 from gateway.origin import Origin, _encode_path, parse_error_document
+from tests.test_rangeclient import RawServer
 
 KiB = 1024
 
@@ -47,42 +48,24 @@ def test_encode_path_keeps_every_segment(path, encoded):
     assert _encode_path(path) == encoded
 
 
-class PiecesOrigin:
-    """A raw HTTP/1.1 origin on this loop: every GET is answered with `pieces`, written one at a
-    time with a pause between them (so the client receives the body in several reads), after
-    `head`; then the connection stays open for the next request, unless `close` (a cut-off body).
-    `origin` is the gateway's client for it."""
+class PiecesOrigin(RawServer):
+    """A raw HTTP/1.1 origin on this loop (tests/test_rangeclient.py's RawServer): every GET is
+    answered with `head` and `pieces`, written one at a time with a pause between them (so the
+    client receives the body in several reads); then the connection stays open for the next
+    request, unless `close` (a cut-off body). `origin` is the gateway's client for it."""
 
     def __init__(self, head: bytes, pieces: list[bytes], *, close: bool = False) -> None:
-        self.head, self.pieces, self.close = head, pieces, close
-        self.connections = 0
+        wire = [head + pieces[0], *pieces[1:]] if pieces else [head]
+        super().__init__(lambda _: wire, close_after=1 if close else None)
 
     async def __aenter__(self) -> PiecesOrigin:
-        self._server = await asyncio.start_server(self._connection, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
-        self.origin = Origin(OriginSettings(endpoint=f"http://127.0.0.1:{port}", access_key="a", secret_key="s",
-                                            retries=0))
+        await super().__aenter__()
+        self.origin = Origin(OriginSettings(endpoint=f"http://{self.host}", access_key="a", secret_key="s", retries=0))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.origin.aclose()
-        self._server.close()
-
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            while await reader.readuntil(b"\r\n\r\n"):
-                writer.write(self.head)
-                for piece in self.pieces:
-                    writer.write(piece)
-                    await writer.drain()
-                    await asyncio.sleep(0.005)
-                if self.close:
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+        await super().__aexit__(*exc)
 
 
 def _head(length: int) -> bytes:

@@ -25,6 +25,7 @@ from gateway.rangeclient import MalformedAnswer, RangeClient
 from gateway.rangeclient.fresh import PAGE, SMALLEST, all_in_memory, fresh_bytes
 from gateway.rangeclient.wire import ChunkedDecoder, body_framing, parse_head
 from tests.test_tls import make_certificate
+from tests.waiting import eventually
 
 KiB = 1024
 
@@ -42,12 +43,13 @@ class RawServer:
     """A raw HTTP/1.1 server on this loop: each request is answered with `answer(request)`'s
     pieces, written one at a time with a pause between them (the client receives them in
     several reads); the connection then stays open unless `close_after` answers were sent.
-    On a unix socket when `unix` names one."""
+    On a unix socket when `unix` names one. `written`: the pieces written so far."""
 
     def __init__(self, answer: Answer, *, close_after: int | None = None, pause: float = 0.003,
                  tls: ssl.SSLContext | None = None, unix: Path | None = None) -> None:
         self.answer, self.close_after, self.pause, self.tls, self.unix = answer, close_after, pause, tls, unix
         self.connections = 0
+        self.written = 0
         self.requests: list[bytes] = []
         self._writers: list[asyncio.StreamWriter] = []
 
@@ -77,7 +79,8 @@ class RawServer:
                 for piece in self.answer(request):
                     writer.write(piece)
                     await writer.drain()
-                    await asyncio.sleep(self.pause)
+                    self.written += 1
+                    await asyncio.sleep(self.pause)  # not synchronisation: a peer that answers in pieces
                 answered += 1
                 if self.close_after is not None and answered >= self.close_after:
                     break
@@ -139,7 +142,8 @@ async def test_a_body_that_arrives_before_it_is_asked_for_beyond_the_scratch_buf
     async with RawServer(lambda _: [length_head(len(body)) + body], pause=0) as server:
         rc = client()
         response = await rc.get(server.host, "/b/k", {"host": server.host})
-        await asyncio.sleep(0.2)  # all of it sent meanwhile: the client stops reading at 64 KiB
+        await eventually(lambda: response._connection._paused,  # type: ignore[union-attr]
+                         "the body arrives unasked until the client stops reading, its 64 KiB buffer full")
         assert await response.read_at_most(len(body)) == body
         assert (await get(rc, server))[2] == body  # and the connection is whole
         await rc.aclose()
@@ -202,14 +206,16 @@ async def test_a_stalled_answer_is_a_timeout_after_read_timeout():
         await rc.aclose()
 
 
-@pytest.mark.parametrize("idle", [0, 0.05])
-async def test_a_pooled_connection_the_server_closed_is_replaced_without_an_error(idle):
+@pytest.mark.parametrize("close_seen", [False, True], ids=["close-in-flight", "close-seen"])
+async def test_a_pooled_connection_the_server_closed_is_replaced_without_an_error(close_seen):
     body = b"x" * 100
     async with RawServer(lambda _: [length_head(len(body)) + body], close_after=1) as server:
         rc = client()
         for _ in range(3):
             assert (await get(rc, server))[2] == body
-            await asyncio.sleep(idle)  # 0: the request is sent before the server's close arrives
+            if close_seen:  # else the next request is sent before the server's close arrives
+                await eventually(lambda: not any(c.reusable() for c, _ in rc._idle.get(server.host, ())),
+                                 "the client sees the server's close")
         await rc.aclose()
     assert server.connections == 3 and len(server.requests) == 3
 
@@ -251,7 +257,7 @@ async def test_a_reader_cancelled_mid_body_gives_its_connection_slot_back():
         rc = client(max_connections=1)
         response = await rc.get(server.host, "/b/k", {"host": server.host})
         reading = asyncio.ensure_future(response.read_at_most(len(body)))
-        await asyncio.sleep(0.05)
+        await eventually(lambda: server.written >= 2, "the body's first piece sent; the rest comes 0.5 s later")
         reading.cancel()
         with pytest.raises(asyncio.CancelledError):
             await reading

@@ -9,7 +9,6 @@ import signal
 import ssl
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import boto3
@@ -17,8 +16,8 @@ import httpx
 import pytest
 from botocore.config import Config
 
-from tests.servers import free_port
 from tests.support import ADMIN, REGION, GatewayProcess
+from tests.waiting import wait_for
 
 TOKEN = "tls-admin-token"
 
@@ -56,12 +55,12 @@ def tls_gateway(origin_endpoint, tmp_path):  # type: ignore[no-untyped-def]
     gateway = GatewayProcess(origin_endpoint, scheme="https", GATEWAY_SERVER_TLS_CERT_FILE=str(live_cert),
                              GATEWAY_SERVER_TLS_KEY_FILE=str(live_key), GATEWAY_ADMIN_TOKEN=TOKEN)
     gateway.start(ready=lambda: served_certificate(gateway.port))
-    yield gateway.proc, gateway.port, tmp_path, (live_cert, live_key), first
+    yield gateway, gateway.port, tmp_path, (live_cert, live_key), first
     gateway.stop()
 
 
 def test_s3_and_admin_over_https_only(tls_gateway):
-    proc, port, _, _, (first_cert, _) = tls_gateway
+    _, port, _, _, (first_cert, _) = tls_gateway
     s3 = https_client(port, first_cert)
     s3.create_bucket(Bucket="tls-bucket")
     s3.put_object(Bucket="tls-bucket", Key="k", Body=b"over tls")
@@ -81,19 +80,19 @@ def test_s3_and_admin_over_https_only(tls_gateway):
 
 
 def test_sighup_reloads_the_certificate_and_bad_files_keep_the_old_one(tls_gateway):
-    proc, port, folder, (live_cert, live_key), (first_cert, _) = tls_gateway
+    gateway, port, folder, (live_cert, live_key), (first_cert, _) = tls_gateway
+    proc = gateway.proc
     assert same_certificate(served_certificate(port), first_cert.read_text())
     second_cert, second_key = make_certificate(folder, "second")
     live_cert.write_bytes(second_cert.read_bytes())
     live_key.write_bytes(second_key.read_bytes())
     proc.send_signal(signal.SIGHUP)
-    deadline = time.monotonic() + 10
-    while not same_certificate(served_certificate(port), second_cert.read_text()):
-        assert time.monotonic() < deadline, "the new certificate was not served"
-        time.sleep(0.1)
+    wait_for(lambda: same_certificate(served_certificate(port), second_cert.read_text()), "the new certificate served",
+             within=10, interval=0.1)
     live_cert.write_text("not a certificate")
     proc.send_signal(signal.SIGHUP)
-    time.sleep(0.5)
+    wait_for(lambda: any("TLS certificate not reloaded" in line for line in gateway.printed()),
+             "the gateway says it kept the certificate", within=10)
     assert proc.poll() is None
     assert same_certificate(served_certificate(port), second_cert.read_text())
     s3 = https_client(port, second_cert)
@@ -102,7 +101,7 @@ def test_sighup_reloads_the_certificate_and_bad_files_keep_the_old_one(tls_gatew
 
 def test_a_certificate_that_does_not_load_is_one_line(tmp_path, origin_endpoint):
     (tmp_path / "bad.pem").write_text("garbage")
-    env = dict(os.environ, GATEWAY_ORIGIN_ENDPOINT=origin_endpoint, GATEWAY_SERVER_PORT=str(free_port()),
+    env = dict(os.environ, GATEWAY_ORIGIN_ENDPOINT=origin_endpoint, GATEWAY_SERVER_PORT="0",
                GATEWAY_SERVER_TLS_CERT_FILE=str(tmp_path / "bad.pem"), GATEWAY_SERVER_TLS_KEY_FILE=str(tmp_path / "bad.pem"))
     result = subprocess.run([sys.executable, "-m", "gateway.cli", "serve"], env=env, capture_output=True, text=True,
                             timeout=60)

@@ -31,8 +31,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from gateway import log
 from gateway.cluster.level2 import Level2
-from gateway.cluster.periodic import stop_if_cancelled
 from gateway.cluster.redis_handle import RedisHandle, as_text
+from gateway.periodic import stop_if_cancelled
+from gateway.retry import FOREVER, ExponentialBackoff, Retry
 
 __all__ = ["Confirmation", "Invalidations", "OnInvalidate"]
 
@@ -288,36 +289,40 @@ class Invalidations:
         A cancellation lost inside a Redis call (see `periodic.stop_if_cancelled`) is noticed
         at the next turn of the loops here, so the listener always stops once cancelled.
         """
-        failures = 0
-        while True:
-            stop_if_cancelled()
-            pubsub: PubSub | None = None
-            try:
-                async with asyncio.timeout(self.settings.socket_timeout):
-                    pubsub, home = await self._pubsub()
-                    asked = time.monotonic()
-                    # The acks channel first: confirmed by the time writes can come from here.
-                    await pubsub.subscribe(self._ack_channel, self._channel)
-                await self._hear(pubsub, home, asked, on_invalidate, on_resync)
-            except _BackHome:
-                self.subscribed.clear()
-                self._pubsub_turn = 0
-                failures = 0
-            except Exception as exc:  # any failure: resubscribe after a pause
-                self.subscribed.clear()
-                self._redis.failed("listen", exc)
-                failures += 1
-                self._pubsub_turn += 1
-                await self._redis.drop_idle_connections()
-            finally:
-                if pubsub is not None:
-                    with suppress(Exception):
-                        async with asyncio.timeout(self.settings.socket_timeout):
-                            await pubsub.aclose()
-            if failures:
-                # Jittered exponential backoff, capped low: a reconnect attempt is cheap.
-                delay = min(self.settings.retry_interval * 2 ** (failures - 1), 4 * self.settings.retry_interval)
-                await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+        # Jittered exponential backoff, capped low: a reconnect attempt is cheap.
+        interval = self.settings.retry_interval
+        retry = Retry(ExponentialBackoff(interval, cap=4 * interval, jitter=0.5), FOREVER)
+        while True:  # a subscription after another; failures in a row pause longer and longer
+            await retry.call(lambda: self._subscription(on_invalidate, on_resync), failed=self._lost)
+
+    async def _subscription(self, on_invalidate: OnInvalidate, on_resync: Callable[[], None] | None) -> None:
+        """One subscription's life; returns when the listener should subscribe again at once,
+        on the channel's master (a cluster's), raises when it fails."""
+        stop_if_cancelled()
+        pubsub: PubSub | None = None
+        try:
+            async with asyncio.timeout(self.settings.socket_timeout):
+                pubsub, home = await self._pubsub()
+                asked = time.monotonic()
+                # The acks channel first: confirmed by the time writes can come from here.
+                await pubsub.subscribe(self._ack_channel, self._channel)
+            await self._hear(pubsub, home, asked, on_invalidate, on_resync)
+        except _BackHome:
+            self.subscribed.clear()
+            self._pubsub_turn = 0
+        finally:
+            if pubsub is not None:
+                with suppress(Exception):
+                    async with asyncio.timeout(self.settings.socket_timeout):
+                        await pubsub.aclose()
+
+    async def _lost(self, failures: int, error: BaseException | None) -> None:
+        """A subscription failed: counted; the next one, on fresh connections (a cluster's next node)."""
+        assert isinstance(error, Exception)  # what the listener's Retry retries
+        self.subscribed.clear()
+        self._redis.failed("listen", error)
+        self._pubsub_turn += 1
+        await self._redis.drop_idle_connections()
 
     async def _hear(self, pubsub: PubSub, home: bool, asked: float, on_invalidate: OnInvalidate,
                     on_resync: Callable[[], None] | None) -> None:

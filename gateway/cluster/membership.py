@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from gateway import log
-from gateway.cluster.periodic import run_every
 from gateway.cluster.redis_handle import RedisHandle
 from gateway.config import Settings
+from gateway.periodic import run_every
 
 __all__ = ["Member", "Membership", "identity"]
 

@@ -6,8 +6,8 @@ from collections.abc import Callable, Iterable
 
 import orjson
 
-from gateway.cluster.periodic import run_every
 from gateway.cluster.redis_handle import RedisHandle
+from gateway.periodic import run_every
 
 Pin = tuple[str, str]  # bucket, key prefix ("" = the whole bucket)
 

@@ -24,10 +24,10 @@ import orjson
 
 from gateway import log
 from gateway.cluster.fleet import Fleet
-from gateway.cluster.periodic import run_every
 from gateway.cluster.redis_handle import RedisHandle
 from gateway.config import ClusterSettings
 from gateway.heat import HeatCounter, ObjectKey
+from gateway.periodic import run_every
 
 __all__ = ["Replication", "replica_counts"]
 

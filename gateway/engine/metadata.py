@@ -4,7 +4,9 @@ many readers miss at once."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.cluster.level2 import Level2
@@ -64,18 +66,19 @@ class Metadata:
     is asked with a conditional HEAD (a 304 keeps the entry). An answer fetched while an
     invalidation of its bucket happened is returned but not cached (Coherence.epoch). A
     cold read (`want`) gets its metadata and its bytes from one GET (Opens.open)
-    instead of a HEAD and then a GET.
+    instead of a HEAD and then a GET. `clock` ages the L1 entries (tests move their own).
     """
 
     def __init__(self, origin: Origin, settings: MetadataSettings, coherence: Coherence, *,
-                 shared: Level2 | None = None, fetch: BlockFetcher | None = None, opens: Opens | None = None) -> None:
+                 shared: Level2 | None = None, fetch: BlockFetcher | None = None, opens: Opens | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.origin = origin
         self.settings = settings
         self.shared = shared
         self.fetch = fetch
         self.opens = opens
         self.cache: MetadataCache[_Known] = MetadataCache(
-            settings.max_entries, ttl=settings.ttl, negative_ttl=settings.negative_ttl)
+            settings.max_entries, ttl=settings.ttl, negative_ttl=settings.negative_ttl, clock=clock)
         self.stats: Counter[str] = Counter()
         self._coherence = coherence
         self._flights: SingleFlight[Flight, ObjectHead] = SingleFlight()

@@ -146,7 +146,7 @@ class RangeClient:
         connecting = (loop.create_unix_connection(protocol, self._unix_socket) if self._unix_socket else
                       loop.create_connection(protocol, name, port, ssl=self._ssl,
                                              server_hostname=name if self._ssl is not None else None))
-        try:  # asyncio.timeout, not wait_for, which on 3.11 can drop a cancellation (cluster/periodic.py)
+        try:  # asyncio.timeout, not wait_for, which on 3.11 can drop a cancellation (gateway/periodic.py)
             async with asyncio.timeout(self.connect_timeout):
                 _, connection = await connecting
         except TimeoutError as exc:

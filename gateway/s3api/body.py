@@ -73,14 +73,6 @@ class VerifiedBody:
         await self.aclose()
 
 
-def strip_aws_chunked(content_encoding: str | None) -> str | None:
-    """Content-Encoding without the aws-chunked token (None if nothing is left): it is never stored."""
-    if content_encoding is None:
-        return None
-    kept = [t.strip() for t in content_encoding.split(",") if t.strip() and t.strip().lower() != "aws-chunked"]
-    return ", ".join(kept) or None
-
-
 async def receive_verified_body(
     chunks: AsyncIterator[bytes],
     headers: Mapping[str, str],

@@ -72,15 +72,20 @@ def for_origin_write(headers: Mapping[str, str]) -> dict[str, str]:
         if name in _WRITE_HEADERS or (name.startswith("x-amz-") and name not in _PRIVATE_AMZ
                                       and name not in CHECKSUM_VALUES):
             out[name] = as_sent(name, value)
-    encoding = out.get("content-encoding")
-    if encoding is not None:
-        # aws-chunked is the framing of this hop only; a stored object never keeps it.
-        kept = [e.strip() for e in encoding.split(",") if e.strip() and e.strip().lower() != "aws-chunked"]
-        if kept:
-            out["content-encoding"] = ", ".join(kept)
-        else:
-            del out["content-encoding"]
+    if "content-encoding" in out:
+        encoding = strip_aws_chunked(out.pop("content-encoding"))
+        if encoding is not None:
+            out["content-encoding"] = encoding
     return out
+
+
+def strip_aws_chunked(content_encoding: str | None) -> str | None:
+    """Content-Encoding without the aws-chunked token (None if nothing is left): aws-chunked is
+    the framing of this hop only, and a stored object never keeps it."""
+    if content_encoding is None:
+        return None
+    kept = [t.strip() for t in content_encoding.split(",") if t.strip() and t.strip().lower() != "aws-chunked"]
+    return ", ".join(kept) or None
 
 
 def check_user_metadata(headers: Mapping[str, str]) -> None:

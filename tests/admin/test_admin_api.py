@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.config import AdminSettings, CacheSettings, PrefixRule, RedisSettings
 from tests.servers import moto_server
 from tests.support import ADMIN, RunningGateway, base_settings, client
+from tests.waiting import wait_for
 
 TOKEN = "admin-token-for-tests"
 ADMIN_ON = AdminSettings(token=TOKEN)
@@ -100,9 +101,7 @@ def test_metrics_count_the_invalidation_confirmations_of_writes(start_gateway, c
     a, b = start_gateway(admin=ADMIN_ON, redis=redis), start_gateway(admin=ADMIN_ON, redis=redis)
     for gateway in (a, b):
         shared = gateway.server.config.app.s3.engine.shared
-        deadline = time.monotonic() + 10
-        while not shared.invalidation.listening() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(shared.invalidation.listening, "the node listens for invalidations", within=10)
     s3 = client(a.endpoint)
     s3.create_bucket(Bucket="bkt")
     for n in range(3):
@@ -207,10 +206,7 @@ def test_access_log_line_has_the_request_and_no_secrets(admin_gateway, caplog):
 
     # A request's line is written as its last bytes go to the server, which the client may not have
     # read yet: wait for the second one.
-    deadline = time.monotonic() + 5
-    while len(get_lines()) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    lines = get_lines()
+    lines = wait_for(lambda: len(get_lines()) >= 2 and get_lines(), "both GETs logged")
     request_id = answer["ResponseMetadata"]["HTTPHeaders"]["x-amz-request-id"]
     entry = next(line for line in lines if line["request_id"] == request_id)
     assert entry["user"] == ADMIN[0] and entry["operation"] == "GetObject"

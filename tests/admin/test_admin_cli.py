@@ -73,7 +73,8 @@ def test_clear_one_line_errors(gateway):
         return lines[0]
 
     assert "refused the admin token" in error_of(cli("stats", "--url", gateway.endpoint, "--token", "wrong"))
-    assert "cannot reach the gateway" in error_of(cli("stats", "--url", f"http://127.0.0.1:{free_port()}", "--token", TOKEN))
+    nowhere = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    assert "cannot reach the gateway" in error_of(cli("stats", "--url", nowhere, "--token", TOKEN))
     assert "no admin token" in error_of(cli("stats", "--url", gateway.endpoint))
     assert "BUCKET[/PREFIX]" in error_of(cli("evict", "/dir/", "--url", gateway.endpoint, "--token", TOKEN))
     assert "no admin API" in error_of(cli("stats", "--url", gateway.endpoint + "/elsewhere", "--token", TOKEN))

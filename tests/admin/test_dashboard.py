@@ -20,6 +20,7 @@ from gateway.admin.summary import size
 from gateway.config import CacheSettings
 from tests.admin.test_admin_api import ADMIN_ON, TOKEN, admin
 from tests.support import RunningGateway, client
+from tests.waiting import wait_for
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -70,16 +71,15 @@ def browser() -> Iterator[object]:
     shutil.rmtree(profile, ignore_errors=True)
 
 
-def wait_for(browser, what, condition):  # type: ignore[no-untyped-def]
+def page_shows(browser, what, condition):  # type: ignore[no-untyped-def]
     """Wait until condition(browser) is truthy; fail saying `what` and showing the page's text."""
-    from selenium.common.exceptions import TimeoutException
-    from selenium.webdriver.support.ui import WebDriverWait
+    from selenium.common.exceptions import NoSuchElementException
 
     try:
-        return WebDriverWait(browser, WAIT, poll_frequency=0.2).until(condition)
-    except TimeoutException:
-        raise AssertionError(f"the page did not show {what} within {WAIT}s; it shows:\n"
-                             f"{browser.find_element('tag name', 'body').text}") from None
+        return wait_for(lambda: condition(browser), f"the page shows {what}", within=WAIT,
+                        ignoring=(NoSuchElementException,), interval=0.2)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; it shows:\n{browser.find_element('tag name', 'body').text}") from None
 
 
 def text(browser, css: str) -> str:  # type: ignore[no-untyped-def]
@@ -137,7 +137,7 @@ def test_the_page_ships_as_package_data():
 def test_dashboard_shows_the_stats_live(browser, dashboard_gateway):
     gateway = dashboard_gateway
     open_page(browser, gateway, TOKEN)
-    wait_for(browser, "the figures", lambda b: visible(b, "figures") and len(b.find_elements(
+    page_shows(browser, "the figures", lambda b: visible(b, "figures") and len(b.find_elements(
         "css selector", "#hot-objects tr td.key")) >= 6)
     assert "token" not in browser.current_url  # the fragment's token left the address bar
     stats = admin(gateway, "GET", "/stats").json()
@@ -172,8 +172,8 @@ def test_dashboard_shows_the_stats_live(browser, dashboard_gateway):
 
     # Live: a new read shows within a poll or two, and the chart grows by a sample each poll.
     client(gateway.endpoint).get_object(Bucket="bkt", Key="dir/c.txt")["Body"].read()
-    wait_for(browser, "the new hit ratio (5/8)", lambda b: text(b, "#hit-ratio") == "62.5 %")
-    wait_for(browser, "two chart samples", lambda b: int(b.find_element("id", "hit-chart").get_attribute("data-samples")) >= 2)
+    page_shows(browser, "the new hit ratio (5/8)", lambda b: text(b, "#hit-ratio") == "62.5 %")
+    page_shows(browser, "two chart samples", lambda b: int(b.find_element("id", "hit-chart").get_attribute("data-samples")) >= 2)
     assert text(browser, '#served tr[data-source="memory"] td.num:last-child').endswith("/s")
 
     # The key with markup is text: no element, no alert, no script error or CSP report.
@@ -187,22 +187,22 @@ def test_dashboard_shows_the_stats_live(browser, dashboard_gateway):
 def test_a_wrong_token_says_so_and_the_form_takes_the_right_one(browser, dashboard_gateway):
     gateway = dashboard_gateway
     open_page(browser, gateway, "not-the-token")
-    wait_for(browser, "the refused-token message", lambda b: visible(b, "error") and visible(b, "login"))
+    page_shows(browser, "the refused-token message", lambda b: visible(b, "error") and visible(b, "login"))
     assert "refused this admin token (401" in text(browser, "#error")
     assert not visible(browser, "figures")
     assert browser.execute_script("return sessionStorage.length") == 0  # the wrong token is not kept
 
     browser.find_element("id", "token").send_keys(TOKEN)
     browser.find_element("css selector", "#login button[type=submit]").click()
-    wait_for(browser, "the figures after the form", lambda b: visible(b, "figures") and not visible(b, "error"))
-    wait_for(browser, "the hit ratio", lambda b: text(b, "#hit-ratio") == "57.1 %")
+    page_shows(browser, "the figures after the form", lambda b: visible(b, "figures") and not visible(b, "error"))
+    page_shows(browser, "the hit ratio", lambda b: text(b, "#hit-ratio") == "57.1 %")
     assert not visible(browser, "login")
 
 
 def test_an_unreachable_gateway_says_so(browser, dashboard_gateway):
     gateway = dashboard_gateway
     open_page(browser, gateway, TOKEN)
-    wait_for(browser, "the figures", lambda b: visible(b, "figures") and text(b, "#hit-ratio") == "57.1 %")
+    page_shows(browser, "the figures", lambda b: visible(b, "figures") and text(b, "#hit-ratio") == "57.1 %")
     gateway.__exit__()
-    wait_for(browser, "the unreachable message", lambda b: visible(b, "error") and "unreachable" in text(b, "#error"))
+    page_shows(browser, "the unreachable message", lambda b: visible(b, "error") and "unreachable" in text(b, "#error"))
     assert "retrying" in text(browser, "#error") and text(browser, "#hit-ratio") == "57.1 %"  # the last figures stay

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -11,13 +10,7 @@ import pytest
 from gateway.cluster.pins import Pin, RuntimePins
 from gateway.cluster.redis_handle import RedisHandle
 from gateway.config import RedisSettings
-
-
-async def eventually(check: Callable[[], object], within: float = 3.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
+from tests.waiting import eventually
 
 
 class Applied:
@@ -59,7 +52,7 @@ async def test_a_pin_reaches_the_other_nodes_and_a_restarted_one(make_pins):
     b, applied_b = make_pins(run=True)
     assert await a.set(("bkt", "hot/"), True)
     assert applied_a.pins == {("bkt", "hot/")} and a.pins == [("bkt", "conf/"), ("bkt", "hot/")]
-    await eventually(lambda: applied_b.pins == {("bkt", "hot/")})
+    await eventually(lambda: applied_b.pins == {("bkt", "hot/")}, "b applies the pin")
     restarted, applied_restarted = make_pins()
     await restarted.refresh()
     assert applied_restarted.pins == {("bkt", "hot/")}
@@ -77,10 +70,13 @@ async def test_a_pin_made_while_redis_is_down_is_written_when_it_is_back(make_pi
     await a.refresh()  # Redis still down: nothing changes, nothing is lost
     assert applied_a.pins == {("bkt", "late/")}
     clean_redis.start()
-    await asyncio.sleep(0.25)  # past the circuit's retry interval
-    await a.refresh()
-    await b.refresh()
-    assert applied_a.pins == applied_b.pins == {("bkt", "late/")}
+
+    async def shared() -> bool:  # once past the circuit's retry interval, a writes the pin it kept
+        await a.refresh()
+        await b.refresh()
+        return applied_b.pins == {("bkt", "late/")}
+    await eventually(shared, "the pin made during the outage reaches b")
+    assert applied_a.pins == {("bkt", "late/")}
 
 
 async def test_without_redis_pins_are_this_nodes_own():

@@ -12,6 +12,7 @@ import pytest
 
 from gateway.cluster.shared import Shared
 from gateway.config import RedisSettings
+from tests.waiting import eventually
 
 Received = list[tuple[str, str | None]]
 
@@ -53,24 +54,24 @@ async def make_shared(clean_redis) -> AsyncIterator[Callable[..., Shared]]:
     assert not running, f"invalidation listeners still running 10 s after they were cancelled: {running}"
 
 
-async def eventually(check: Callable[[], object], within: float = 3.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
-
-
 async def test_metadata_lives_as_long_as_its_ttl(make_shared):
+    """On Redis's clock, which no test moves: the entry is watched as it ages, until it expires."""
     shared = make_shared("a")
-    await shared.level2.put_meta(("b", "k", ""), b"payload", ttl=0.4)
-    found = await shared.level2.get_meta(("b", "k", ""))
+    key = ("b", "k", "")
+    put = time.monotonic()
+    await shared.level2.put_meta(key, b"payload", ttl=0.4)
+    found = await shared.level2.get_meta(key)
     assert found is not None and found[0] == b"payload" and 0 <= found[1] < 0.3
-    await asyncio.sleep(0.2)
-    found = await shared.level2.get_meta(("b", "k", ""))
-    assert found is not None and 0.15 <= found[1] < 0.4  # its age, on Redis's clock
-    await asyncio.sleep(0.3)
-    assert await shared.level2.get_meta(("b", "k", "")) is None
+    ages: list[float] = []
+
+    async def expired() -> bool:
+        found = await shared.level2.get_meta(key)
+        if found is not None:
+            ages.append(found[1])
+        return found is None
+    await eventually(expired, "the entry expires")
+    assert time.monotonic() - put >= 0.4 - 0.01  # not before its TTL (Redis rounds to the millisecond)
+    assert ages == sorted(ages) and 0.25 <= ages[-1] < 0.4  # its age, on Redis's clock, until then
     assert await make_shared("other").level2.get_meta(("b", "missing", "")) is None
 
 
@@ -105,10 +106,14 @@ async def test_listing_pages_are_dropped_when_their_prefix_can_hold_the_key(make
 
 async def test_listing_pages_expire(make_shared):
     shared = make_shared("a")
+    put = time.monotonic()
     await shared.level2.put_listing(("bkt", "", ()), b"page", ttl=0.3)
     assert (await shared.level2.get_listing(("bkt", "", ())))[0] == b"page"
-    await asyncio.sleep(0.4)
-    assert await shared.level2.get_listing(("bkt", "", ())) is None
+
+    async def expired() -> bool:
+        return await shared.level2.get_listing(("bkt", "", ())) is None
+    await eventually(expired, "the page expires")
+    assert time.monotonic() - put >= 0.3 - 0.01  # not before its TTL (on Redis's clock)
 
 
 async def test_bucket_invalidation_reaches_metadata_on_every_node(make_shared):
@@ -118,7 +123,7 @@ async def test_bucket_invalidation_reaches_metadata_on_every_node(make_shared):
     await b.level2.put_meta(("bkt", "k", ""), b"old", ttl=30)  # b knows the bucket's generation now
     assert await a.level2.get_meta(("bkt", "k", "")) is not None
     await a.invalidation.invalidate("bkt", None)
-    await eventually(lambda: ("bkt", None) in got_b)
+    await eventually(lambda: ("bkt", None) in got_b, "b hears the bucket's invalidation")
     assert await a.level2.get_meta(("bkt", "k", "")) is None
     assert await b.level2.get_meta(("bkt", "k", "")) is None  # b moved to the new generation
     assert await make_shared("c").level2.get_meta(("bkt", "k", "")) is None
@@ -131,9 +136,12 @@ async def test_invalidations_reach_other_nodes_not_the_sender(make_shared):
     await asyncio.wait_for(asyncio.gather(a.invalidation.subscribed.wait(), b.invalidation.subscribed.wait()), 3)
     await a.invalidation.invalidate("bkt", "dir/k")
     await b.invalidation.invalidate("bkt", None)
-    await eventually(lambda: got_b == [("bkt", "dir/k")] and got_a == [("bkt", None)])
-    await asyncio.sleep(0.2)
-    assert got_a == [("bkt", None)] and got_b == [("bkt", "dir/k")]  # nobody hears itself
+    await eventually(lambda: got_b == [("bkt", "dir/k")] and got_a == [("bkt", None)], "each hears the other")
+    # The channel delivers in order: a heard b's message, published after its own, and b hears
+    # a last one from a, published after b's: had either heard itself, it would have by now.
+    await a.invalidation.invalidate("bkt", "last")
+    await eventually(lambda: ("bkt", "last") in got_b, "b hears a's last")
+    assert got_a == [("bkt", None)] and got_b == [("bkt", "dir/k"), ("bkt", "last")]  # nobody hears itself
 
 
 async def test_redis_down_means_no_shared_state_not_errors(make_shared, clean_redis, caplog):
@@ -155,30 +163,32 @@ async def test_redis_down_means_no_shared_state_not_errors(make_shared, clean_re
     # no node trusts its caches), then kept for later.
     confirmation = await a.invalidation.invalidate("bkt", "written-during-the-outage")
     assert confirmation.expected is None and time.monotonic() - started < 1.25 + 0.5
-    await eventually(lambda: not b.invalidation.subscribed.is_set())
-    assert b.redis.errors["listen"] >= 1
-    await asyncio.sleep(0.5)  # more failed attempts, still one outage
+    await eventually(lambda: not b.invalidation.subscribed.is_set(), "b loses the channel")
+    await eventually(lambda: b.redis.errors["listen"] >= 3, "b tries the channel again, and fails")  # still one outage
     assert a.redis.errors["get_meta"] == 1  # one timeout, then the circuit stayed open
     assert sum(r.getMessage().startswith("Redis unavailable") for r in caplog.records) == 2  # once per node
 
     clean_redis.start()
     await asyncio.wait_for(b.invalidation.subscribed.wait(), 5)  # b resubscribed by itself
     assert len(resyncs) == 2  # at the start, and after the outage
-    await asyncio.sleep(0.25)  # past retry_interval: a tries Redis again
-    await a.level2.put_meta(("bkt", "k", ""), b"back", ttl=30)
-    assert (await a.level2.get_meta(("bkt", "k", "")))[0] == b"back"
+
+    async def stored() -> bool:  # once past retry_interval, a tries Redis again
+        await a.level2.put_meta(("bkt", "k", ""), b"back", ttl=30)
+        found = await a.level2.get_meta(("bkt", "k", ""))
+        return found is not None and found[0] == b"back"
+    await eventually(stored, "a stores in Redis again")
     # The invalidation a could not send went out as soon as Redis answered (b, subscribed
     # again after it, dropped what it had cached instead).
-    await eventually(lambda: not a.invalidation._pending)
+    await eventually(lambda: not a.invalidation._pending, "a sends what it kept")
     got_a: Received = []
     listener = asyncio.create_task(a.invalidation.listen(lambda bucket, key: got_a.append((bucket, key))))
     try:
-        await eventually(lambda: a.invalidation.subscribed.is_set())
+        await eventually(lambda: a.invalidation.subscribed.is_set(), "a subscribes")
     finally:
         listener.cancel()
         await asyncio.gather(listener, return_exceptions=True)
     await a.invalidation.invalidate("bkt", "after")
-    await eventually(lambda: ("bkt", "after") in got_b)
+    await eventually(lambda: ("bkt", "after") in got_b, "b hears a's invalidation")
 
 
 async def test_an_answer_fetched_before_an_invalidation_is_not_shared_after_it(make_shared):
@@ -212,7 +222,8 @@ async def test_a_write_waits_for_every_listening_node_to_confirm(make_shared):
     got_c: Received = []
     a = make_shared("a", listen=[], deadline=0.5)
     b, c = make_shared("b", listen=got_b, deadline=0.5), make_shared("c", listen=got_c, deadline=0.5)
-    await eventually(lambda: a.invalidation.listening() and b.invalidation.listening() and c.invalidation.listening())
+    await eventually(lambda: a.invalidation.listening() and b.invalidation.listening() and c.invalidation.listening(),
+                     "a, b and c listen")
     confirmation = await a.invalidation.invalidate("bkt", "k")
     assert confirmation.expected == 3  # a itself, b and c subscribed
     assert await confirmation.wait() is True
@@ -228,17 +239,17 @@ async def test_a_write_waits_for_every_listening_node_to_confirm(make_shared):
     assert confirmation.confirmed == 2 and a.invalidation.confirmations["unconfirmed"] == 1
     assert not c.invalidation.listening() and b.invalidation.listening()
     assert ("bkt", "k2") not in got_c
-    await eventually(lambda: c.invalidation.listening())  # released: it applied what it missed, and listens again
+    await eventually(lambda: c.invalidation.listening(), "c, released, listens again")  # it applied what it missed
     assert ("bkt", "k2") in got_c
 
 
 async def test_a_node_knows_within_the_deadline_that_redis_stopped_answering(make_shared, clean_redis):
     b = make_shared("b", listen=[], deadline=0.5, socket_timeout=0.3)
-    await eventually(lambda: b.invalidation.listening())
+    await eventually(lambda: b.invalidation.listening(), "b listens")
     clean_redis.proc.send_signal(signal.SIGSTOP)
     try:
         stopped = time.monotonic()
-        await eventually(lambda: not b.invalidation.listening(), within=2)
+        await eventually(lambda: not b.invalidation.listening(), "b stops listening", within=2)
         assert time.monotonic() - stopped < 0.5 + 0.2  # its last PONG answered a PING sent before the stop
         # A write during the hang, by a node that was listening too: unsent, it waits the
         # deadline from when this node found Redis unreachable.
@@ -248,4 +259,4 @@ async def test_a_node_knows_within_the_deadline_that_redis_stopped_answering(mak
         assert await confirmation.wait() is False
     finally:
         clean_redis.proc.send_signal(signal.SIGCONT)
-    await eventually(lambda: b.invalidation.listening(), within=5)
+    await eventually(lambda: b.invalidation.listening(), "b listens again")

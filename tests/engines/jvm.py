@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 
 from tests.servers import free_port
+from tests.waiting import wait_for
 
 TRINO_VERSION = "476"
 TRINO_PLUGINS = ("hive", "iceberg", "tpch")
@@ -132,6 +133,8 @@ class TrinoServer:
         self.catalogs = catalogs
         self.heap = heap
         self.java_home = java_home
+        # Chosen beforehand: it goes into the config file the server reads as it starts (whether it
+        # could bind port 0 and say which it got is not known to these tests).
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[str] | None = None
@@ -188,17 +191,18 @@ class TrinoServer:
                                      text=True, env=dict(os.environ, JAVA_HOME=str(self.java_home)))
         self._reader = threading.Thread(target=self.output.extend, args=(self.proc.stdout,), daemon=True)
         self._reader.start()
-        deadline = began + START_TIMEOUT
-        while True:
-            if self.proc.poll() is not None:
-                self.stop()
-                raise RuntimeError(f"{type(self).__name__} exited {self.proc.returncode}:\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"{type(self).__name__} did not start in {START_TIMEOUT}s:\n{self.log_tail()}")
-            if self.ready():
-                break
-            time.sleep(0.5)
+        proc = self.proc
+
+        def started() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{type(self).__name__} exited {proc.returncode}")
+            return self.ready()
+
+        try:
+            wait_for(started, f"{type(self).__name__} serves", within=START_TIMEOUT, interval=0.5)
+        except (AssertionError, RuntimeError) as exc:
+            self.stop()
+            raise RuntimeError(f"{exc}:\n{self.log_tail()}") from None
         self.started_in = time.monotonic() - began
         return self
 
@@ -212,13 +216,22 @@ class TrinoServer:
         # The node must also be known as an active worker, or statements that schedule tasks fail ("nodes is
         # empty", NO_NODES_AVAILABLE): seen once under load, a CTAS right after `SELECT 1` had succeeded.
         try:
-            if self.scalar("SELECT count(*) FROM system.runtime.nodes WHERE state = 'active'") < 1:
+            if not self._active():
                 return False
             if "tpch" in self.catalogs:  # a query with a table scan, scheduled on the worker
                 self.scalar("SELECT count(*) FROM tpch.tiny.nation")
         except QueryError:
             return False
         return True
+
+    def _active(self) -> bool:
+        """Whether the node counts itself an active worker (statements that schedule tasks need one)."""
+        try:
+            rows = self._query("SELECT count(*) FROM system.runtime.nodes WHERE state = 'active'",
+                               catalog=None, schema=None, session=None)
+        except QueryError:
+            return False
+        return bool(rows) and rows[0][0] >= 1
 
     def log_tail(self, lines: int = 200) -> str:
         return "".join(list(self.output)[-lines:])
@@ -254,14 +267,15 @@ class TrinoServer:
         """The rows of one statement; raises QueryError with the engine's message when it fails.
 
         A statement refused for want of a worker (the node, on a loaded machine, missed a heartbeat to
-        itself) is asked again, up to 3 times 2 s apart: it failed before scheduling anything."""
+        itself) is asked again once the node counts itself active again, up to 3 times: it failed before
+        scheduling anything."""
         for attempt in range(3):
             try:
                 return self._query(sql, catalog=catalog, schema=schema, session=session)
             except QueryError as exc:
                 if attempt == 2 or not (exc.name == "NO_NODES_AVAILABLE" or "nodes is empty" in exc.message):
                     raise
-                time.sleep(2)
+                wait_for(self._active, "the node counts itself an active worker again", within=30, interval=0.5)
         raise AssertionError("not reached")
 
     def _query(self, sql: str, *, catalog: str | None, schema: str | None,
@@ -293,7 +307,7 @@ class TrinoServer:
             response = self.http.get(uri)
             if response.status_code not in (502, 503, 504):
                 return response.raise_for_status().json()  # type: ignore[no-any-return]
-            time.sleep(0.05 * (attempt + 1))
+            time.sleep(0.05 * (attempt + 1))  # not synchronisation: the protocol's pause before asking again
         return response.raise_for_status().json()  # type: ignore[no-any-return]
 
     def scalar(self, sql: str, **kwargs: Any) -> Any:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import time
 
 import httpx
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from tests.support import ADMIN, READER, TEAM, client
+from tests.support import ADMIN, READER, TEAM, client, wait_expired
 
 pytestmark = pytest.mark.usefixtures("clean_origin")
 
@@ -148,7 +147,7 @@ def test_presigned_urls(gateway, shared, signature_version):
 def test_expired_presigned_url(gateway, shared, signature_version):
     signer = client(gateway.endpoint, ADMIN, signature_version=signature_version)
     url = signer.generate_presigned_url("get_object", Params={"Bucket": "shared", "Key": "team/doc.txt"}, ExpiresIn=1)
-    time.sleep(2.1)
+    wait_expired(url)
     response = httpx.get(url)
     assert response.status_code == 403 and "<Code>AccessDenied</Code>" in response.text
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import time
 from pathlib import Path
 
 import httpx
@@ -17,6 +16,7 @@ from hypothesis import strategies as st
 from gateway.config import CacheSettings, DiskTierSettings
 from tests.servers import moto_server
 from tests.support import RunningGateway, base_settings, client, concurrent_gets
+from tests.waiting import wait_for
 
 KiB = 1024
 BLOCK = 64 * KiB
@@ -98,10 +98,7 @@ def test_reads_share_a_bounded_buffer_and_give_it_back(start_gateway, clean_orig
     url = s3.generate_presigned_url("get_object", Params={"Bucket": "bkt", "Key": "k"})
     with httpx.stream("GET", url, timeout=10) as response:
         next(response.iter_raw(1024))  # then hang up mid-body
-    deadline = time.monotonic() + 10
-    while budget.used and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert budget.used == 0
+    wait_for(lambda: budget.used == 0, "the read buffer given back after the hang-up", within=10)
 
     # One-block objects are answered as a body in hand; the buffer is held until each is sent.
     small = {f"small-{i}": os.urandom(BLOCK - i) for i in range(6)}  # 6 blocks for a 2-block memory tier
@@ -111,10 +108,8 @@ def test_reads_share_a_bounded_buffer_and_give_it_back(start_gateway, clean_orig
     for key, body in small.items():
         assert concurrent_gets(gateway.endpoint, 4, Bucket="bkt", Key=key) == [body] * 4
     # Given back once the answer's last bytes went to the transport, which a client may read first.
-    deadline = time.monotonic() + 10
-    while budget.used and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert budget.used == 0 and budget.overdrawn == 0 and budget.waits > waits
+    wait_for(lambda: budget.used == 0, "the read buffer given back", within=10)
+    assert budget.overdrawn == 0 and budget.waits > waits
 
 
 def test_overwrite_through_the_gateway_never_meets_old_blocks(small_blocks):
@@ -219,10 +214,7 @@ def test_without_cache_through_a_write_does_not_fill_the_cache(small_blocks):
 
 def wait_for_fetches(gateway: RunningGateway, count: int) -> None:
     """Wait (bounded) until the gateway made `count` block fetches from the origin in all."""
-    deadline = time.monotonic() + 5
-    while engine(gateway).stats.get("origin_block_fetch", 0) < count:
-        assert time.monotonic() < deadline, engine(gateway).stats
-        time.sleep(0.02)
+    wait_for(lambda: engine(gateway).stats.get("origin_block_fetch", 0) >= count, f"{count} block fetches")
 
 
 def test_consecutive_ranges_are_read_ahead(small_blocks):
@@ -243,7 +235,9 @@ def test_a_jump_is_not_read_ahead(small_blocks):
     s3.put_object(Bucket="bkt", Key="jump", Body=DATA)
     s3.get_object(Bucket="bkt", Key="jump", Range="bytes=0-9")["Body"].read()
     s3.get_object(Bucket="bkt", Key="jump", Range=f"bytes={3 * BLOCK}-{3 * BLOCK + 9}")["Body"].read()
-    time.sleep(0.3)
+    # A readahead starts with the read that asks for it: once nothing is fetched in the
+    # background, one would have been fetched (and counted) by now.
+    wait_for(lambda: not engine(gateway).fetch.background, "no fetch left in the background")
     assert engine(gateway).stats["origin_block_fetch"] == 2
 
 

@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +27,7 @@ import pytest
 from tests.engines.support import hive_catalog
 from tests.servers import free_port
 from tests.support import client_env, need_binary
+from tests.waiting import wait_for
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "fleet.md"
 PORTS = (6379, 9000, 8080, 8081, 8082, 8083)
@@ -114,7 +114,7 @@ def _stop_leftovers(folder: Path) -> None:
 def walk(tmp_path: Path) -> Iterator[tuple[Shell, Path, dict[int, int]]]:
     for program in ("redis-server", "redis-cli", "nginx", "curl", "openssl"):
         need_binary(program, f"apt-get install {'redis-server' if program.startswith('redis') else program}")
-    ports = {port: free_port() for port in PORTS}
+    ports = {port: free_port() for port in PORTS}  # written into the walk-through's files before anything starts
     folder = tmp_path / "gateway-fleet"
     for name, text in blocks("fleet-file").items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
@@ -179,7 +179,7 @@ def test_redis_kept_on_disk_keeps_what_it_was_given(tmp_path: Path) -> None:
     server, cli = need_binary("redis-server", "apt-get install redis-server"), shutil.which("redis-cli")
     if cli is None:
         pytest.skip("redis-cli is not installed: apt-get install redis-tools")
-    port = free_port()
+    port = free_port()  # written into the configuration file redis-server reads (it cannot say a port it chose)
     (tmp_path / "redis").mkdir()
     conf = _renumber(blocks("fleet-file")["redis/redis-persistent.conf"], {6379: port, **{p: p for p in PORTS[1:]}})
     (tmp_path / "redis" / "redis-persistent.conf").write_text(conf + "\n")
@@ -194,10 +194,10 @@ def test_redis_kept_on_disk_keeps_what_it_was_given(tmp_path: Path) -> None:
         proc = subprocess.Popen([server, "redis/redis-persistent.conf"], cwd=tmp_path, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         try:
-            deadline = time.monotonic() + 20
-            while redis("ping") != "PONG":
-                assert proc.poll() is None and time.monotonic() < deadline, "redis-server did not start"
-                time.sleep(0.05)
+            def answers() -> bool:
+                assert proc.poll() is None, "redis-server did not start"  # noqa: B023 (answers() runs at once, in this round)
+                return redis("ping") == "PONG"
+            wait_for(answers, "redis-server answers", within=20)
             if attempt == "write":
                 assert redis("set", "pinned", "yes") == "OK"
             else:

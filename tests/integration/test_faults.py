@@ -10,14 +10,16 @@ import hashlib
 import os
 import signal
 import socket
-import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
 from botocore.exceptions import ClientError
 
+from tests.servers import refuses
 from tests.support import GatewayProcess, client
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.usefixtures("clean_origin")
 MiB = 1024 * 1024
@@ -33,8 +35,14 @@ def start_partial_put(url: str, length: int, sent: int) -> socket.socket:
     return sock
 
 
-def test_sigkill_during_writes_loses_nothing_acknowledged(origin_endpoint, direct):
-    gateway = GatewayProcess(origin_endpoint).start()
+def spooled(folder: Path) -> int:
+    """The bytes of request bodies spooled to `folder` so far."""
+    return sum(path.stat().st_size for path in folder.glob("gateway-body-*"))
+
+
+def test_sigkill_during_writes_loses_nothing_acknowledged(origin_endpoint, direct, tmp_path):
+    gateway = GatewayProcess(origin_endpoint, GATEWAY_SERVER_SPOOL_DIR=str(tmp_path),
+                             GATEWAY_SERVER_SPOOL_MEMORY="1MiB").start()
     try:
         s3 = client(gateway.endpoint)
         s3.create_bucket(Bucket="faults")
@@ -45,7 +53,7 @@ def test_sigkill_during_writes_loses_nothing_acknowledged(origin_endpoint, direc
         s3.upload_part(Bucket="faults", Key="multi", UploadId=upload, PartNumber=1, Body=os.urandom(5 * MiB))
         url = s3.generate_presigned_url("put_object", Params={"Bucket": "faults", "Key": "half"})
         partial = start_partial_put(url, 8 * MiB, 3 * MiB)
-        time.sleep(0.5)  # the gateway is receiving (and spooling) that body
+        wait_for(lambda: spooled(tmp_path) >= 2 * MiB, "the gateway receives (and spools) that body")
         assert gateway.proc is not None
         gateway.proc.send_signal(signal.SIGKILL)
         gateway.proc.wait(10)
@@ -81,13 +89,12 @@ def test_sigterm_lets_in_flight_reads_finish_then_exits(origin_endpoint, direct,
             received += len(first)
             assert gateway.proc is not None
             gateway.proc.send_signal(signal.SIGTERM)
-            time.sleep(0.5)
-            with pytest.raises(httpx.ConnectError):  # no new connections once shutting down
-                httpx.get(gateway.endpoint + "/", timeout=2)
-            for piece in pieces:  # the read in flight goes on to its end
+            # No new connections once shutting down; the read in flight (most of its 24 MiB
+            # still to come: more than the sockets' buffers hold) goes on to its end.
+            wait_for(lambda: refuses(gateway.port), "the gateway refuses new connections", within=10)
+            for piece in pieces:
                 digest.update(piece)
                 received += len(piece)
-                time.sleep(0.001)
         assert received == len(data) and digest.hexdigest() == hashlib.sha256(data).hexdigest()
         # Then it exits by itself, the way uvicorn ends a graceful shutdown: by re-raising
         # the signal it got (systemd and Kubernetes count that as a clean stop).

@@ -10,7 +10,6 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 
 import httpx
 import pytest
@@ -25,6 +24,7 @@ from gateway.config import AdminSettings, CacheSettings, ClusterSettings, RedisS
 from gateway.engine import Engine
 from gateway.store.blocks import BlockId
 from tests.support import ADMIN, RunningGateway, base_settings, client
+from tests.waiting import wait_for
 
 KiB = 1024
 BLOCK = 64 * KiB
@@ -50,13 +50,6 @@ def origin_requests(*gateways: RunningGateway) -> Counter[str]:
         total.update(engine(gateway).origin.requests)
     return total
 
-
-def wait_for(check: Callable[[], object], within: float = 5.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within:.1f} s")
-        time.sleep(0.02)
 
 
 def owner_of(index: int, members: list[RunningGateway], key: str = "k") -> RunningGateway:
@@ -92,7 +85,8 @@ class Fleet:
         try:
             # Each sees the others, and trusts its caches again (past the distrust that follows
             # a new subscription to the invalidation channel: Invalidations.listening).
-            wait_for(lambda: all(view(n) == ids and engine(n).shared.invalidation.listening() for n in nodes))
+            wait_for(lambda: all(view(n) == ids and engine(n).shared.invalidation.listening() for n in nodes),
+                     "every node sees the fleet and listens")
         except AssertionError:
             raise AssertionError(f"want {sorted(ids)}, views {[sorted(view(n)) for n in nodes]}") from None
 
@@ -163,7 +157,8 @@ def test_a_cold_object_read_through_every_node_costs_one_origin_get_per_block(fl
     # Each block ends with its owner (the offers are taken after the reads), and only the owners keep blocks.
     for index in range(8):
         owner = owner_of(index, fleet.nodes)
-        wait_for(lambda: [n for n in fleet.nodes if any(b.index == index for b in _blocks(n))] == [owner])
+        wait_for(lambda: [n for n in fleet.nodes if any(b.index == index for b in _blocks(n))] == [owner],
+                 "the block held by its owner alone")
     # Whole-object reads (with checksums: a HEAD first) through every node again: no GET.
     before = origin_requests(*fleet.nodes)
     for body, source in read_all(fleet.nodes, "k", ranged=False):
@@ -211,8 +206,7 @@ def test_a_node_that_stops_costs_speed_never_a_read(fleet, direct, clean_redis):
     r = redis.Redis(port=clean_redis.port)
     r.zadd("gw:fleet:{members}", {c_id: int(time.time() * 1000) + 60_000})
     r.hset("gw:fleet:{members}:urls", c_id, c_url)
-    time.sleep(0.5)
-    assert c_id in view(a) and c_id in view(b)
+    wait_for(lambda: c_id in view(a) and c_id in view(b), "A and B see C (again, had they seen it leave)")
     fresh = os.urandom(9 * BLOCK + 7)
     direct.put_object(Bucket="bkt", Key="fresh", Body=fresh)
     ids = [node_id(a), node_id(b), c_id]
@@ -252,7 +246,7 @@ def test_a_peer_that_hangs_is_skipped_after_the_read_timeout(fleet, direct, clea
         r = redis.Redis(port=clean_redis.port)
         r.zadd("gw:fleet:{members}", {"hung": int(time.time() * 1000) + 60_000})
         r.hset("gw:fleet:{members}:urls", "hung", f"http://127.0.0.1:{hung.getsockname()[1]}")
-        wait_for(lambda: "hung" in view(a) and "hung" in view(b))
+        wait_for(lambda: "hung" in view(a) and "hung" in view(b), "A and B see the hung node")
         data = os.urandom(6 * BLOCK)
         direct.put_object(Bucket="bkt", Key="k", Body=data)
         started = time.monotonic()
@@ -281,7 +275,7 @@ def test_a_fourth_node_takes_over_only_its_share(fleet, direct):
         got = client(node.endpoint).get_object(Bucket="bkt", Key="k", Range="bytes=0-")
         assert got["Body"].read() == data
         # D takes the blocks of its share that the read brought (offered once they were sent).
-        wait_for(lambda: engine(node).fetch.lending.waiting == 0)
+        wait_for(lambda: engine(node).fetch.lending.waiting == 0, "the offers taken")
     # D's share came from the origin once, each block in the run of the first read that found D
     # without it (one GET for each stretch of them; the old owner reads a block it still holds from
     # its own tier), and D keeps it; nothing else was fetched again.
@@ -345,9 +339,11 @@ def test_redis_outage_keeps_serving_and_nodes_register_again(fleet, direct, clea
     clean_redis.start()  # empty: every node must register again by itself
     r = redis.Redis(port=clean_redis.port)
     ids = sorted(node_id(n) for n in (a, b, c))
-    wait_for(lambda: sorted(m.decode() for m in r.zrange("gw:fleet:{members}", 0, -1)) == ids, 10)
+    wait_for(lambda: sorted(m.decode() for m in r.zrange("gw:fleet:{members}", 0, -1)) == ids,
+             "every node registered again", within=10)
     # Redis ran a node's beat before the node hears back and counts it: wait for the count too.
-    wait_for(lambda: all(n.server.config.app.fleet.membership.beats > beats[id(n)] for n in (a, b, c)), 5)
+    wait_for(lambda: all(n.server.config.app.fleet.membership.beats > beats[id(n)] for n in (a, b, c)),
+             "a heartbeat of every node")
     for body, _ in read_all([a, b, c], "during"):
         assert body == during
 
@@ -359,7 +355,7 @@ def test_an_object_changed_behind_the_fleet_is_noticed_through_a_peer(fleet, dir
     reading = next(n for n in fleet.nodes if n is not owner)
     reader = client(reading.endpoint)
     # The reader trusts what it caches only while it is known to hear invalidations.
-    wait_for(lambda: engine(reading).shared.invalidation.listening())
+    wait_for(lambda: engine(reading).shared.invalidation.listening(), "the reading node listens")
     assert reader.get_object(Bucket="bkt", Key="k", Range="bytes=0-9")["Body"].read() == old[:10]
     direct.put_object(Bucket="bkt", Key="k", Body=new)  # behind the gateway: same size, new ETag
     # The reader still describes the old version; the owner's If-Match fails at the origin,
@@ -385,7 +381,8 @@ def test_with_two_replicas_each_block_is_kept_twice_and_fetched_once(make_fleet,
     ids = {node_id(n): n for n in fleet.nodes}
     for index in range(12):  # (blocks a node's run brought are offered to their owners, taken after the reads)
         keepers = {ids[i] for i in owners(placement_name("bkt", "k", index), ids, 2)}
-        wait_for(lambda: {n for n in fleet.nodes if any(b.index == index for b in _blocks(n))} == keepers)
+        wait_for(lambda: {n for n in fleet.nodes if any(b.index == index for b in _blocks(n))} == keepers,
+                 "the block held by its two owners")
 
 
 def test_passive_cache_keeps_what_a_node_read_from_peers(make_fleet, direct):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -49,8 +48,11 @@ def test_a_node_killed_under_load_costs_its_own_clients_only(fleet, origin_endpo
         # Within member_ttl (1.5 s) and a heartbeat (0.5 s) the survivors drop it from their view ...
         ff.wait_for(lambda: all(len(ff.members(n)) == 2 for n in survivors), 15, "the survivors forget the dead node")
         forgotten_at = load.now()
-        # ... and stop asking it: their peer failures no longer grow while the load goes on.
-        time.sleep(0.5)  # (a request sent just before the view changed may still fail)
+        # ... and stop asking it: their peer failures no longer grow while the load goes on
+        # (a request sent just before the view changed may still fail: wait until each of
+        # their readers was answered a request it sent after).
+        ff.wait_for(lambda: {(o.node, o.reader) for o in load.outcomes if o.began > forgotten_at}
+                    >= {(n, r) for n in (0, 2) for r in range(load.readers)}, 30, "a request of each reader since")
         failures = [ff.metric(n, "gateway_peer_failures_total") for n in survivors]
         answered = sum(o.error is None for o in load.outcomes)
         ff.wait_for(lambda: sum(o.error is None for o in load.outcomes) >= answered + 40, 30, "more load")

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from gateway.cluster.placement import owners, placement_name
-from tests.integration.test_fleet import wait_for
+from tests.waiting import wait_for
 from tests.support import GatewayProcess
 from tests.test_tls import https_client, make_certificate
 
@@ -54,7 +54,7 @@ def test_peers_over_https_are_verified(trusted, clean_origin, clean_redis, tmp_p
     try:
         ids = [f"127.0.0.1:{n.port}" for n in nodes]
         for n in nodes:  # both see both (every worker of each: the node's members are those all see)
-            wait_for(lambda n=n: sees_all(stats(n, cert), ids), within=10)
+            wait_for(lambda n=n: sees_all(stats(n, cert), ids), "the node sees both", within=10)
         owner = ids.index(owners(placement_name("bkt", "k", 0), ids)[0])
         other = 1 - owner
         body = os.urandom(100_000)

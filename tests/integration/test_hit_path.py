@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import re
 import socket
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -34,6 +33,7 @@ from hypothesis import strategies as st
 
 from gateway.config import CacheSettings, DiskTierSettings, MetadataSettings
 from tests.support import ADMIN, READER, REGION, TEAM, RunningGateway, base_settings, client
+from tests.waiting import wait_for
 
 KiB = 1024
 BLOCK = 64 * KiB
@@ -93,9 +93,8 @@ def pair(origin_endpoint: str, tmp_path_factory: pytest.TempPathFactory, request
             gateway.server.config.app.s3.accounts.observers.append(logs[name].append)
             for bucket, key in OBJECTS:  # warm: metadata and every block in memory
                 s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-            deadline = time.monotonic() + 5  # the app logs a request as its answer's last bytes go out
-            while len(logs[name]) < len(OBJECTS) and time.monotonic() < deadline:
-                time.sleep(0.005)
+            # The app logs a request as its answer's last bytes go out.
+            wait_for(lambda: len(logs[name]) >= len(OBJECTS), f"the {name} gateway logs every warming read")
             logs[name].clear()
         assert fast.server.config.app.hits is not None and asgi.server.config.app.hits is None
         yield Pair(fast, asgi, etags, logs, b"hit-mem" if request.param == "memory" else b"hit-disk")
@@ -239,14 +238,11 @@ def _settled(pair: Pair) -> None:
     """The ASGI path counts and logs a request as its answer's last bytes go out, and either path
     may have started readahead that is still fetching: wait for both (on a loaded machine the one
     gateway's prefetch can still be under way when the other's is done, and count otherwise)."""
-    deadline = time.monotonic() + 5
-
-    def busy() -> bool:
-        return len(pair.logs["fast"]) != len(pair.logs["asgi"]) or any(
+    def settled() -> bool:
+        return len(pair.logs["fast"]) == len(pair.logs["asgi"]) and not any(
             g.server.config.app.s3.engine.fetch.background for g in (pair.fast, pair.asgi))
 
-    while busy() and time.monotonic() < deadline:
-        time.sleep(0.005)
+    wait_for(settled, "both gateways logged as many requests, and fetch nothing in the background")
 
 
 def test_the_requests_above_took_the_hit_path_often(pair: Pair) -> None:
@@ -298,9 +294,8 @@ def test_a_connection_is_logged_in_the_order_it_was_answered(pair: Pair) -> None
         before = len(logs)
         received = _raw(gateway.endpoint, first + hit)
         assert re.findall(rb"HTTP/1.1 (\d{3}) ", received) == [b"200", b"200"]
-        deadline = time.monotonic() + 5  # a line written late then fails as an order, not as a count
-        while len(logs) < before + 2 and time.monotonic() < deadline:
-            time.sleep(0.005)
+        # (a line written late then fails as an order, not as a count)
+        wait_for(lambda: len(logs) >= before + 2, "both requests logged")
         assert [entry["key"] for entry in logs[before:]] == ["team/big.bin", "small.txt"]
 
 

@@ -32,18 +32,12 @@ from gateway.bytebudget import ByteBudget
 from gateway.config import CacheSettings
 from gateway.httpserver import GuardedProtocol
 from tests.support import GatewayProcess, RunningGateway, base_settings, client
+from tests.waiting import wait_for
 
 MiB = 1024 * 1024
 BUCKET = "hostile"
 PROMPT = 5.0  # seconds a normal GET may take while the hostile clients hang on (it takes ~0.05 s)
 
-
-def wait_for(check: Callable[[], object], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within:.0f} s: {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -169,15 +163,15 @@ def test_stalled_readers_are_cut_off_and_give_back_the_read_buffer(guarded, orig
             sock.sendall(get_head(url))
             assert sock.recv(12) == b"HTTP/1.1 200"  # ... and not another byte is read
         # Four readers of 64 MiB blocks with readahead hold the whole read buffer (16 MiB) ...
-        wait_for(lambda: reads.used >= reads.limit - 4 * MiB, 10, f"the stalled readers hold the budget ({reads.used})")
+        wait_for(lambda: reads.used >= reads.limit - 4 * MiB, "the stalled readers hold the budget", within=10)
         # ... and others are still served: their blocks wait for the budget at most until the stall is cut off.
         assert timed_get(s3, "other-0", others["other-0"]) < PROMPT
         # Past stall_timeout every stalled reader was disconnected, well before its 64 MiB were sent,
         # and the read buffer its blocks held is back.
-        wait_for(lambda: GuardedProtocol.stalls - stalls == len(stalled), 20, "the stalled readers cut off")
+        wait_for(lambda: GuardedProtocol.stalls - stalls == len(stalled), "the stalled readers cut off", within=20)
         for sock in stalled:
             assert len(answer(sock)) < 16 * MiB
-        wait_for(lambda: reads.used == 0, 10, f"the read buffer is given back ({reads.used} bytes held)")
+        wait_for(lambda: reads.used == 0, "the read buffer is given back", within=10)
         waits = reads.waits
         assert timed_get(s3, "other-1", others["other-1"]) < PROMPT
         assert reads.waits == waits  # nothing waited for the budget any more
@@ -210,7 +204,7 @@ def test_connections_past_the_cap_get_slow_down(guarded):
     s3.close()  # its pooled connection no longer counts
     held = [raw(gateway) for _ in range(20)]
     try:
-        wait_for(lambda: len(gateway.server.server_state.connections) >= 20, 5, "20 connections open")
+        wait_for(lambda: len(gateway.server.server_state.connections) >= 20, "20 connections open", within=5)
         with raw(gateway) as extra:
             extra.sendall(b"GET /hostile/capped HTTP/1.1\r\nHost: x\r\n\r\n")
             refused = answer(extra)
@@ -222,7 +216,7 @@ def test_connections_past_the_cap_get_slow_down(guarded):
     finally:
         for sock in held:
             sock.close()
-    wait_for(lambda: len(gateway.server.server_state.connections) < 20, 5, "the held connections closed")
+    wait_for(lambda: len(gateway.server.server_state.connections) < 20, "the held connections closed", within=5)
     assert client(gateway.endpoint).get_object(Bucket=BUCKET, Key="capped")["Body"].read() == b"within the cap"
 
 

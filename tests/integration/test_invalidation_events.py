@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import boto3
 import httpx
@@ -12,6 +11,7 @@ import pytest
 
 from gateway.config import AdminSettings, EventsSettings
 from tests.support import base_settings, client
+from tests.waiting import wait_for
 
 TOKEN = "admin-token-for-tests"
 
@@ -97,10 +97,9 @@ def test_sqs_notifications_invalidate(start_gateway, clean_origin, direct):
     direct.put_object(Bucket="bkt", Key="k", Body=b"from elsewhere")
     assert s3.head_object(Bucket="bkt", Key="k")["ContentLength"] == 3
     sqs.send_message(QueueUrl=queue, MessageBody=event("bkt", "k").decode())
-    deadline = time.monotonic() + 10
-    while s3.head_object(Bucket="bkt", Key="k")["ContentLength"] != 14:
-        assert time.monotonic() < deadline, "the SQS event did not invalidate the cached metadata"
-        time.sleep(0.2)
+    wait_for(lambda: s3.head_object(Bucket="bkt", Key="k")["ContentLength"] == 14,
+             "the SQS event invalidates the cached metadata", within=10, interval=0.2)
     # The message was consumed (deleted), not left to be delivered again.
-    time.sleep(0.5)
+    consumer = gateway.server.config.app._events
+    wait_for(lambda: consumer.received >= 1, "the consumer is done with the message (it counts it once deleted)")
     assert "Messages" not in sqs.receive_message(QueueUrl=queue, WaitTimeSeconds=0)

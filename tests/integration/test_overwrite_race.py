@@ -12,9 +12,8 @@ import os
 import re
 import secrets
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -24,6 +23,7 @@ from gateway.cluster.placement import owners, placement_name
 from gateway.config import CacheSettings, ClusterSettings, DiskTierSettings, MetadataSettings, RedisSettings
 from gateway.node.workers import WorkerSet
 from tests.support import GatewayProcess, RunningGateway, base_settings, client
+from tests.waiting import wait_for
 
 KiB = 1024
 BLOCK = 64 * KiB
@@ -204,20 +204,14 @@ def test_a_read_through_a_node_of_workers_with_a_disk_tier_is_one_origin_get(cle
         before = origin_gets(*node)
         assert read_whole(node[0], "k") == OLD
         assert origin_gets(*node) - before == 1  # one GET for the blocks of both workers
-        wait_for(lambda: sum(len(blocks_held(w)) for w in node) == len(OLD) // BLOCK)  # each with its owner
+        wait_for(lambda: sum(len(blocks_held(w)) for w in node) == len(OLD) // BLOCK, "each block with its owner",
+                 within=10)
         before = origin_gets(*node)
         assert read_whole(node[1], "k") == OLD
         assert origin_gets(*node) == before
 
 
 SECRET = "overwrite-race-fleet-secret"
-
-
-def wait_for(check: Callable[[], object], within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, f"not within {within:.0f} s"
-        time.sleep(0.02)
 
 
 def fleet_of(start_gateway, redis_url: str, nodes: int, **sections: object) -> list[RunningGateway]:  # type: ignore[no-untyped-def]
@@ -237,7 +231,7 @@ def fleet_of(start_gateway, redis_url: str, nodes: int, **sections: object) -> l
         return all(set(app.fleet.membership.ids) == ids and app.s3.engine.shared.invalidation.listening()
                    for app in apps)
 
-    wait_for(settled)
+    wait_for(settled, "the nodes see each other and listen", within=10)
     return fleet
 
 
@@ -269,7 +263,8 @@ def test_a_cold_read_through_a_fleet_is_one_origin_get_and_its_blocks_go_to_thei
     assert read_whole(reader, "k") == OLD  # nothing known of it: metadata and blocks from one GET
     assert origin_gets(*fleet) - before == 1
     for g in fleet:  # each node ends up with the blocks it owns (taken from the reader), and only those
-        wait_for(lambda g=g: blocks_held(g) == {i for i, o in owner.items() if o is g})
+        wait_for(lambda g=g: blocks_held(g) == {i for i, o in owner.items() if o is g}, "each node holds its own blocks",
+                 within=10)
     before = origin_gets(*fleet)
     for g in fleet:
         assert read_whole(g, "k") == OLD
@@ -331,11 +326,13 @@ def test_a_cold_read_through_a_fleet_of_nodes_of_workers_is_one_origin_get(clean
     with contextlib.ExitStack() as stack:
         for node in nodes:
             stack.enter_context(node)
-        wait_for(lambda: all(len(admin(n, "stats").json()["members"]) == 2 for n in nodes))
+        wait_for(lambda: all(len(admin(n, "stats").json()["members"]) == 2 for n in nodes), "the nodes see each other",
+                 within=10)
         before = sum(node_gets(n) for n in nodes)
         assert read_whole(nodes[0], "k") == OLD
         assert sum(node_gets(n) for n in nodes) - before == 1
-        wait_for(lambda: sum(node_blocks(n) for n in nodes) == len(OLD) // BLOCK)  # each block once, with its owner
+        wait_for(lambda: sum(node_blocks(n) for n in nodes) == len(OLD) // BLOCK,  # each block once, with its owner
+                 "the blocks with their owners", within=10)
         for node in (nodes[1], nodes[0]):
             assert read_whole(node, "k") == OLD
         assert sum(node_gets(n) for n in nodes) - before == 1

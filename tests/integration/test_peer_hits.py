@@ -18,9 +18,11 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from gateway.cluster.peers import AUTH_HEADER, BLOCK_PATH, encode_query, sign
-from tests.integration.test_fleet import BLOCK, SECRET, engine, fleet, make_fleet, owner_of, wait_for  # noqa: F401
+from tests.integration.test_fleet import BLOCK, SECRET, engine, fleet, make_fleet, owner_of  # noqa: F401
 from tests.integration.test_replays import exchange, read_head
+from tests.servers import refuses
 from tests.support import ADMIN, REGION, RunningGateway
+from tests.waiting import eventually, wait_for
 
 _UNSTABLE = {"date", "x-amz-request-id"}
 
@@ -46,7 +48,7 @@ def reader_of(fleet, index: int = 0) -> tuple[RunningGateway, RunningGateway]:  
     """(a node that does not own block `index` of bkt/k, its owner), the reader listening to invalidations."""
     owner = owner_of(index, fleet.nodes)
     reader = next(n for n in fleet.nodes if n is not owner)
-    wait_for(lambda: engine(reader).shared.invalidation.listening())
+    wait_for(lambda: engine(reader).shared.invalidation.listening(), "the reader listens")
     return reader, owner
 
 
@@ -149,6 +151,12 @@ def test_an_object_gone_behind_the_fleet_is_the_apps_to_answer(fleet, direct):
     assert below_asgi(reader) == before  # the owner's refusal sent the request to the app
 
 
+def reading(node: RunningGateway, sock: socket.socket) -> bool:
+    """Whether `node` holds `sock`'s connection (what was sent on it is then read before any
+    shutdown: uvicorn looks at should_exit every 0.1 s)."""
+    return any(protocol.client == sock.getsockname() for protocol in list(node.server.server_state.connections))
+
+
 def replayed(node: RunningGateway) -> int:
     return node.server.config.app.s3.accounts.stats.replayed
 
@@ -222,17 +230,18 @@ def test_a_kept_request_waiting_for_its_block_at_shutdown_is_answered_then_close
     data, reader, owner, kept = kept_through_a_peer(fleet, direct, BLOCK // 4)
     peer = owner.server.config.app.peer
     serve = peer._serve_block
+    host, port = reader.endpoint.removeprefix("http://").split(":")
 
-    async def slowly(*args: object, **kwargs: object) -> object:
-        await asyncio.sleep(1)
+    async def once_draining(*args: object, **kwargs: object) -> object:
+        # The owner answers only once the reader drains (it accepts no connection).
+        await eventually(lambda: asyncio.to_thread(refuses, int(port)), "the reader drains", within=10)
         return await serve(*args, **kwargs)
 
-    peer._serve_block_now, peer._serve_block = None, slowly  # the owner answers a second late
+    peer._serve_block_now, peer._serve_block = None, once_draining
     before = replayed(reader)
-    host, port = reader.endpoint.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=5) as sock:
         sock.sendall(kept)
-        time.sleep(0.3)
+        wait_for(lambda: reading(reader, sock), "the reader has the request")
         reader.server.should_exit = True  # as SIGTERM: the node drains
         answer = sock.makefile("rb")
         status, headers = read_head(answer)

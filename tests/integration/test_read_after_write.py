@@ -25,7 +25,7 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -35,6 +35,7 @@ from botocore.exceptions import ClientError
 from gateway.config import CacheSettings, ClusterSettings, RedisSettings
 from gateway.engine import Engine
 from tests.support import GatewayProcess, RunningGateway, base_settings, client
+from tests.waiting import wait_for
 
 BUCKET = "raw"
 SECRET = "read-after-write-secret"
@@ -53,18 +54,6 @@ def node_env(redis_url: str) -> dict[str, str]:
     }
 
 
-def wait_for(check: Callable[[], object], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            if check():
-                return
-        except (OSError, redis.RedisError):
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within:.0f} s: {what}")
-        time.sleep(0.05)
-
 
 WORKERS = 2  # each node served by 2 worker processes, each listening on the channel on its own
 
@@ -79,7 +68,8 @@ def processes(request, origin_endpoint, clean_redis) -> Iterator[list[GatewayPro
     try:
         for node in nodes:
             node.start()
-        wait_for(lambda: subscribers(clean_redis.url) == WORKERS * len(nodes), 20, "every worker of every node listens")
+        wait_for(lambda: subscribers(clean_redis.url) == WORKERS * len(nodes), "every worker of every node listens",
+                 within=20, ignoring=(OSError, redis.RedisError))
         direct = client(origin_endpoint, ("origin-key", "origin-secret"))
         try:
             direct.create_bucket(Bucket=BUCKET)
@@ -262,7 +252,7 @@ def pair(start_gateway, clean_origin, clean_redis):  # type: ignore[no-untyped-d
         "listing": dataclasses.replace(settings.listing, ttl=60.0),
     }
     a, b = start_gateway(**sections), start_gateway(**sections)
-    wait_for(lambda: engine(a).shared.invalidation.listening() and engine(b).shared.invalidation.listening(), 5,
+    wait_for(lambda: engine(a).shared.invalidation.listening() and engine(b).shared.invalidation.listening(),
              "both listen")
     s3a, s3b = client(a.endpoint), client(b.endpoint)
     s3a.create_bucket(Bucket=BUCKET)
@@ -295,7 +285,7 @@ def test_a_held_back_listener_makes_the_write_wait_the_deadline_and_its_node_ask
 
     # Released, B applies what it missed, confirms, and trusts its caches again.
     engine(b).shared.invalidation.hold_listener_until = 0.0
-    wait_for(lambda: engine(b).shared.invalidation.listening(), 5, "B listens again")
+    wait_for(lambda: engine(b).shared.invalidation.listening(), "B listens again")
     started = time.monotonic()
     s3a.put_object(Bucket=BUCKET, Key="dir/k", Body=b"newer")
     assert time.monotonic() - started < DEADLINE, "confirmed, not waited for"
@@ -311,7 +301,8 @@ def test_a_node_killed_during_writes_costs_them_the_deadline_at_most(origin_endp
     try:
         for node in nodes:
             node.start()
-        wait_for(lambda: subscribers(clean_redis.url) == WORKERS * 3, 20, "every worker of every node listens")
+        wait_for(lambda: subscribers(clean_redis.url) == WORKERS * 3, "every worker of every node listens",
+                 within=20, ignoring=(OSError, redis.RedisError))
         s3a, s3c = client(nodes[0].endpoint), client(nodes[2].endpoint)
         try:
             s3a.create_bucket(Bucket=BUCKET)
@@ -337,10 +328,10 @@ def test_a_node_killed_during_writes_costs_them_the_deadline_at_most(origin_endp
         writer = threading.Thread(target=write)
         writer.start()
         try:
-            wait_for(lambda: len(latencies) >= 30, 30, "writes under way")
+            wait_for(lambda: len(latencies) >= 30, "writes under way", within=30)
             killed_at = time.monotonic()
             nodes[1].kill()
-            wait_for(lambda: sum(s >= killed_at + 1 for s, _ in latencies) >= 20, 30, "writes after the kill")
+            wait_for(lambda: sum(s >= killed_at + 1 for s, _ in latencies) >= 20, "writes after the kill", within=30)
         finally:
             stop.set()
             writer.join(30)

@@ -18,6 +18,7 @@ import pytest
 
 from gateway.config import CacheSettings, DiskTierSettings
 from tests.support import client
+from tests.waiting import wait_for
 
 KiB = 1024
 BLOCK = 64 * KiB
@@ -93,10 +94,7 @@ def test_a_thousand_failing_reads_leave_the_buffer_at_zero(disk_gateway):
         large = n % 2 == 1
         _raw_get_and_hang_up(gateway, _presigned(s3, "large" if large else "small"),
                              read=70_000 if large and n % 4 == 1 else 200)
-    deadline = time.monotonic() + 10
-    while budget.used and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert budget.used == 0
+    wait_for(lambda: budget.used == 0, "the read buffer is all given back", within=10)
     overdrawn = budget.overdrawn
     started = time.monotonic()
     assert s3.get_object(Bucket="bkt", Key="large")["Body"].read() == LARGE
@@ -114,10 +112,7 @@ def test_a_latin_1_override_is_sent_as_latin_1(disk_gateway):
     assert response.headers.raw[[k.lower() for k, _ in response.headers.raw].index(b"content-disposition")][1] == \
         'attachment; filename="r\u00e9sum\u00e9.pdf"'.encode("latin-1")
     # The share goes back when the server finishes the request, just after the client has the answer.
-    deadline = time.monotonic() + 5
-    while reads(gateway).budget.used and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert reads(gateway).budget.used == 0
+    wait_for(lambda: reads(gateway).budget.used == 0, "the buffer share given back")
 
 
 def test_a_control_character_override_is_an_error_in_the_access_log(disk_gateway, caplog):
@@ -129,9 +124,7 @@ def test_a_control_character_override_is_an_error_in_the_access_log(disk_gateway
 
         def logged() -> list[str]:
             return [r.getMessage() for r in caplog.records if request_id in r.getMessage()]
-        deadline = time.monotonic() + 5
-        while not logged() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(logged, "the request logged")
     assert response.status_code == 400 and "control characters" in response.text
     assert "a\\r\\nb: c" in response.text  # what was sent, escaped
     assert len(logged()) == 1 and '"status":400' in logged()[0]

@@ -18,9 +18,10 @@ from collections.abc import Iterator
 import pytest
 
 from tests.integration.test_read_after_write import (  # the two-node fixture is shared
-    BUCKET, DEADLINE, Tally, _expect, _prime, _state, engine, pair, wait_for,
+    BUCKET, DEADLINE, Tally, _expect, _prime, _state, engine, pair,
 )
 from tests.support import client
+from tests.waiting import wait_for
 
 SOCKET_TIMEOUT = 0.3  # redis.socket_timeout of the shared `pair` fixture
 
@@ -62,18 +63,18 @@ def test_a_hung_redis_never_hides_a_write_and_is_recovered_from(pair, hung):
     before: dict[str, list[bytes | None]] = {k: [b"old " + k.encode()] for k in ("dir/over", "dir/gone")}
     before["dir/new"] = [None]
     stale: list[str] = []
-    stop = threading.Event()
+    stop, first = threading.Event(), threading.Event()  # (first: a write was acknowledged, or the test ends)
 
     def read() -> None:
         s3 = client(b.endpoint)
-        while not stop.is_set():
+        first.wait()
+        while not stop.is_set():  # each round asks B for every acknowledged key
             for key, (at, body) in list(acked.items()):
                 older = list(before[key])
                 started = time.monotonic()
                 got = _state(s3, key)[0]
                 if started > at and got in older and got != body:
                     stale.append(f"{key}: {got!r} {started - at:.3f} s after {body!r} was acknowledged")
-            time.sleep(0.005)
 
     reader = threading.Thread(target=read)
     reader.start()
@@ -88,6 +89,7 @@ def test_a_hung_redis_never_hides_a_write_and_is_recovered_from(pair, hung):
             write()
             acked[key] = (time.monotonic(), {"dir/over": b"new", "dir/new": b"created", "dir/gone": None}[key])
             before[key].append(acked[key][1])
+            first.set()
             timings[key] = acked[key][0] - started
             # At once, GET and LIST through B: never the old state.
             tally = Tally()
@@ -104,9 +106,9 @@ def test_a_hung_redis_never_hides_a_write_and_is_recovered_from(pair, hung):
         hung.resume()  # type: ignore[attr-defined]
     try:
         # Back by itself: both listen again, A's invalidations waiting for Redis went out.
-        wait_for(lambda: engine(a).shared.invalidation.listening() and engine(b).shared.invalidation.listening(), 10,
-                 "both listen again")
-        wait_for(lambda: not engine(a).shared.invalidation._pending, 5, "A's invalidations replayed")
+        wait_for(lambda: engine(a).shared.invalidation.listening() and engine(b).shared.invalidation.listening(),
+                 "both listen again", within=10)
+        wait_for(lambda: not engine(a).shared.invalidation._pending, "A's invalidations replayed", within=5)
         started = time.monotonic()
         s3a.put_object(Bucket=BUCKET, Key="dir/over", Body=b"after")
         acked["dir/over"] = (time.monotonic(), b"after")
@@ -117,6 +119,7 @@ def test_a_hung_redis_never_hides_a_write_and_is_recovered_from(pair, hung):
         assert tally.stale == [], tally.stale
     finally:
         stop.set()
+        first.set()
         reader.join(30)
     assert stale == [], stale[:10]
     hits = engine(b).stats["meta_hit"]

@@ -8,7 +8,6 @@ into this module, its `make_fleet` takes this module's `clean_redis`, the Redis 
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
@@ -21,9 +20,9 @@ from tests.integration.test_fleet import (
     node_id,
     read_all,
     view,
-    wait_for,
 )
 from tests.support import client
+from tests.waiting import wait_for
 
 make_fleet, fleet = on_one_redis.make_fleet, on_one_redis.fleet
 test_a_cold_object_read_through_every_node_costs_one_origin_get_per_block = (
@@ -77,7 +76,8 @@ def test_a_cluster_master_down_keeps_the_fleet_answering(fleet, direct, clean_re
     # Back by itself: every node is registered again and shares metadata again.
     ids = sorted(node_id(n) for n in (a, b, c))
     cluster = clean_redis_cluster.client()
-    wait_for(lambda: sorted(m.decode() for m in cluster.zrange("gw:fleet:{members}", 0, -1)) == ids, 10)
+    wait_for(lambda: sorted(m.decode() for m in cluster.zrange("gw:fleet:{members}", 0, -1)) == ids,
+             "every node registered again", within=10)
     after = os.urandom(BLOCK)
     client(a.endpoint).put_object(Bucket="bkt", Key="during", Body=after)
     for body, _ in read_all([a, b, c], "during"):
@@ -93,7 +93,7 @@ def test_a_gateway_follows_a_sentinel_failover(start_gateway, clean_origin, dire
     for key in ("before", "during", "after"):
         direct.put_object(Bucket="bkt", Key=key, Body=key.encode())
     assert s3.get_object(Bucket="bkt", Key="before")["Body"].read() == b"before"
-    wait_for(lambda: clean_redis_sentinel.master.client().keys("gw:m:bkt:*"))  # shared on the master
+    wait_for(lambda: clean_redis_sentinel.master.client().keys("gw:m:bkt:*"), "metadata shared on the master")
 
     old = clean_redis_sentinel.master
     old.stop()
@@ -103,10 +103,10 @@ def test_a_gateway_follows_a_sentinel_failover(start_gateway, clean_origin, dire
     assert new is not old
 
     assert s3.get_object(Bucket="bkt", Key="before")["Body"].read() == b"before"
-    deadline = time.monotonic() + 5
-    while not new.client().keys("gw:m:bkt:*after*"):  # the new master takes the node's writes
-        assert time.monotonic() < deadline, dict(shared.redis.errors)
+
+    def written() -> bool:
         engine(gateway).purge()
         assert s3.get_object(Bucket="bkt", Key="after")["Body"].read() == b"after"
-        time.sleep(0.1)
+        return bool(new.client().keys("gw:m:bkt:*after*"))
+    wait_for(written, "the new master takes the node's writes", interval=0.1)
     assert shared.redis.errors and shared.redis.down_since is None

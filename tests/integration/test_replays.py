@@ -21,7 +21,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from gateway.config import CacheSettings, MetadataSettings
-from tests.support import ADMIN, REGION, TEAM, RunningGateway, base_settings, client
+from tests.support import ADMIN, REGION, TEAM, RunningGateway, base_settings, client, wait_expired
 
 BLOCK = 64 * 1024
 BUCKET = "replays"
@@ -64,7 +64,7 @@ def exchange(gateway: RunningGateway, *writes: bytes, answers: int) -> list[tupl
         reader = sock.makefile("rb")
         for payload in writes:
             sock.sendall(payload)
-            time.sleep(0.02)  # each write its own read on the server
+            time.sleep(0.02)  # not synchronisation: writes spaced so that the server reads each on its own
         for _ in range(answers):
             status, headers = read_head(reader)
             out.append((status, headers, reader.read(int(headers.get("content-length", 0)))))
@@ -133,7 +133,7 @@ def test_an_expired_presigned_url_is_refused_though_it_was_kept(gateway: Running
     put(gateway, "expires.txt", b"for two seconds")
     request = presigned(gateway, "GET", "expires.txt", expires=2)
     assert [status for status, _, _ in exchange(gateway, request, request, request, answers=3)] == [200] * 3
-    time.sleep(3)
+    wait_expired(request.split(b" ")[1].decode())
     before = stats(gateway).replayed
     status, _, body = exchange(gateway, request, answers=1)[0]
     assert status == 403 and b"Request has expired" in body
@@ -266,7 +266,7 @@ def test_a_connection_answered_again_is_kept_alive_by_its_requests_and_closed_wh
                 while reader.readline() != b"\r\n":
                     pass
                 assert reader.read(len(b"still here")) == b"still here"
-                time.sleep(0.3)
+                time.sleep(0.3)  # not synchronisation: the idle time between requests is what is tested
             assert stats(running).replayed >= 5
             started = time.monotonic()
             assert reader.read(1) == b""  # closed by the gateway, once idle

@@ -18,9 +18,9 @@ from tests.integration.test_fleet import (
     engine,
     node_id,
     origin_requests,
-    wait_for,
 )
 from tests.support import RunningGateway, client
+from tests.waiting import wait_for
 
 make_fleet = test_fleet.make_fleet  # the fleet fixture, shared
 
@@ -53,7 +53,7 @@ def test_a_hot_object_ends_up_on_every_node_and_a_cold_one_on_one(make_fleet, di
     # Every node holds every block, and knows the object is hot (the leader's word reaches each
     # node through Redis, which under load can come after the blocks its peers sent it).
     wait_for(lambda: all(held(n, "hot") == {0, 1, 2, 3} and engine(n).fleet.replicas("bkt", "hot") == 3
-                         for n in fleet.nodes), within=30)
+                         for n in fleet.nodes), "every node holds the hot object, and knows it is hot", within=30)
     # Filled from the owners, not from the origin: the hot blocks were fetched once each (a node
     # owning consecutive blocks of a read fetches them in one GET).
     assert 1 <= origin_requests(*fleet.nodes)["GET"] - before["GET"] <= 4
@@ -68,7 +68,7 @@ def test_a_hot_object_ends_up_on_every_node_and_a_cold_one_on_one(make_fleet, di
     def stats(node: RunningGateway) -> dict:  # type: ignore[type-arg]
         return httpx.get(f"{node.endpoint}/_gateway/stats", headers=ADMIN_AUTH).json()["replication"]
 
-    wait_for(lambda: sum(stats(n)["leader"] for n in fleet.nodes) == 1, within=10)
+    wait_for(lambda: sum(stats(n)["leader"] for n in fleet.nodes) == 1, "one leader", within=10)
     for node in fleet.nodes:
         found = stats(node)
         assert found["replicas"] == [{"bucket": "bkt", "key": "hot", "replicas": 3}]
@@ -84,12 +84,12 @@ def test_a_cooled_object_loses_its_extra_copies(make_fleet, direct):
     direct.put_object(Bucket="bkt", Key="k", Body=data)
     for i in range(30):
         assert read(fleet.nodes[i % 3], "k")[0] == data
-    wait_for(lambda: all(held(n, "k") == {0, 1, 2, 3} for n in fleet.nodes), within=30)
+    wait_for(lambda: all(held(n, "k") == {0, 1, 2, 3} for n in fleet.nodes), "every node holds every block", within=30)
     # No more reads: within a few half-lives the heat is gone, and so are the extra copies.
     ids = {node_id(n): n for n in fleet.nodes}
     owner_of = {i: ids[owners(placement_name("bkt", "k", i), ids)[0]] for i in range(4)}
     wait_for(lambda: all(held(n, "k") == {i for i, o in owner_of.items() if o is n} for n in fleet.nodes),
-             within=30)
+             "each node holds only the blocks it owns", within=30)
     for node in fleet.nodes:  # and every node still reads the right bytes
         assert read(node, "k")[0] == data
         assert engine(node).stats["replica_drop_blocks"] == 4 - len(held(node, "k"))
@@ -97,18 +97,18 @@ def test_a_cooled_object_loses_its_extra_copies(make_fleet, direct):
 
 def test_one_controller_at_a_time_and_another_takes_over_when_its_lease_ends(make_fleet, clean_redis):
     fleet = make_fleet(**FAST)
-    wait_for(lambda: sum(replication(n).stats.leader for n in fleet.nodes) == 1, within=10)
+    wait_for(lambda: sum(replication(n).stats.leader for n in fleet.nodes) == 1, "one leader", within=10)
     leader = next(n for n in fleet.nodes if replication(n).stats.leader)
     # The leader stops cleanly: it hands the lease over, and one of the others leads.
     fleet.nodes.remove(leader)
     leader.__exit__()
-    wait_for(lambda: sum(replication(n).stats.leader for n in fleet.nodes) == 1, within=10)
+    wait_for(lambda: sum(replication(n).stats.leader for n in fleet.nodes) == 1, "one leader", within=10)
     # A controller that vanished without handing over (a crash) holds the lease until it
     # expires; then a live node takes it.
     r = redis.Redis.from_url(clean_redis.url)
     lease = next(k for k in r.keys("*fleet:{ctl}:leader*"))
     r.set(lease, "crashed-node", px=3000)
-    wait_for(lambda: not any(replication(n).stats.leader for n in fleet.nodes), within=10)
+    wait_for(lambda: not any(replication(n).stats.leader for n in fleet.nodes), "no leader", within=10)
     started = time.monotonic()
-    wait_for(lambda: sum(replication(n).stats.leader for n in fleet.nodes) == 1, within=10)
+    wait_for(lambda: sum(replication(n).stats.leader for n in fleet.nodes) == 1, "one leader", within=10)
     assert time.monotonic() - started < 8  # the lease had 3 s left

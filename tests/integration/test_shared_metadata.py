@@ -4,8 +4,6 @@ and a Redis outage costs speed, never answers."""
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import Callable
 
 import pytest
 from botocore.exceptions import ClientError
@@ -13,18 +11,12 @@ from botocore.exceptions import ClientError
 from gateway.config import RedisSettings
 from gateway.engine import Engine
 from tests.support import RunningGateway, base_settings, client
+from tests.waiting import wait_for
 
 
 def engine(gateway: RunningGateway) -> Engine:
     return gateway.server.config.app.s3.engine
 
-
-def wait_for(check: Callable[[], object], within: float = 2.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within:.1f} s")
-        time.sleep(0.02)
 
 
 def keys(s3, prefix: str) -> list[str]:  # type: ignore[no-untyped-def]
@@ -43,7 +35,8 @@ def pair(start_gateway, clean_origin, clean_redis):
     }
     a, b = start_gateway(**sections), start_gateway(**sections)
     # Subscribed, and past the distrust that follows a new subscription (Invalidations.listening).
-    wait_for(lambda: engine(a).shared.invalidation.listening() and engine(b).shared.invalidation.listening(), 5)
+    wait_for(lambda: engine(a).shared.invalidation.listening() and engine(b).shared.invalidation.listening(),
+             "both listen")
     s3a, s3b = client(a.endpoint), client(b.endpoint)
     s3a.create_bucket(Bucket="bkt")
     return a, b, s3a, s3b
@@ -82,10 +75,10 @@ def test_a_write_through_one_gateway_is_seen_at_once_through_the_other(pair):
 
     new = s3a.put_object(Bucket="bkt", Key="dir/k", Body=b"two!")["ETag"]
     s3a.put_object(Bucket="bkt", Key="dir/new", Body=b"new")
-    wait_for(lambda: s3b.head_object(Bucket="bkt", Key="dir/k")["ETag"] == new)
+    wait_for(lambda: s3b.head_object(Bucket="bkt", Key="dir/k")["ETag"] == new, "B sees the new ETag", within=2)
     assert s3b.get_object(Bucket="bkt", Key="dir/k")["Body"].read() == b"two!"
     assert s3b.head_object(Bucket="bkt", Key="dir/new")["ContentLength"] == 3
-    wait_for(lambda: keys(s3b, "dir/") == ["dir/k", "dir/new"])
+    wait_for(lambda: keys(s3b, "dir/") == ["dir/k", "dir/new"], "B lists the new key", within=2)
     assert old != new
 
     # DeleteObjects names no key on the way to the origin: the whole bucket is dropped.
@@ -111,7 +104,7 @@ def test_redis_outage_costs_speed_not_answers(pair, clean_redis, direct):
     s3a.put_object(Bucket="bkt", Key="k", Body=b"changed while Redis was down")
     assert s3a.get_object(Bucket="bkt", Key="k")["Body"].read() == b"changed while Redis was down"
     assert sorted(keys(s3b, "")) == ["during", "k"]
-    wait_for(lambda: not engine(b).shared.invalidation.subscribed.is_set())
+    wait_for(lambda: not engine(b).shared.invalidation.subscribed.is_set(), "B loses the channel", within=2)
     # B cannot hear A's invalidations now: it asks the origin before answering from its
     # cache (a conditional HEAD), so A's acknowledged write is seen through B at once.
     assert s3b.get_object(Bucket="bkt", Key="k")["Body"].read() == b"changed while Redis was down"
@@ -124,12 +117,12 @@ def test_redis_outage_costs_speed_not_answers(pair, clean_redis, direct):
 
     clean_redis.start()
     wait_for(lambda: engine(a).shared.invalidation.subscribed.is_set()
-             and engine(b).shared.invalidation.subscribed.is_set(), 5)
+             and engine(b).shared.invalidation.subscribed.is_set(), "both subscribe again")
     # B missed A's invalidation while Redis was down; having resubscribed it dropped
     # what it cached, and A's waiting invalidation was replayed.
     assert s3b.get_object(Bucket="bkt", Key="k")["Body"].read() == b"changed while Redis was down"
-    wait_for(lambda: not engine(a).shared.invalidation._pending)
+    wait_for(lambda: not engine(a).shared.invalidation._pending, "A sends what it kept", within=2)
     # Invalidations flow again.
     new = s3a.put_object(Bucket="bkt", Key="k", Body=b"after")["ETag"]
-    wait_for(lambda: s3b.head_object(Bucket="bkt", Key="k")["ETag"] == new)
+    wait_for(lambda: s3b.head_object(Bucket="bkt", Key="k")["ETag"] == new, "B sees the new ETag", within=2)
     assert direct.get_object(Bucket="bkt", Key="k")["Body"].read() == b"after"

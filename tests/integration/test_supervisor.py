@@ -17,7 +17,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -25,9 +25,10 @@ import pytest
 
 from gateway.config import ConfigError, ServerSettings, load
 from gateway.supervisor import usable_cores, worker_count
-from tests.servers import free_port
+from tests.servers import refuses
 from tests.support import GatewayProcess, client
 from tests.test_tls import https_client, make_certificate, same_certificate, served_certificate
+from tests.waiting import wait_for
 
 BUCKET = "node"
 # Where the supervisor makes run folders (gateway.supervisor._tmpfs).
@@ -43,15 +44,10 @@ def children(pid: int) -> set[int]:
     return found
 
 
-def wait_for(check: Callable[[], object], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, f"not within {within:.0f} s: {what}"
-        time.sleep(0.05)
 
-
-def run_folders(port: int) -> list[str]:
-    return glob.glob(os.path.join(RUN_BASE, f"s3gw-{port}-*"))
+def run_folders(port: int | str = "*", pid: int | str = "*") -> list[str]:
+    """The run folders of the node on `port`, or of the one whose supervisor is `pid`."""
+    return glob.glob(os.path.join(RUN_BASE, f"s3gw-{port}-{pid}-*"))
 
 
 def gone(pid: int) -> bool:
@@ -127,12 +123,12 @@ def test_a_killed_worker_is_replaced_while_the_other_serves(node: GatewayProcess
     asker = threading.Thread(target=keep_asking)
     asker.start()
     try:
-        time.sleep(0.5)
+        wait_for(lambda: len(results) >= 10, "requests under way before the kill")
         os.kill(victim, signal.SIGKILL)
         killed = time.monotonic()
-        wait_for(lambda: len(children(supervisor) - {victim}) == 2, 20, "a new worker in the killed one's place")
+        wait_for(lambda: len(children(supervisor) - {victim}) == 2, "a new worker in the killed one's place", within=20)
         asked = len(results)
-        wait_for(lambda: len(results) > asked + 20, 30, "20 requests once the new worker is there")
+        wait_for(lambda: len(results) > asked + 20, "20 requests once the new worker is there", within=30)
     finally:
         done.set()
         asker.join(30)
@@ -163,9 +159,10 @@ def test_sigterm_lets_a_slow_read_finish_then_every_process_exits(node: GatewayP
     received = [stream.read(256 * 1024)]
     node.proc.send_signal(signal.SIGTERM)
     terminated = time.monotonic()
+    # Every worker closed its listening socket: the node drains, with the answer in flight.
+    wait_for(lambda: refuses(node.port), "the node refuses new connections", within=10)
     while chunk := stream.read(256 * 1024):
         received.append(chunk)
-        time.sleep(0.005)  # a reader slower than the node: the answer is in flight at SIGTERM
     assert b"".join(received) == body
     assert node.proc.wait(timeout=15) == 0
     assert time.monotonic() - terminated < 10 + 2
@@ -193,7 +190,7 @@ def test_sighup_gives_every_worker_the_new_certificate(origin: str, tmp_path: Pa
         workers = node.worker_pids()
         node.proc.send_signal(signal.SIGHUP)
         wait_for(lambda: all(same_certificate(served_certificate(node.port), second[0].read_text())
-                             for _ in range(20)), 10, "every new connection gets the new certificate")
+                             for _ in range(20)), "every new connection gets the new certificate", within=10)
         assert node.worker_pids() == workers  # reloaded, not restarted
         assert "Buckets" in https_client(node.port, second[0]).list_buckets()
     finally:
@@ -220,32 +217,29 @@ def serve(origin: str, *args: str, **env: str) -> subprocess.Popen[str]:
 
 def test_workers_that_cannot_start_fail_the_node_with_the_reason(origin: str, tmp_path: Path):
     (tmp_path / "bad.pem").write_text("not a certificate")
-    port = free_port()
     started = time.monotonic()
-    proc = serve(origin, "--workers", "2", "--port", str(port), GATEWAY_SERVER_TLS_CERT_FILE=str(tmp_path / "bad.pem"),
+    proc = serve(origin, "--workers", "2", "--port", "0", GATEWAY_SERVER_TLS_CERT_FILE=str(tmp_path / "bad.pem"),
                  GATEWAY_SERVER_TLS_KEY_FILE=str(tmp_path / "bad.pem"))
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 1 and time.monotonic() - started < 30, output
     assert "Error: server.tls_cert_file / tls_key_file do not load" in output
     assert "Traceback" not in output and "starting it again" not in output and "ResourceWarning" not in output
-    assert not run_folders(port)
+    assert not run_folders(pid=proc.pid)
 
 
 def test_a_memory_quota_the_tmpfs_cannot_hold_is_refused_before_any_worker(origin: str):
-    port = free_port()
-    proc = serve(origin, "--workers", "2", "--port", str(port), GATEWAY_CACHE_MEMORY_QUOTA="1000TiB")
+    proc = serve(origin, "--workers", "2", "--port", "0", GATEWAY_CACHE_MEMORY_QUOTA="1000TiB")
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "Error: cache.memory_quota is 1099511627776000 bytes but" in output, output
-    assert "worker 0 started" not in output and not run_folders(port)
+    assert "worker 0 started" not in output and not run_folders(pid=proc.pid)
 
 
 def test_a_worker_that_keeps_dying_as_it_starts_stops_the_node(origin: str):
-    port = free_port()
-    proc = serve(origin, "--workers", "2", "--port", str(port), "--skip-checks")
+    proc = serve(origin, "--workers", "2", "--port", "0", "--skip-checks")
     killed: set[int] = set()
     try:
         for _ in range(6):  # every worker killed as soon as it is there, before it serves
-            wait_for(lambda: children(proc.pid) - killed or proc.poll() is not None, 30, "new workers")
+            wait_for(lambda: children(proc.pid) - killed or proc.poll() is not None, "new workers", within=30)
             if proc.poll() is not None:
                 break
             for pid in children(proc.pid) - killed:
@@ -259,7 +253,7 @@ def test_a_worker_that_keeps_dying_as_it_starts_stops_the_node(origin: str):
             proc.communicate(timeout=30)
     assert proc.returncode == 1, output
     assert re.search(r"Error: worker \d exited \(killed by SIGKILL\) right after starting, 3 times in a row", output)
-    assert len(killed) <= 6 and not run_folders(port) and "ResourceWarning" not in output
+    assert len(killed) <= 6 and not run_folders(pid=proc.pid) and "ResourceWarning" not in output
 
 
 def test_workers_setting(tmp_path: Path):
@@ -308,8 +302,7 @@ def test_a_killed_nodes_run_folder_is_removed_by_the_next(origin: str):
     base = RUN_BASE
     dead = subprocess.Popen(["true"])
     dead.wait()
-    port = free_port()
-    stale = Path(base, f"s3gw-{port}-{dead.pid}-abcd1234")
+    stale = Path(base, f"s3gw-1-{dead.pid}-abcd1234")  # a node on port 1 (any port: its pid is gone)
     stale.mkdir(mode=0o700)
     (stale / "worker-0.sock").write_bytes(b"")  # a socket file no one listens on
     with GatewayProcess(origin, workers=2, GATEWAY_CACHE_MEMORY_QUOTA="64MiB") as node:
@@ -326,8 +319,8 @@ def new_pid(node: GatewayProcess, index: int, what: str, known: list[int] | set[
     """The pid of the next worker `index` the node says <what> of, past `known`; fails at once
     when the node exits meanwhile."""
     assert node.proc is not None
-    wait_for(lambda: set(pids_said(node, index, what)) - set(known) or node.proc.poll() is not None, 30,
-             f"worker {index} {what}")
+    wait_for(lambda: set(pids_said(node, index, what)) - set(known) or node.proc.poll() is not None,
+             f"worker {index} {what}", within=30)
     assert node.proc.poll() is None, f"the node exited: {''.join(node.printed()[-20:])}"
     (pid,) = set(pids_said(node, index, what)) - set(known)
     return pid
@@ -377,13 +370,13 @@ def test_a_worker_killed_again_and_again_after_serving_is_restarted_while_the_no
         for _ in range(4):
             victim = new_pid(node, 0, "serves", killed)
             answered = len(reader.results)
-            wait_for(lambda: len(reader.results) > answered + 3, 30, "reads while worker 0 serves")
+            wait_for(lambda: len(reader.results) > answered + 3, "reads while worker 0 serves", within=30)
             os.kill(victim, signal.SIGKILL)
             killed.append(victim)
             assert node.proc.poll() is None
         new_pid(node, 0, "serves", killed)
         answered = len(reader.results)
-        wait_for(lambda: len(reader.results) > answered + 20, 30, "20 reads once it is back")
+        wait_for(lambda: len(reader.results) > answered + 20, "20 reads once it is back", within=30)
     assert node.proc.poll() is None, "the node exited"
     assert reader.failed() <= len(killed), f"{reader.failed()} of {len(reader.results)} reads failed"
     output = node.stop()
@@ -409,7 +402,7 @@ def test_a_worker_that_never_comes_up_is_retried_ever_less_often_while_the_other
             killed.append(victim)
         new_pid(node, 1, "serves", served)
         answered = len(reader.results)
-        wait_for(lambda: len(reader.results) > answered + 10, 30, "reads once both serve")
+        wait_for(lambda: len(reader.results) > answered + 10, "reads once both serve", within=30)
     assert node.proc.poll() is None, "the node exited"
     assert reader.failed() <= 1, f"{reader.failed()} of {len(reader.results)} reads failed"
     came_up = any(pid in pids_said(node, 1, "serves") for pid in killed[1:])

@@ -9,6 +9,7 @@ error `<Code>`, the `x-amz-request-id`, and what the origin holds afterwards.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import re
@@ -16,8 +17,10 @@ import socket
 import threading
 import time
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -32,6 +35,7 @@ from gateway.signing import (
     uri_encode,
 )
 from tests.support import ADMIN, READER, REGION, client
+from tests.waiting import wait_for
 
 BUCKET = "wire-bkt"
 TIMEOUT = 10.0
@@ -326,6 +330,25 @@ def assert_absent(direct, key: str | None = None) -> None:  # type: ignore[no-un
     listed = direct.list_objects_v2(Bucket=BUCKET).get("Contents", [])
     keys = [o["Key"] for o in listed]
     assert (key not in keys) if key is not None else not keys, keys
+
+
+@contextlib.contextmanager
+def answers(gw) -> Iterator[list[dict[str, Any]]]:  # type: ignore[no-untyped-def]
+    """Within: the access-log entries of the requests the gateway finished meanwhile (an entry is
+    made once a request's handling ended, answered or not)."""
+    seen: list[dict[str, Any]] = []
+    observers = gw.server.config.app.s3.accounts.observers
+    observers.append(seen.append)
+    try:
+        yield seen
+    finally:
+        observers.remove(seen.append)
+
+
+def accepted(gw, conns: list[Conn]) -> bool:  # type: ignore[no-untyped-def]
+    """Whether the gateway holds each of `conns` as one of its connections."""
+    held = {tuple(protocol.client) for protocol in list(gw.server.server_state.connections) if protocol.client}
+    return all(conn.sock.getsockname() in held for conn in conns)
 
 
 def assert_healthy(gw) -> None:  # type: ignore[no-untyped-def]
@@ -794,10 +817,12 @@ def test_body_shorter_than_content_length(gw, direct):
     body = os.urandom(10_000)
     signed = sign("PUT", f"/{BUCKET}/cut.bin", host_of(gw), payload_hash="UNSIGNED-PAYLOAD")
     signed["content-length"] = str(len(body) * 2)
-    with Conn(gw.endpoint) as conn:
-        conn.send(head_bytes("PUT", target(f"/{BUCKET}/cut.bin"), signed) + body)
-        time.sleep(0.1)
-    time.sleep(0.3)  # the gateway notices the disconnect asynchronously
+    with answers(gw) as seen:
+        with Conn(gw.endpoint) as conn:
+            conn.send(head_bytes("PUT", target(f"/{BUCKET}/cut.bin"), signed) + body)
+        # The gateway notices the disconnect asynchronously: once it is done with the request,
+        # it would have sent the object to the origin.
+        wait_for(lambda: any(entry["key"] == "cut.bin" for entry in seen), "the gateway is done with the PUT")
     assert_absent(direct)
     assert_healthy(gw)
 
@@ -806,17 +831,18 @@ def test_body_shorter_than_content_length_half_close(gw, direct):
     body = os.urandom(10_000)
     signed = sign("PUT", f"/{BUCKET}/cut.bin", host_of(gw), payload_hash="UNSIGNED-PAYLOAD")
     signed["content-length"] = str(len(body) * 2)
-    with Conn(gw.endpoint) as conn:
-        conn.send(head_bytes("PUT", target(f"/{BUCKET}/cut.bin"), signed) + body)
-        conn.sock.shutdown(socket.SHUT_WR)
-        # Whatever the server does (answer 400 IncompleteBody, or just close), it must not hang or 500.
-        try:
-            resp = conn.read_response()
-        except (EOFError, ConnectionResetError):
-            resp = None
-    if resp is not None:
-        assert resp.status == 400 and resp.code == "IncompleteBody", resp
-    time.sleep(0.2)
+    with answers(gw) as seen:
+        with Conn(gw.endpoint) as conn:
+            conn.send(head_bytes("PUT", target(f"/{BUCKET}/cut.bin"), signed) + body)
+            conn.sock.shutdown(socket.SHUT_WR)
+            # Whatever the server does (answer 400 IncompleteBody, or just close), it must not hang or 500.
+            try:
+                resp = conn.read_response()
+            except (EOFError, ConnectionResetError):
+                resp = None
+        if resp is not None:
+            assert resp.status == 400 and resp.code == "IncompleteBody", resp
+        wait_for(lambda: any(entry["key"] == "cut.bin" for entry in seen), "the gateway is done with the PUT")
     assert_absent(direct)
     assert_healthy(gw)
 
@@ -1046,7 +1072,7 @@ def test_stalled_clients_do_not_block_others(gw, s3):
         conn = Conn(gw.endpoint)
         conn.send(head_bytes("PUT", target(f"/{BUCKET}/stall2"), signed) + b"10\r\n64\r\nabc")
         stalled.append(conn)
-        time.sleep(0.2)
+        wait_for(lambda: accepted(gw, stalled), "the gateway holds the stalled connections")
 
         results: list[bytes] = []
 

@@ -30,8 +30,9 @@ from gateway.cli import main
 from gateway.cluster.peers import encode_query, sign
 from gateway.config import AdminSettings, RedisSettings
 from gateway.node.workers import WorkerSet
-from tests.admin.test_dashboard import browser, open_page, text, wait_for  # noqa: F401 (browser: a fixture)
+from tests.admin.test_dashboard import browser, open_page, page_shows, text  # noqa: F401 (browser: a fixture)
 from tests.support import GatewayProcess, RunningGateway, base_settings, client
+from tests.waiting import wait_for
 
 TOKEN = "admin-token-for-tests"
 KEYS = [f"dir/k{n}" for n in range(8)]
@@ -91,10 +92,7 @@ def own_stats(gateway: RunningGateway) -> dict[str, object]:
 def counted(gateway: RunningGateway, requests: int) -> None:
     """Wait for a worker to have counted `requests` S3 requests (each is counted once its
     answer is sent, a moment after the client has it)."""
-    deadline = time.monotonic() + 5
-    while own_stats(gateway)["requests"] != requests:
-        assert time.monotonic() < deadline, own_stats(gateway)["requests"]
-        time.sleep(0.01)
+    wait_for(lambda: own_stats(gateway)["requests"] == requests, f"{requests} requests counted")
 
 
 def held(gateway: RunningGateway, bucket: str) -> int:
@@ -196,10 +194,7 @@ def test_a_restarted_worker_takes_the_runtime_pins_its_siblings_hold(node):
     w1.__exit__()
     with RunningGateway(w1.settings, workers=w1.server.config.app.workers) as again:
         store = again.server.config.app.s3.engine.store
-        deadline = time.monotonic() + 5
-        while store.pinned != [("bkt", "hot/")]:
-            assert time.monotonic() < deadline, store.pinned
-            time.sleep(0.02)
+        wait_for(lambda: store.pinned == [("bkt", "hot/")], "the restarted worker takes its siblings' pins")
         assert again.server.config.app.admin.node.pins.is_runtime(("bkt", "hot/"))
 
 
@@ -322,10 +317,10 @@ def test_the_dashboard_says_how_many_workers_its_figures_hold(node, browser):  #
     w0, w1 = node
     fill(w0, w1)
     open_page(browser, w0, TOKEN)
-    wait_for(browser, "2 workers", lambda b: text(b, "#workers-fact") == "2 workers")
+    page_shows(browser, "2 workers", lambda b: text(b, "#workers-fact") == "2 workers")
     assert text(browser, "#requests") == str(admin(w0, "GET", "/stats").json()["requests"])
     w1.__exit__()
-    wait_for(browser, "1 of 2 workers", lambda b: text(b, "#workers-fact") == "1 of 2 workers")
+    page_shows(browser, "1 of 2 workers", lambda b: text(b, "#workers-fact") == "1 of 2 workers")
     assert browser.find_element("id", "workers-fact").get_attribute("class") == "partial"
 
 
@@ -353,10 +348,9 @@ def test_gateway_serve_with_two_workers_answers_for_the_node_on_every_connection
         assert admin(node, "POST", "/purge?bucket=bkt").json()["blocks_removed"] == len(KEYS)
         victim = min(node.worker_pids())
         os.kill(victim, signal.SIGKILL)
-        deadline = time.monotonic() + 30  # the supervisor starts another in its place
-        while admin(node, "GET", "/stats").json()["workers"]["answered"] != 2 or victim in node.worker_pids():
-            assert time.monotonic() < deadline, "the node did not answer with both workers again"
-            time.sleep(0.1)
+        wait_for(lambda: admin(node, "GET", "/stats").json()["workers"]["answered"] == 2  # the supervisor starts
+                 and victim not in node.worker_pids(),  # another in its place
+                 "the node answers with both workers again", within=30, interval=0.1)
         assert admin(node, "GET", "/stats").json()["pinned"] == [{"bucket": "bkt", "prefix": "hot/"}]
     finally:
         node.stop()
@@ -407,13 +401,12 @@ def test_the_nodes_counters_never_go_down_when_a_worker_is_killed(clean_origin):
             seen = [node_counters(node)]
             victim = min(node.worker_pids())
             os.kill(victim, signal.SIGKILL)  # right after both workers showed their counts
-            deadline = time.monotonic() + 30  # the supervisor starts another in its place
-            while True:
+
+            def back() -> bool:
                 seen.append(node_counters(node))  # while it is gone, then once the new one answers
                 never_lower(seen[-2], seen[-1])
-                if victim not in node.worker_pids() and admin(node, "GET", "/stats").json()["workers"]["answered"] == 2:
-                    break
-                assert time.monotonic() < deadline, "the node did not answer with both workers again"
+                return victim not in node.worker_pids() and admin(node, "GET", "/stats").json()["workers"]["answered"] == 2
+            wait_for(back, "the supervisor starts another in its place, and the node answers with both", within=30)
             read_all()
             never_lower(seen[-1], node_counters(node))
         last = node_counters(node)

@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 from gateway.config import CacheSettings, RedisSettings
 from gateway.engine import Engine
 from gateway.node.workers import WorkerSet
-from tests.redis_fixtures import wait_until
 from tests.support import GatewayProcess, RunningGateway, base_settings, client
+from tests.waiting import wait_for
 
 BUCKET = "workers"
 
@@ -59,8 +59,8 @@ def node(request, clean_origin) -> Iterator[tuple[RunningGateway, RunningGateway
         for worker in workers:
             started.append(RunningGateway(settings, workers=worker).__enter__())
         if request.param == "redis":
-            wait_until(lambda: all(engine(g).shared.invalidation.listening() for g in started),  # type: ignore[union-attr]
-                       "both workers listen", within=5)
+            wait_for(lambda: all(engine(g).shared.invalidation.listening() for g in started),  # type: ignore[union-attr]
+                     "both workers listen")
         client(started[0].endpoint).create_bucket(Bucket=BUCKET)
         yield started[0], started[1]
     finally:

@@ -13,14 +13,16 @@ from typing import Any
 
 import httpx
 
+from tests.servers import free_port
 from tests.support import GatewayProcess
 
 WORKERS = 4
 TOKEN = "start-token"
 
 
-def start_node(origin: str) -> GatewayProcess:
-    return GatewayProcess(origin, workers=WORKERS, GATEWAY_ADMIN_TOKEN=TOKEN, GATEWAY_CACHE_MEMORY_QUOTA="64MiB")
+def start_node(origin: str, port: int = 0) -> GatewayProcess:
+    return GatewayProcess(origin, workers=WORKERS, port=port, GATEWAY_ADMIN_TOKEN=TOKEN,
+                          GATEWAY_CACHE_MEMORY_QUOTA="64MiB")
 
 
 def answering(port: int) -> list[int]:
@@ -50,7 +52,7 @@ def test_readyz_answers_200_only_once_every_worker_serves(clean_origin: str) -> 
     any worker that accepts): at its first 200 every worker's socket already answers, and the
     node's stats hold every worker. Before that it answers 503 and says the workers are starting.
     A worker killed after that leaves the node ready while the supervisor starts it again."""
-    node = start_node(clean_origin)
+    node = start_node(clean_origin, free_port())  # asked from the start: before the node says its port
     first: dict[str, Any] = {}
     unready: list[dict[str, Any]] = []
     stop = threading.Event()

@@ -19,7 +19,8 @@ from botocore.httpchecksum import AwsChunkedWrapper, Crc32Checksum, CrtCrc32cChe
 
 from gateway.errors import S3Error
 from gateway.s3api.auth import ChunkSigner, PayloadCheck, RequestView, authenticate
-from gateway.s3api.body import VerifiedBody, receive_verified_body, strip_aws_chunked
+from gateway.s3api.body import VerifiedBody, receive_verified_body
+from gateway.s3api.headers import for_origin_write, strip_aws_chunked
 from gateway.s3api.checksums import new_checksum
 from gateway.signing import derive_signing_key
 
@@ -192,7 +193,7 @@ async def test_cancellation_removes_the_spool(tmp_path: Path) -> None:
         for _ in range(10):
             yield b"z" * 300_000
         started.set()
-        await asyncio.sleep(3600)
+        await asyncio.Event().wait()  # and no more, ever
         yield b""
 
     task = asyncio.create_task(
@@ -354,6 +355,13 @@ def test_strip_aws_chunked() -> None:
     assert strip_aws_chunked("aws-chunked") is None
     assert strip_aws_chunked("aws-chunked, gzip") == "gzip"
     assert strip_aws_chunked("gzip,AWS-CHUNKED,br") == "gzip, br"
+
+
+def test_a_write_reaches_the_origin_without_aws_chunked() -> None:
+    """for_origin_write strips it (with strip_aws_chunked): the object is stored as the client encoded it."""
+    assert "content-encoding" not in for_origin_write({"content-encoding": "aws-chunked", "content-type": "text/plain"})
+    assert for_origin_write({"content-encoding": "aws-chunked,gzip"})["content-encoding"] == "gzip"
+    assert for_origin_write({"content-encoding": "br"})["content-encoding"] == "br"
 
 
 # --- real boto3 clients, end to end (captured before sending) ---------------------------------------------

@@ -7,7 +7,6 @@ import hashlib
 import mmap
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from gateway.store import blockfile, resident
 from gateway.store.blocks import BlockId, checksum
 from gateway.store.disk import DiskTier
+from tests.waiting import wait_for
 
 
 def bid(key: str, index: int = 0, *, bucket: str = "bkt", version: str = "v1") -> BlockId:
@@ -66,7 +66,7 @@ def out_of_page_cache(path: str) -> str:
     """The file written to the disk and dropped from the page cache, as mincore sees it; the
     test is skipped if the kernel keeps it there (POSIX_FADV_DONTNEED drops only the pages no
     one holds at that moment)."""
-    for _ in range(50):
+    def dropped() -> bool:
         fd = os.open(path, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -76,12 +76,15 @@ def out_of_page_cache(path: str) -> str:
             os.close(fd)
         try:
             address = resident.address_of(mapping)
-            if address is not None and not resident.Pages(address, len(mapping)).resident():
-                return path
+            return address is not None and not resident.Pages(address, len(mapping)).resident()
         finally:
             mapping.close()
-        time.sleep(0.02)
-    pytest.skip("the kernel kept the file in its page cache, which the test needs out of it")
+
+    try:
+        wait_for(dropped, "the kernel drops the file from its page cache", within=1)
+    except AssertionError:
+        pytest.skip("the kernel kept the file in its page cache, which the test needs out of it")
+    return path
 
 
 class Clock:

@@ -18,6 +18,7 @@ from gateway.store.blocks import BlockId, checksum
 from gateway.store.disk import DiskTier
 from gateway.store.policy import make_policy
 from tests.store.helpers import Clock, FailingDisk, FullDisk, GatedDisk, bid, files_under, flip_last_byte, payload
+from tests.waiting import eventually
 
 Factory = Callable[..., DiskTier]
 
@@ -352,10 +353,7 @@ async def test_a_cancelled_put_still_lands_and_is_accounted(disks: Factory) -> N
     with pytest.raises(asyncio.CancelledError):
         await task
     disk.gate.set()
-    for _ in range(100):
-        if block in disk:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: block in disk, "the cancelled put lands")
     assert await disk.get(block) == payload(block, 100)
     assert disk.used == 100
 
@@ -367,10 +365,7 @@ async def test_remove_during_a_write_wins(disks: Factory, tmp_path: Path) -> Non
     assert await disk.remove(block) is True
     disk.gate.set()
     await task
-    for _ in range(100):
-        if not files_under(str(tmp_path / "cache")):
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: not files_under(str(tmp_path / "cache")), "the removed block's file is gone")
     assert block not in disk and disk.used == 0
     assert files_under(str(tmp_path / "cache")) == []
 

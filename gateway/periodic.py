@@ -1,26 +1,30 @@
-"""Background work done every few seconds for as long as the node runs."""
+"""Background work done every few seconds for as long as the node runs (fleet heartbeats,
+runtime pins, replication rounds, the store's expiry), and how such loops stop."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 
 from gateway import log
 
 
-async def run_every(interval: float, work: Callable[[], Awaitable[None]], what: str) -> None:
-    """Call `work` every `interval` seconds until cancelled; a failure is logged and the next
-    round comes anyway.
+async def run_every(interval: float, work: Callable[[], Awaitable[object]], what: str, *,
+                    logger: logging.Logger = log.cluster,
+                    sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> None:
+    """Call `work` every `interval` seconds until cancelled; a failure is logged (to `logger`)
+    and the next round comes anyway. (`sleep`: tests hand in their own.)
 
     A cancellation can be lost inside a Redis call (see `stop_if_cancelled`): the loop checks
     after every round whether its task is being cancelled, and stops then.
     """
     while True:
-        await asyncio.sleep(interval)
+        await sleep(interval)
         try:
             await work()
         except Exception:  # a bug or an outage here must not stop the rounds
-            log.cluster.exception("%s failed", what)
+            logger.exception("%s failed", what)
         stop_if_cancelled()
 
 

@@ -1,0 +1,128 @@
+"""A small origin in memory for the engine's unit tests.
+
+Not a mock: a real, if small, implementation of what the engine asks of gateway.origin.Origin
+(`send` and `error_from`), answering as S3 answers: a HEAD or GET of an object (a 304 to a
+matching If-None-Match), a bucket's configuration document (`?cors`), and 404s with their
+error document. It counts what it is sent; `hold()` keeps every answer until `release()`
+(for tests of concurrent askers), and `down` makes it unreachable, as a failed origin is to
+Origin.send (S3Error ServiceUnavailable)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gateway.errors import S3Error
+from gateway.origin import parse_error_document
+
+LAST_MODIFIED = "Wed, 01 Jan 2025 00:00:00 GMT"
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    body: bytes
+    etag: str
+
+
+class Answer:
+    """An answer as Origin.send gives one (OriginResponse): status, headers, a body read once."""
+
+    def __init__(self, status: int, headers: list[tuple[str, str]], body: bytes = b"") -> None:
+        self.status = status
+        self.header_items = headers
+        self.headers = dict(headers)
+        self._body = body
+        self.closed = False
+
+    async def read_at_most(self, limit: int) -> bytes:
+        self.closed = True
+        return self._body[:limit + 1]
+
+    async def read(self) -> bytes:
+        self.closed = True
+        return self._body
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def _error(status: int, code: str, **extra: str) -> Answer:
+    elements = "".join(f"<{name}>{value}</{name}>" for name, value in extra.items())
+    body = f"<Error><Code>{code}</Code><Message>{code}</Message>{elements}</Error>".encode()
+    return Answer(status, [("content-type", "application/xml"), ("content-length", str(len(body)))], body)
+
+
+class MemoryOrigin:
+    """Buckets of objects and of configuration documents, in dicts. Event loop only."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Stored]] = {}
+        self.documents: dict[tuple[str, str], bytes] = {}  # (bucket, name: "cors") -> document
+        self.requests: Counter[str] = Counter()  # by method, as Origin.requests counts them
+        self.sent: list[tuple[str, str | None, str | None, dict[str, str]]] = []  # (method, bucket, key, headers)
+        self.down = False
+        self._held: asyncio.Event | None = None
+
+    def create_bucket(self, bucket: str) -> None:
+        self.objects.setdefault(bucket, {})
+
+    def put(self, bucket: str, key: str, body: bytes) -> str:
+        """Store an object (behind the gateway's back); returns its ETag."""
+        etag = f'"{hashlib.md5(body).hexdigest()}"'
+        self.objects.setdefault(bucket, {})[key] = Stored(body, etag)
+        return etag
+
+    def delete(self, bucket: str, key: str) -> None:
+        self.objects.get(bucket, {}).pop(key, None)
+
+    def hold(self) -> None:
+        """Keep every answer from now on until `release()`."""
+        self._held = asyncio.Event()
+
+    def release(self) -> None:
+        assert self._held is not None
+        self._held.set()
+        self._held = None
+
+    async def send(self, method: str, bucket: str | None = None, key: str | None = None, *,
+                   query: Iterable[tuple[str, str]] = (), headers: dict[str, str] | None = None,
+                   body: object = None, body_length: int | None = None) -> Answer:
+        headers = {name.lower(): value for name, value in (headers or {}).items()}
+        self.requests[method] += 1
+        self.sent.append((method, bucket, key, headers))
+        if self._held is not None:
+            await self._held.wait()
+        if self.down:
+            raise S3Error("ServiceUnavailable", "The origin is unreachable.")
+        if bucket is None or bucket not in self.objects:
+            return _error(404, "NoSuchBucket", BucketName=bucket or "")
+        if key is None:
+            return self._document(bucket, [name for name, _ in query])
+        return self._object(method, bucket, key, headers)
+
+    async def error_from(self, response: Answer, resource: str | None = None) -> S3Error:
+        """The S3Error of an answer's error document, as Origin.error_from makes it."""
+        parsed = parse_error_document(await response.read_at_most(64 * 1024))
+        code, message, extra = parsed if parsed is not None else ("InternalError", "", {})
+        return S3Error(code, message, status=response.status, resource=resource, extra=extra)
+
+    def _object(self, method: str, bucket: str, key: str, headers: dict[str, str]) -> Answer:
+        stored = self.objects[bucket].get(key)
+        if stored is None:
+            return Answer(404, []) if method == "HEAD" else _error(404, "NoSuchKey", Key=key)
+        if headers.get("if-none-match") == stored.etag:
+            return Answer(304, [("etag", stored.etag)])
+        items = [("etag", stored.etag), ("last-modified", LAST_MODIFIED), ("content-type", "application/octet-stream")]
+        if method == "HEAD":
+            return Answer(200, [*items, ("content-length", str(len(stored.body)))])
+        return Answer(200, [*items, ("content-length", str(len(stored.body)))], stored.body)
+
+    def _document(self, bucket: str, names: list[str]) -> Answer:
+        name = names[0] if names else ""
+        document = self.documents.get((bucket, name))
+        if document is None:
+            return _error(404, "NoSuchCORSConfiguration" if name == "cors" else "NoSuchKey", BucketName=bucket)
+        return Answer(200, [("content-length", str(len(document)))], document)

@@ -1,5 +1,5 @@
 """Fuzz target `request`: the request line and headers before authentication: percent-decoding,
-bucket and key validation (gateway/s3api/server.py parse_request), operation routing, partNumber,
+bucket and key validation (gateway/s3api/request.py parse_request), operation routing, partNumber,
 x-amz-copy-source, max-keys, continuation tokens, and the body headers (gateway/s3api/bodycheck.py:
 lengths, aws-chunked, checksums and trailers announced, Content-MD5).
 
@@ -20,7 +20,7 @@ from _harness import Controls, check, client_error, main, seed
 
 # Only the front end: server.py's imports pull in the engine, the store and the cluster.
 with atheris.instrument_imports(include=["gateway.s3api", "gateway.signing", "gateway.errors"]):
-    from gateway.s3api import bodycheck, handlers, routes, server, xml
+    from gateway.s3api import bodycheck, handlers, request, routes, server, xml
     from gateway.s3api.headers import strip_aws_chunked
     from gateway.s3api.auth import ChunkSigner, PayloadCheck
 
@@ -53,7 +53,7 @@ def test_one_input(data: bytes) -> None:
              "raw_path": raw_path, "query_string": query, "headers": headers}
 
     try:
-        req = server.parse_request(scope, _never, "req-1", domain)
+        req = request.parse_request(scope, _never, "req-1", domain)
     except Exception as exc:
         client_error(exc)
         return
@@ -61,7 +61,7 @@ def test_one_input(data: bytes) -> None:
         check("\x00" not in req.key and len(req.key.encode("utf-8")) <= 1024, f"key {req.key[:80]!r}")
         check(req.key != "", "an empty key")
     if req.bucket is not None:
-        check(server._plausible_bucket(req.bucket), f"bucket {req.bucket!r}")
+        check(request._plausible_bucket(req.bucket), f"bucket {req.bucket!r}")
 
     # What the handlers read from a parsed request, each on its own.
     steps = [

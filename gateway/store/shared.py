@@ -17,7 +17,8 @@ answered below ASGI whichever worker owns the block.
 Every hit served from another worker's block is noted to that worker (store.hitnotes: a
 ring of names in shared memory per pair of workers), which takes the notes into its eviction
 policy every `NOTES_EVERY` seconds and before it chooses a victim: each owner's policy learns
-recency and frequency from the whole node's traffic, as one worker's would.
+recency and frequency from the whole node's traffic, as one worker's would. With CACHE_PROMOTE
+the owner also promotes a block of a lower level that another worker hit (TieredStore).
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ class SharedTier:
         self.policy = policy
         self.notes = notes  # the hits served from other workers' blocks, told to them; theirs, to this one
         self._take_later: asyncio.TimerHandle | None = None
+        # Installed by TieredStore on a level below memory with CACHE_PROMOTE: a block of this
+        # worker's that another worker hit here is promoted by this worker, as its own hit would be.
+        self.promote_noted: Callable[[SharedTier, BlockId], None] | None = None
         if notes is not None:
             policy = NotedPolicy(policy, self.take_notes)
         self.own = DiskTier(path, quota, policy, medium=medium, name=name, keeps=owns)
@@ -137,13 +141,21 @@ class SharedTier:
         the last take; returns how many (of blocks it still holds: the others are gone)."""
         if self.notes is None:
             return 0
-        policy, taken = self.policy, 0
+        policy, taken, promote = self.policy, 0, self.promote_noted
         for name in self.notes.drain():
             if name in policy:
                 policy.access(name)
                 taken += 1
+                if promote is not None and (entry := self.own._index.get(name)) is not None:  # (its own part's index)
+                    promote(self, entry.block_id)
         self.stats.notes_taken += taken
         return taken
+
+    async def read_own(self, block_id: BlockId) -> bytes | None:
+        """A block this worker keeps here, read uncounted (a hit another worker served and
+        counted, promoted by this one): in the own part's threads."""
+        data = await self.own.in_thread(self.read_other, block_id)
+        return None if data is None else bytes(data)
 
     def _take_periodically(self) -> None:
         self.take_notes()

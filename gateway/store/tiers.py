@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -78,6 +79,11 @@ class TieredStore:
         self.freed = 0
         for tier in self.levels:
             tier.evictable = self._evictable
+        self._promoting: set[asyncio.Task[None]] = set()
+        if promote and isinstance(memory, SharedTier):  # the owner promotes what other workers hit
+            for tier in self.disks:
+                if isinstance(tier, SharedTier):
+                    tier.promote_noted = self._promote_noted
         self._seed_ages()
 
     # --- rules ------------------------------------------------------------------------------
@@ -119,6 +125,8 @@ class TieredStore:
         self._seed_ages()
 
     async def aclose(self) -> None:
+        for task in list(self._promoting):
+            task.cancel()
         for tier in self.levels:
             await tier.aclose()
 
@@ -138,7 +146,8 @@ class TieredStore:
             data = await tier.get(block_id)
             if data is None:
                 continue
-            if self.promote and level > 0 and block_id not in self.levels[0]:
+            # Another worker's block is promoted by its owner, when it takes this hit's note.
+            if self.promote and level > 0 and block_id not in self.levels[0] and self.owns(block_id):
                 self.promotions += 1
                 await self._store_at(0, block_id, data)
             return data, tier.name
@@ -178,6 +187,20 @@ class TieredStore:
         memory = self.memory
         data = memory.read_other(block_id) if isinstance(memory, SharedTier) else None
         return None if data is None else bytes(data)
+
+    def _promote_noted(self, tier: SharedTier, block_id: BlockId) -> None:
+        """Another worker hit a block this worker keeps in a level below memory: promote it
+        (CACHE_PROMOTE) as this worker's own hit would, in a task of its own."""
+        if block_id not in self.levels[0]:
+            task = asyncio.get_running_loop().create_task(self._promote(tier, block_id))
+            self._promoting.add(task)
+            task.add_done_callback(self._promoting.discard)
+
+    async def _promote(self, tier: SharedTier, block_id: BlockId) -> None:
+        data = await tier.read_own(block_id) if block_id in tier else None
+        if data is not None and block_id not in self.levels[0]:  # (still: the read took an await)
+            self.promotions += 1
+            await self._store_at(0, block_id, data)
 
     def missed(self) -> None:
         """A block no tier was asked for was fetched (a run of the engine brought it): one more miss."""

@@ -12,6 +12,7 @@ from gateway.store.blocks import BlockId
 from gateway.store.hitnotes import HitNotes, HitRing, NotedPolicy, ring_size
 from gateway.store.policy import LRUPolicy, S3FIFOPolicy
 from gateway.store.shared import SharedTier
+from gateway.store.tiers import TieredStore
 
 
 def name(i: int) -> bytes:
@@ -104,29 +105,61 @@ def test_the_owner_takes_the_notes_before_it_chooses_a_victim() -> None:
     assert len(policy) == 2 and "a" in policy
 
 
-def test_a_shared_tier_applies_its_siblings_hits_to_its_policy(tmp_path: Path) -> None:
+async def test_a_shared_tier_applies_its_siblings_hits_to_its_policy(tmp_path: Path) -> None:
     """Worker 0 owns every block; worker 1 hits one of them: in worker 0's S3-FIFO that block
     is accessed, so it goes to the main queue rather than out when the small queue is full."""
-    async def run() -> None:
-        folder = str(tmp_path / "hits")
+    folder = str(tmp_path / "hits")
 
-        def tier(index: int) -> SharedTier:
-            return SharedTier(str(tmp_path / "mem"), 4 * 1024, S3FIFOPolicy(4 * 1024), lambda b: index == 0,
-                              medium="memory", name="mem", notes=HitNotes(folder, "mem", index, 2, lambda b: 0))
+    def tier(index: int) -> SharedTier:
+        return SharedTier(str(tmp_path / "mem"), 4 * 1024, S3FIFOPolicy(4 * 1024), lambda b: index == 0,
+                          medium="memory", name="mem", notes=HitNotes(folder, "mem", index, 2, lambda b: 0))
 
-        owner, reader = tier(0), tier(1)
-        await owner.open()
-        await reader.open()
-        try:
-            for i in range(4):
-                await owner.put(block(i), bytes([i]) * 1024)
-            assert reader.get_now(block(0)) is not None  # worker 1's hit, noted for worker 0
-            assert reader.stats.notes_sent == 1
-            await owner.put(block(4), b"x" * 1024)  # the victim is chosen after the note is taken
-            assert block(0) in owner and block(1) not in owner
-            assert owner.stats.notes_taken == 1
-        finally:
-            await owner.aclose()
-            await reader.aclose()
+    owner, reader = tier(0), tier(1)
+    await owner.open()
+    await reader.open()
+    try:
+        for i in range(4):
+            await owner.put(block(i), bytes([i]) * 1024)
+        assert reader.get_now(block(0)) is not None  # worker 1's hit, noted for worker 0
+        assert reader.stats.notes_sent == 1
+        await owner.put(block(4), b"x" * 1024)  # the victim is chosen after the note is taken
+        assert block(0) in owner and block(1) not in owner
+        assert owner.stats.notes_taken == 1
+    finally:
+        await owner.aclose()
+        await reader.aclose()
 
-    asyncio.run(run())
+
+async def test_the_owner_promotes_a_disk_block_another_worker_hit(tmp_path: Path) -> None:
+    """CACHE_PROMOTE in a node of workers: a block worker 1 reads from worker 0's part of the
+    disk tier is copied into memory by worker 0, which owns it, once it takes the note."""
+    folder = str(tmp_path / "hits")
+
+    def store(index: int) -> TieredStore:
+        def owns(b: BlockId) -> bool:
+            return index == 0
+
+        def level(path: str, name: str, medium: str) -> SharedTier:
+            return SharedTier(str(tmp_path / path), 1024, LRUPolicy(), owns, medium=medium, name=name,
+                              notes=HitNotes(folder, name, index, 2, lambda b: 0))
+
+        return TieredStore(level("mem", "mem", "memory"), [level("disk", "disk0", "ssd")], owns=owns)
+
+    owner, reader = store(0), store(1)
+    await owner.open()
+    await reader.open()
+    try:
+        await owner.put(block(0), b"a" * 1024)
+        await owner.put(block(1), b"b" * 1024)  # block 0 goes down to the disk
+        assert owner.memory is not None and block(0) not in owner.memory and block(0) in owner.disks[0]
+        hit = await reader.get(block(0))
+        assert hit is not None and hit[1] == "disk0" and reader.promotions == 0  # not the reader's to promote
+        disk = owner.disks[0]
+        assert isinstance(disk, SharedTier) and disk.take_notes() == 1
+        async with asyncio.timeout(10):
+            while owner.promotions == 0 or block(0) not in owner.memory:
+                await asyncio.sleep(0.01)  # the promotion reads the block in the disk tier's threads
+        assert (await reader.get(block(0)) or (b"", ""))[1] == "mem"
+    finally:
+        await owner.aclose()
+        await reader.aclose()

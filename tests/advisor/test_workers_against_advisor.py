@@ -1,12 +1,14 @@
-"""A node of N workers hits as one cache: its live hit ratio is the advisor's replay of its
-own access log, whatever N (store.hitnotes: every hit a worker serves from another worker's
-block reaches that block's owner's eviction policy).
+"""A node of workers hits as one cache: its block hit ratio is the advisor's replay of its own
+access log, with 1 worker or 2 (store.hitnotes: every hit a worker serves from another worker's
+block reaches that block's owner's eviction policy, and with CACHE_PROMOTE its promotion).
 
 The workers of a node run here as gateways in this process, each on its own port and its unix
 socket, sharing one run folder (tests/integration/test_workers_cache.py); each GET goes to a
 worker drawn at random, as the kernel hands connections to the workers of `gateway serve`.
-Objects of 64-256 KiB in 256 KiB blocks (one block each), Zipf(0.9) popularity, a memory tier
-of a third of the objects' bytes; the trace is the `gateway.access` lines they logged.
+Objects of 64-256 KiB in 256 KiB blocks (one block each), Zipf(0.9) popularity, a budget of a
+third of the objects' bytes (all memory, or a quarter of it over a disk tier); the trace is the
+`gateway.access` lines they logged. With 4 workers the node is still 2-3.5 points below the
+replay (docs/advisor.md, "Against a node of several workers"): not asserted here.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from tests.support import RunningGateway, base_settings, client
 KiB = 1024
 OBJECTS = 400
 GETS = 2500
-TOLERANCE = 0.005  # the issue's bound: within half a point of the replay
+TOLERANCE = 0.005  # within half a point of the replay
 
 
 class Lines(logging.Handler):
@@ -121,15 +123,14 @@ def test_a_node_of_workers_hits_as_the_advisor_replays_its_log(
     # (Not its x-cache answers: a worker answers `miss` for a block another worker holds on a
     # disk, which it does not look for before it reads; the read then hits the owner's file.)
     live = 1 - fetched / GETS
-    counters = replay(gets, spec_from_settings(cache))
-    one_store = counters.block_hit_ratio
+    one_store = replay(gets, spec_from_settings(cache)).block_hit_ratio
     # The node as the model of its parts: each worker's share of the blocks in its share of the quota.
     part = spec_from_settings(cache).scaled(1 / count)
     parts = [replay([r for r in gets if placement(r.bucket, r.key, 0) % count == i], part) for i in range(count)]
     in_parts = sum(c.answers["hit-mem"] + c.answers["hit-disk"] for c in parts) / GETS
     answered = sum(1 for read in gets if read.cache in ("hit-mem", "hit-disk")) / GETS
-    print(f"{policy}, {count} workers, {'memory+disk' if disk else 'memory'}: live {live:.4f} (x-cache {answered:.4f}), advisor {one_store:.4f}, the model of the node's parts "
-          f"{in_parts:.4f}; notes {sent} sent, {dropped} dropped")
+    print(f"{policy}, {count} workers, {'memory+disk' if disk else 'memory'}: live {live:.4f} (x-cache "
+          f"{answered:.4f}), advisor {one_store:.4f}, the node's parts {in_parts:.4f}; notes {sent} sent, {dropped} dropped")
     assert (sent > 0) == (count > 1) and dropped == 0
     assert abs(live - one_store) <= TOLERANCE
     assert abs(live - in_parts) <= TOLERANCE

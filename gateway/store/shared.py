@@ -114,7 +114,13 @@ class SharedTier:
     async def open(self) -> None:
         await self.own.open()
         if self.notes is not None:
-            self.notes.open()
+            try:
+                self.notes.open()
+            except OSError as exc:  # the rings are a hint: without them each worker learns from its own hits
+                log.warning("tier %s: no hit notes between the workers (%s): each evicts from its own hits", self.name, exc)
+                self.notes.close()
+                self.notes = None
+                return
             self._take_later = asyncio.get_running_loop().call_later(NOTES_EVERY, self._take_periodically)
 
     async def aclose(self) -> None:
@@ -124,6 +130,7 @@ class SharedTier:
             self._take_later = None
         if self.notes is not None:
             self.notes.close()
+            self.notes = None  # (hits served while closing are not counted as notes lost)
         await self.own.aclose()
 
     # --- the other workers' hits ------------------------------------------------------------

@@ -33,7 +33,12 @@ from tests.support import RunningGateway, base_settings, client
 KiB = 1024
 OBJECTS = 400
 GETS = 2500
-TOLERANCE = 0.005  # within half a point of the replay
+TOLERANCE = 0.005  # within half a point of the replay of the node's parts
+# Each worker evicts among its own blocks within its share of the quota: a node is N stores over
+# N shares of the blocks. At this scale (some 50 blocks per worker) the replay of 2 such parts is
+# within 0.013 of one store's for 30 random bucket names (a name moves every block), most within
+# 0.005 (docs/advisor.md); the larger the cache, the closer.
+SPLIT = 0.015
 
 
 class Lines(logging.Handler):
@@ -132,5 +137,5 @@ def test_a_node_of_workers_hits_as_the_advisor_replays_its_log(
     print(f"{policy}, {count} workers, {'memory+disk' if disk else 'memory'}: live {live:.4f} (x-cache "
           f"{answered:.4f}), advisor {one_store:.4f}, the node's parts {in_parts:.4f}; notes {sent} sent, {dropped} dropped")
     assert (sent > 0) == (count > 1) and dropped == 0
-    assert abs(live - one_store) <= TOLERANCE
     assert abs(live - in_parts) <= TOLERANCE
+    assert abs(live - one_store) <= (TOLERANCE if count == 1 else SPLIT)

@@ -163,3 +163,17 @@ async def test_the_owner_promotes_a_disk_block_another_worker_hit(tmp_path: Path
     finally:
         await owner.aclose()
         await reader.aclose()
+
+
+async def test_without_room_for_its_rings_a_tier_serves_without_notes(tmp_path: Path) -> None:
+    (tmp_path / "file").write_bytes(b"")
+    notes = HitNotes(str(tmp_path / "file" / "hits"), "mem", 1, 2, lambda b: 0)  # a folder under a file
+    tier = SharedTier(str(tmp_path / "mem"), 4096, LRUPolicy(), lambda b: True, medium="memory", name="mem",
+                      notes=notes)
+    await tier.open()
+    try:
+        assert tier.notes is None
+        await tier.put(block(0), b"a" * 100)
+        assert tier.get_now(block(0)) is not None and tier.take_notes() == 0
+    finally:
+        await tier.aclose()

@@ -18,6 +18,10 @@ model the owner could read a slot just before its bytes land: a stale or torn na
 names no block it holds (nothing happens) or one it holds (one access too many). A hint, not
 a record: the notes may be late, few may be lost, none is ever a read's business.
 
+Cost to the hit: ~0.5 µs (a read of another worker's 4 KiB block from its mapping, on this
+project's 2-core machine: 0.87 µs without the note, 1.34 µs with it; the owner spends ~0.4 µs
+per note it takes).
+
 A worker restarted finds its rings where it left them (the run folder outlives it): a writer
 goes on from the `head` in its file, a reader from its `tail`.
 """
@@ -38,6 +42,7 @@ SLOTS = 4096  # names a ring holds between two drains of its owner (64 KiB of sl
 _NAME = 16  # bytes of a block's name
 _HEAD, _DROPPED, _TAIL = 0, 8, 64  # the writer's counters, and the reader's on a cache line of its own
 _SLOTS_AT = 128
+_ROUTES = 16384  # blocks whose ring and raw name are kept (forgotten all at once past this)
 
 
 def _always(key: str) -> bool:
@@ -139,6 +144,7 @@ class HitNotes:
         self.slots = slots
         self._out: list[HitRing | None] = []
         self._in: list[HitRing] = []
+        self._routes: dict[str, tuple[HitRing, bytes]] = {}  # block name -> its owner's ring, raw name
 
     def path(self, reader: int, owner: int) -> str:
         return os.path.join(self.folder, f"{self.tier}.{reader}-{owner}")
@@ -153,13 +159,20 @@ class HitNotes:
         for ring in (*self._out, *self._in):
             if ring is not None:
                 ring.close()
-        self._out, self._in = [], []
+        self._out, self._in, self._routes = [], [], {}
 
     def note(self, block_id: BlockId) -> bool:
         """A hit of another worker's block, for its owner: a store of 16 bytes, never a wait.
         False when it was lost (its ring full, or the rings closed)."""
-        ring = self._out[self.owner(block_id)] if self._out else None
-        return ring is not None and ring.push(bytes.fromhex(block_id.name))
+        route = self._routes.get(block_id.name)
+        if route is None:  # the ring and raw name of a block, kept for its next hits
+            ring = self._out[self.owner(block_id)] if self._out else None
+            if ring is None:
+                return False
+            if len(self._routes) >= _ROUTES:
+                self._routes.clear()
+            route = self._routes[block_id.name] = (ring, bytes.fromhex(block_id.name))
+        return route[0].push(route[1])
 
     def drain(self) -> list[str]:
         """The names of this worker's blocks other workers hit since the last drain."""

@@ -27,7 +27,9 @@ class TieredStore:
       as a new insert, like any other block.
     - get() looks from the top; with `promote` (CACHE_PROMOTE) a hit below level 0 is
       copied into level 0, which demotes level 0's victims in turn. The lower copy stays:
-      a block may live in two levels at once, and removal removes every copy.
+      a block may live in two levels at once, and removal removes every copy. A block another
+      worker of the node owns is promoted by that worker, when it takes this hit's note
+      (store.hitnotes): only an owner writes into its part of the tiers.
     - Pinned (bucket, key prefix) blocks are never chosen as victims, in any level: the
       store installs its predicate as each tier's `evictable`. Admin purges and TTLs still
       remove them. The configured pins are fixed; `set_pinned` replaces the runtime ones.

@@ -65,8 +65,10 @@ class HitRing:
         size = ring_size(slots)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            if os.fstat(fd).st_size < size:  # either side may come first; the file starts zeroed
-                os.ftruncate(fd, size)
+            # Either side may come first; the file starts zeroed. Its pages are taken now, not at
+            # a first write into the mapping (on a full tmpfs that write would be a SIGBUS; this,
+            # an OSError, and the tier runs without notes).
+            os.posix_fallocate(fd, 0, size)
             self._map = mmap.mmap(fd, size)
         finally:
             os.close(fd)

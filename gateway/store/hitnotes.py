@@ -19,8 +19,8 @@ names no block it holds (nothing happens) or one it holds (one access too many).
 a record: the notes may be late, few may be lost, none is ever a read's business.
 
 Cost to the hit: ~0.5 µs (a read of another worker's 4 KiB block from its mapping, on this
-project's 2-core machine: 0.87 µs without the note, 1.34 µs with it; the owner spends ~0.4 µs
-per note it takes).
+project's 2-core machine: 0.86-0.93 µs without the note, 1.29-1.50 µs with it; the owner
+spends ~0.4 µs per note it takes; bench/hit_notes.py).
 
 A worker restarted finds its rings where it left them (the run folder outlives it): a writer
 goes on from the `head` in its file, a reader from its `tail`.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import socket
 from collections.abc import Coroutine
 from typing import Any
@@ -36,6 +37,7 @@ from gateway.s3api.replays import Keeper, LaterReplay
 from gateway.s3api.server import S3App
 from gateway.store.disk import DiskTier
 from gateway.store.blocks import BlockId
+from gateway.store.hitnotes import HitNotes
 from gateway.store.memory import MemoryTier
 from gateway.store.policy import make_policy
 from gateway.store.shared import SharedTier
@@ -234,13 +236,19 @@ def build_store(cache: CacheSettings, workers: WorkerSet | None = None) -> Tiere
     def owns(block: BlockId) -> bool:  # WorkerSet.owns, in one call: asked on every hit of a tier
         return alone or placement(block.bucket, block.key, block.index) % share == mine
 
+    def owner(block: BlockId) -> int:
+        return placement(block.bucket, block.key, block.index) % share
+
+    def notes(tier: str) -> HitNotes:  # the hits of other workers' blocks, told to their owners
+        return HitNotes(os.path.join(workers.run_dir, "hits"), tier, mine, share, owner)
+
     memory: MemoryTier | SharedTier | None = None
     if cache.memory_quota > 0 and alone:
         memory = MemoryTier(cache.memory_quota, make_policy(cache.policy, cache.memory_quota))
     elif cache.memory_quota > 0:
         quota = cache.memory_quota // share
         memory = SharedTier(workers.memory_path, quota, make_policy(cache.policy, quota), owns, medium="memory",
-                            name="mem")
+                            name="mem", notes=notes("mem"))
     disks: list[Tier] = []
     for i, d in enumerate(cache.disk):
         if alone:
@@ -248,7 +256,7 @@ def build_store(cache: CacheSettings, workers: WorkerSet | None = None) -> Tiere
         else:
             quota = d.quota // share
             disks.append(SharedTier(d.path, quota, make_policy(cache.policy, quota), owns, medium=d.medium,
-                                    name=f"disk{i}"))
+                                    name=f"disk{i}", notes=notes(f"disk{i}")))
     return TieredStore(
         memory, disks, promote=cache.promote,
         pinned=tuple((r.bucket, r.prefix) for r in cache.pinned),

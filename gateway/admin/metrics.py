@@ -117,6 +117,18 @@ class NodeCollector(Collector):
             "bad_blocks": CounterMetricFamily("gateway_cache_bad_blocks_total",
                                               "Blocks that failed their checksum or header check, dropped.",
                                               labels=["tier"]),
+            "notes_sent": CounterMetricFamily(
+                "gateway_cache_hit_notes_total",
+                "Hits of blocks another worker of the node owns, noted to that worker's eviction policy.",
+                labels=["tier"]),
+            "notes_dropped": CounterMetricFamily(
+                "gateway_cache_hit_notes_dropped_total",
+                "Hits of blocks another worker owns whose note was lost to a full ring (its owner's policy missed them).",
+                labels=["tier"]),
+            "notes_taken": CounterMetricFamily(
+                "gateway_cache_hit_notes_taken_total",
+                "Notes of other workers' hits of this worker's blocks taken into its eviction policy (blocks still held).",
+                labels=["tier"]),
         }
         used = GaugeMetricFamily("gateway_cache_tier_used_bytes", "Bytes held by a tier.", labels=["tier"])
         quota = GaugeMetricFamily("gateway_cache_tier_quota_bytes", "A tier's quota in bytes.", labels=["tier"])

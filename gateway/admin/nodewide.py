@@ -97,9 +97,9 @@ def _tiers(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for document in documents:
         for tier in document["tiers"]:
             total = tiers.setdefault(tier["name"], {"name": tier["name"], "medium": tier["medium"], "used_bytes": 0,
-                                                    "quota_bytes": 0, "blocks": 0})
-            for figure in ("used_bytes", "quota_bytes", "blocks"):
-                total[figure] += tier[figure]
+                                                    "quota_bytes": 0, "blocks": 0, "notes_dropped": 0})
+            for figure in ("used_bytes", "quota_bytes", "blocks", "notes_dropped"):
+                total[figure] += tier.get(figure, 0)  # (a worker of the release before has no notes)
     return list(tiers.values())
 
 

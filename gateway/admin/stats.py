@@ -13,7 +13,8 @@ HOT_OBJECTS = 20
 def stats_document(node: Node, hot: int = HOT_OBJECTS) -> dict[str, Any]:
     """{"node", "uptime_seconds", "requests", "hits", "misses", "hit_ratio", "served_bytes",
     "tiers", "hot_objects", "members", "pinned", "shadow", "replication"}; hits and misses count
-    block reads; "shadow" is the estimate of the hit ratio at 1x, 2x and 4x the quotas (None
+    block reads; each tier's "notes_dropped" counts the hits of other workers' blocks whose note
+    to their owner was lost to a full ring (store.hitnotes); "shadow" is the estimate of the hit ratio at 1x, 2x and 4x the quotas (None
     when off); "replication" is the hot-object replication controller (None outside a fleet).
     `hot`: how many of the hottest objects to name."""
     counts = stats_counts(node)
@@ -28,7 +29,7 @@ def stats_document(node: Node, hot: int = HOT_OBJECTS) -> dict[str, Any]:
         "served_bytes": counts["served_bytes"],
         "tiers": [
             {"name": label, "medium": tier.medium, "used_bytes": tier.used, "quota_bytes": tier.quota,
-             "blocks": len(tier)}
+             "blocks": len(tier), "notes_dropped": tier.stats.notes_dropped}
             for label, tier in node.tiers()
         ],
         "hot_objects": [{"bucket": bucket, "key": key, "hits": count}

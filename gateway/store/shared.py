@@ -14,13 +14,16 @@ cache holds all of it, through its file kept open or mapped (store.openfiles, co
 path), as the worker's own blocks are (store.disk): a hit of a node of several workers is then
 answered below ASGI whichever worker owns the block.
 
-What a worker does not see: the reads other workers serve from its blocks do not reach
-its eviction policy, which so learns recency and frequency from its own share of the
-traffic (a uniform sample when connections spread evenly).
+Every hit served from another worker's block is noted to that worker (store.hitnotes: a
+ring of names in shared memory per pair of workers), which takes the notes into its eviction
+policy every `NOTES_EVERY` seconds and before it chooses a victim: each owner's policy learns
+recency and frequency from the whole node's traffic, as one worker's would. With CACHE_PROMOTE
+the owner also promotes a block of a lower level that another worker hit (TieredStore).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -31,6 +34,7 @@ from gateway.store import blockfile
 from gateway.store.blockfile import BadBlockError
 from gateway.store.blocks import BlockId
 from gateway.store.disk import WARM, DiskTier
+from gateway.store.hitnotes import HitNotes, NotedPolicy
 from gateway.store.mapped import MappedBlocks
 from gateway.store.openfiles import OpenBlockFiles
 from gateway.store.policy import EvictionPolicy
@@ -41,6 +45,7 @@ log = logging.getLogger("gateway.store")
 __all__ = ["SharedTier"]
 
 _WARM_FILES = 65536  # other workers' block files remembered as read lately (names and times)
+NOTES_EVERY = 0.05  # seconds between two takes of the other workers' notes (and before each victim)
 
 
 class SharedTier:
@@ -53,7 +58,15 @@ class SharedTier:
     """
 
     def __init__(self, path: str, quota: int, policy: EvictionPolicy, owns: Callable[[BlockId], bool], *,
-                 medium: str, name: str) -> None:
+                 medium: str, name: str, notes: HitNotes | None = None) -> None:
+        self.policy = policy
+        self.notes = notes  # the hits served from other workers' blocks, told to them; theirs, to this one
+        self._take_later: asyncio.TimerHandle | None = None
+        # Installed by TieredStore on a level below memory with CACHE_PROMOTE: a block of this
+        # worker's that another worker hit here is promoted by this worker, as its own hit would be.
+        self.promote_noted: Callable[[SharedTier, BlockId], None] | None = None
+        if notes is not None:
+            policy = NotedPolicy(policy, self.take_notes)
         self.own = DiskTier(path, quota, policy, medium=medium, name=name, keeps=owns)
         self.owns = owns
         self.name = name
@@ -100,10 +113,60 @@ class SharedTier:
 
     async def open(self) -> None:
         await self.own.open()
+        if self.notes is not None:
+            try:
+                self.notes.open()
+            except OSError as exc:  # the rings are a hint: without them each worker learns from its own hits
+                log.warning("tier %s: no hit notes between the workers (%s): each evicts from its own hits", self.name, exc)
+                self.notes.close()
+                self.notes = None
+                return
+            self._take_later = asyncio.get_running_loop().call_later(NOTES_EVERY, self._take_periodically)
 
     async def aclose(self) -> None:
         self._others_open.close()
+        if self._take_later is not None:
+            self._take_later.cancel()
+            self._take_later = None
+        if self.notes is not None:
+            self.notes.close()
+            self.notes = None  # (hits served while closing are not counted as notes lost)
         await self.own.aclose()
+
+    # --- the other workers' hits ------------------------------------------------------------
+
+    def _noted(self, block_id: BlockId) -> None:
+        """A hit of another worker's block: noted to that worker (a store of 16 bytes)."""
+        if self.notes is not None:
+            if self.notes.note(block_id):
+                self.stats.notes_sent += 1
+            else:
+                self.stats.notes_dropped += 1
+
+    def take_notes(self) -> int:
+        """Take into this worker's policy the hits other workers served from its blocks since
+        the last take; returns how many (of blocks it still holds: the others are gone)."""
+        if self.notes is None:
+            return 0
+        policy, taken, promote = self.policy, 0, self.promote_noted
+        for name in self.notes.drain():
+            if name in policy:
+                policy.access(name)
+                taken += 1
+                if promote is not None and (entry := self.own._index.get(name)) is not None:  # (its own part's index)
+                    promote(self, entry.block_id)
+        self.stats.notes_taken += taken
+        return taken
+
+    async def read_own(self, block_id: BlockId) -> bytes | None:
+        """A block this worker keeps here, read uncounted (a hit another worker served and
+        counted, promoted by this one): in the own part's threads."""
+        data = await self.own.in_thread(self.read_other, block_id)
+        return None if data is None else bytes(data)
+
+    def _take_periodically(self) -> None:
+        self.take_notes()
+        self._take_later = asyncio.get_running_loop().call_later(NOTES_EVERY, self._take_periodically)
 
     def __contains__(self, block_id: object) -> bool:
         """Held here, or (on tmpfs, where asking costs no disk access) by the worker that owns it."""
@@ -133,6 +196,7 @@ class SharedTier:
         if data is None:  # a miss is the owner's to count, when it is asked for the block
             return None
         self.stats.hits += 1
+        self._noted(block_id)
         return bytes(data)
 
     def get_now(self, block_id: BlockId) -> bytes | memoryview | None:
@@ -143,6 +207,7 @@ class SharedTier:
         data = self.read_other(block_id) if self._inline else self._read_other_cached(block_id)
         if data is not None:
             self.stats.hits += 1
+            self._noted(block_id)
         return data
 
     async def put(self, block_id: BlockId, data: bytes) -> list[BlockId]:

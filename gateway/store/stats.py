@@ -17,6 +17,11 @@ class TierStats:
     bad_blocks: int = 0  # checksum, header or length mismatch found on read or at open
     read_errors: int = 0
     write_errors: int = 0
+    # A tier shared by a node's workers (store.hitnotes): hits of other workers' blocks noted to
+    # their owners, those lost to a full ring, and the notes this worker took into its policy.
+    notes_sent: int = 0
+    notes_dropped: int = 0
+    notes_taken: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

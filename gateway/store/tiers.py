@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -26,7 +27,9 @@ class TieredStore:
       as a new insert, like any other block.
     - get() looks from the top; with `promote` (CACHE_PROMOTE) a hit below level 0 is
       copied into level 0, which demotes level 0's victims in turn. The lower copy stays:
-      a block may live in two levels at once, and removal removes every copy.
+      a block may live in two levels at once, and removal removes every copy. A block another
+      worker of the node owns is promoted by that worker, when it takes this hit's note
+      (store.hitnotes): only an owner writes into its part of the tiers.
     - Pinned (bucket, key prefix) blocks are never chosen as victims, in any level: the
       store installs its predicate as each tier's `evictable`. Admin purges and TTLs still
       remove them. The configured pins are fixed; `set_pinned` replaces the runtime ones.
@@ -78,6 +81,11 @@ class TieredStore:
         self.freed = 0
         for tier in self.levels:
             tier.evictable = self._evictable
+        self._promoting: set[asyncio.Task[None]] = set()
+        if promote and isinstance(memory, SharedTier):  # the owner promotes what other workers hit
+            for tier in self.disks:
+                if isinstance(tier, SharedTier):
+                    tier.promote_noted = self._promote_noted
         self._seed_ages()
 
     # --- rules ------------------------------------------------------------------------------
@@ -119,6 +127,8 @@ class TieredStore:
         self._seed_ages()
 
     async def aclose(self) -> None:
+        for task in list(self._promoting):
+            task.cancel()
         for tier in self.levels:
             await tier.aclose()
 
@@ -138,7 +148,8 @@ class TieredStore:
             data = await tier.get(block_id)
             if data is None:
                 continue
-            if self.promote and level > 0 and block_id not in self.levels[0]:
+            # Another worker's block is promoted by its owner, when it takes this hit's note.
+            if self.promote and level > 0 and block_id not in self.levels[0] and self.owns(block_id):
                 self.promotions += 1
                 await self._store_at(0, block_id, data)
             return data, tier.name
@@ -178,6 +189,20 @@ class TieredStore:
         memory = self.memory
         data = memory.read_other(block_id) if isinstance(memory, SharedTier) else None
         return None if data is None else bytes(data)
+
+    def _promote_noted(self, tier: SharedTier, block_id: BlockId) -> None:
+        """Another worker hit a block this worker keeps in a level below memory: promote it
+        (CACHE_PROMOTE) as this worker's own hit would, in a task of its own."""
+        if block_id not in self.levels[0]:
+            task = asyncio.get_running_loop().create_task(self._promote(tier, block_id))
+            self._promoting.add(task)
+            task.add_done_callback(self._promoting.discard)
+
+    async def _promote(self, tier: SharedTier, block_id: BlockId) -> None:
+        data = await tier.read_own(block_id) if block_id in tier else None
+        if data is not None and block_id not in self.levels[0]:  # (still: the read took an await)
+            self.promotions += 1
+            await self._store_at(0, block_id, data)
 
     def missed(self) -> None:
         """A block no tier was asked for was fetched (a run of the engine brought it): one more miss."""

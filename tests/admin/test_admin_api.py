@@ -130,7 +130,7 @@ def test_stats_document(admin_gateway):
     assert stats["hits"] == 2 and stats["misses"] == 2 and stats["hit_ratio"] == 0.5
     assert stats["served_bytes"] == {"memory": 20, "disk": 0, "origin": 20, "peer": 0}
     assert stats["tiers"] == [{"name": "memory", "medium": "memory", "used_bytes": 20,
-                               "quota_bytes": CacheSettings().memory_quota, "blocks": 2}]
+                               "quota_bytes": CacheSettings().memory_quota, "blocks": 2, "notes_dropped": 0}]
     assert stats["hot_objects"] == [{"bucket": "bkt", "key": "hot", "hits": 3}, {"bucket": "bkt", "key": "warm", "hits": 1}]
     assert stats["pinned"] == []
     # The online estimate (cache.shadow_rate): the same GETs, replayed into 1x, 2x and 4x models.

@@ -326,6 +326,7 @@ async def test_stats_shape(stores: MakeStore) -> None:
     assert stats["tiers"]["mem"] == {
         "medium": "memory", "used": BLOCK, "quota": 2 * BLOCK, "blocks": 1, "healthy": True,
         "hits": 1, "page_cache_hits": 0, "misses": 1, "evictions": 0, "rejected": 0, "bad_blocks": 0, "read_errors": 0, "write_errors": 0,
+        "notes_sent": 0, "notes_dropped": 0, "notes_taken": 0,
     }
     assert stats["tiers"]["disk1"]["medium"] == "hdd"
     assert (stats["hits"], stats["misses"]) == (1, 1)

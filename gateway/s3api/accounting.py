@@ -59,9 +59,9 @@ def note_answer(outcome: dict[str, Any], status: int, headers: Iterable[tuple[by
 
 @dataclass(frozen=True, slots=True)
 class Answered:
-    """What the counters and the access log say of every answer to one request sent again and
-    again (s3api.replays): its operation's name, its status, and its access-log entry but for
-    the fields each answer fills in (access_entry)."""
+    """What the counters and the access log say of an answer: its operation's name, its status,
+    and its access-log entry but for the fields each answer fills in (access_entry). Made once
+    for a request kept to be answered again (s3api.replays), and serving each of its answers."""
 
     operation: str
     status: int

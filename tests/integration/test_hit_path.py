@@ -11,7 +11,6 @@ body must be byte for byte the same, and so must what each gateway counted and l
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import re
 import socket
@@ -23,7 +22,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 import httpx
-import botocore.auth
 import pytest
 from botocore.auth import HmacV1Auth, HmacV1QueryAuth, S3SigV4Auth, S3SigV4QueryAuth
 from botocore.awsrequest import AWSRequest
@@ -32,6 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.config import CacheSettings, DiskTierSettings, MetadataSettings
+from tests.s3api.test_auth_fastpath import _clock
 from tests.support import ADMIN, READER, REGION, TEAM, RunningGateway, base_settings, client
 from tests.waiting import wait_for
 
@@ -128,17 +127,6 @@ def _request(endpoint: str, method: str, bucket: str, key: str, query: list[tupl
             auth = request.headers["Authorization"]
             request.headers.replace_header("Authorization", auth[:-1] + ("0" if auth[-1] != "0" else "1"))
     return httpx.Request(method, request.url, headers=list(request.headers.items()))
-
-
-@contextlib.contextmanager
-def _clock(at: datetime) -> Iterator[None]:
-    """botocore signs as if it were `at`."""
-    now = botocore.auth.get_current_datetime
-    botocore.auth.get_current_datetime = lambda: at.replace(tzinfo=None)  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        botocore.auth.get_current_datetime = now  # type: ignore[assignment]
 
 
 def _answer(http: httpx.Client, request: httpx.Request) -> tuple[int, list[tuple[bytes, bytes]], bytes]:

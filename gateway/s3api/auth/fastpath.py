@@ -188,33 +188,52 @@ def sigv4_fast(view: RequestView, secret_for: SecretLookup, now: datetime, max_s
     # that start with it (or more: a name with "\nx-amz-" inside) as signed means no other.
     if ("\n" + "\n".join(headers)).count("\nx-amz-") != signed.amz:
         return None
+    header_block = _header_block(signed, headers)
+    if header_block is None:
+        return None
+    signing = (secret, date, region, amz_date)
+    return identity if _signed_so(view, canonical_query, header_block, signed_text, payload_hash, signing, provided) else None
+
+
+def _header_block(signed: _Signed, headers: dict[str, str]) -> str | None:
+    """The canonical header block of the signed headers, as the general path builds it; None
+    when a signed header is absent (the general path signs it as empty) or a value is not ASCII
+    (the general path reads it as UTF-8: _wire_text)."""
     try:
         values: tuple[str, ...] = signed.values(headers)
     except KeyError:
-        return None  # a signed header absent: the general path signs it as empty
+        return None
     joined = " ".join(values)
     if not joined.isascii():
-        return None  # as the general path reads it (_wire_text): not here
+        return None
     if not joined.isprintable() or "  " in joined or joined[:1] == " " or joined[-1:] == " ":
         # Some value to trim (canonical_headers): printable ASCII without two spaces in a row
         # nor one at either end (seen next to the joining space) is what trimming leaves as it is.
         values = tuple(" ".join(value.split()) for value in values)
-    header_block = signed.block % values
+    return signed.block % values
+
+
+def _signed_so(view: RequestView, canonical_query: str, header_block: str, signed_text: str, payload_hash: str,
+               signing: tuple[str, str, str, str], provided: str) -> bool:
+    """Whether `provided` is the signature of the request's canonical form (each canonical URI
+    the general path tries), with the signing key of signing = (secret, date, region, amz_date);
+    compared in constant time."""
+    secret, date, region, amz_date = signing
     raw_path = view.raw_path
     canonical_uris = (raw_path,) if _PLAIN_PATH.fullmatch(raw_path) else _canonical_uris(raw_path)
     inner, outer = _keyed(secret, date, region)
     prefix = f"{ALGORITHM}\n{amz_date}\n{date}/{region}/{SERVICE}/{_TERMINAL}\n"
     for canonical_uri in canonical_uris:
         request = _SHA256.copy()
-        request.update(f"{method}\n{canonical_uri}\n{canonical_query}\n{header_block}\n{signed_text}\n"
+        request.update(f"{view.method}\n{canonical_uri}\n{canonical_query}\n{header_block}\n{signed_text}\n"
                        f"{payload_hash}".encode("utf-8", "surrogateescape"))
         mac = inner.copy()
         mac.update(f"{prefix}{request.hexdigest()}".encode("utf-8", "surrogateescape"))
         signature = outer.copy()
         signature.update(mac.digest())
         if hmac.compare_digest(signature.hexdigest(), provided):
-            return identity
-    return None
+            return True
+    return False
 
 
 _PRESIGN_PARAMS = frozenset(("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
@@ -303,30 +322,11 @@ def presigned_fast(view: RequestView, secret_for: SecretLookup, now: datetime, m
         return None
     if ("\n" + "\n".join(headers)).count("\nx-amz-") != signed.amz:
         return None  # an x-amz-* header not signed (see sigv4_fast)
-    try:
-        values: tuple[str, ...] = signed.values(headers)
-    except KeyError:
+    header_block = _header_block(signed, headers)
+    if header_block is None:
         return None
-    joined = " ".join(values)
-    if not joined.isascii():
-        return None
-    if not joined.isprintable() or "  " in joined or joined[:1] == " " or joined[-1:] == " ":
-        values = tuple(" ".join(value.split()) for value in values)
     pairs.sort()
     canonical_query = "&".join(f"{name}={value}" for name, value in pairs)
-    header_block = signed.block % values
-    raw_path = view.raw_path
-    canonical_uris = (raw_path,) if _PLAIN_PATH.fullmatch(raw_path) else _canonical_uris(raw_path)
-    inner, outer = _keyed(secret, date, region)
-    prefix = f"{ALGORITHM}\n{amz_date}\n{date}/{region}/{SERVICE}/{_TERMINAL}\n"
-    for canonical_uri in canonical_uris:
-        request = _SHA256.copy()
-        request.update(f"{method}\n{canonical_uri}\n{canonical_query}\n{header_block}\n{signed_text}\n"
-                       f"{UNSIGNED_PAYLOAD}".encode("utf-8", "surrogateescape"))
-        mac = inner.copy()
-        mac.update(f"{prefix}{request.hexdigest()}".encode("utf-8", "surrogateescape"))
-        signature = outer.copy()
-        signature.update(mac.digest())
-        if hmac.compare_digest(signature.hexdigest(), provided):
-            return identity
-    return None
+    signing = (secret, date, region, amz_date)
+    return identity if _signed_so(view, canonical_query, header_block, signed_text, UNSIGNED_PAYLOAD, signing,
+                                  provided) else None

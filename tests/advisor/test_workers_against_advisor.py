@@ -28,6 +28,7 @@ from gateway.advisor.simulate import replay, spec_from_settings
 from gateway.advisor.trace import read_access_log
 from gateway.config import CacheSettings, DiskTierSettings
 from gateway.node.workers import WorkerSet, placement
+from tests.advisor.test_against_gateway import Lines
 from tests.support import RunningGateway, base_settings, client
 
 KiB = 1024
@@ -39,15 +40,6 @@ TOLERANCE = 0.005  # within half a point of the replay of the node's parts
 # within 0.013 of one store's for 30 random bucket names (a name moves every block), most within
 # 0.005 (docs/advisor.md); the larger the cache, the closer.
 SPLIT = 0.015
-
-
-class Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
 
 
 @contextlib.contextmanager

@@ -189,6 +189,11 @@ class NodeCollector(Collector):
         yield GaugeMetricFamily("gateway_hot_objects", "Objects with more owners than cluster.replicas, as this "
                                 "node last read them from the replication controller.",
                                 value=len(fleet.hot) if (fleet := self.node.engine.fleet) is not None else 0)
+        members = self.node.membership
+        yield GaugeMetricFamily("gateway_fleet_members", "Members of the fleet in this node's view (1 alone); a node "
+                                "of several workers shows the largest of its workers' views, so it falls only "
+                                "once every worker stopped routing to a departed member.",
+                                value=1 if members is None else len(members.ids))
         controller = self.node.replication
         yield GaugeMetricFamily("gateway_replication_leader", "1 while this node is the fleet's replication "
                                 "controller.", value=int(controller is not None and controller.stats.leader))

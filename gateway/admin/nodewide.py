@@ -42,7 +42,7 @@ _COUNTING = frozenset({"counter", "histogram", "summary"})
 
 # Gauges of something every worker sees alike (the fleet's hot objects, the controller's
 # leadership, held by one worker): the node's value is the largest, not the sum.
-_SHARED_GAUGES = frozenset({"gateway_hot_objects", "gateway_replication_leader"})
+_SHARED_GAUGES = frozenset({"gateway_hot_objects", "gateway_replication_leader", "gateway_fleet_members"})
 _SHADOW_RATIO = "gateway_shadow_hit_ratio"
 
 

@@ -1,0 +1,174 @@
+"""Which files a load covers: a table's current files (Iceberg, Delta; gateway.tables parses
+them) or the objects under a prefix, filtered by partition; and the byte ranges of a file's
+footer. Every byte is read through the engine (so the table's own metadata is cached as well,
+and the origin's answer, AccessDenied included, is the load's)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from gateway.engine import Engine, Want
+from gateway.errors import S3Error
+from gateway.s3api.xml import parse_list_objects
+from gateway.tables import delta, iceberg
+from gateway.tables.footers import TAIL, Footer, NeedMore, footer_ranges
+from gateway.tables.partitions import Filter, matches
+from gateway.tables.paths import TableFile, resolve, split_location
+
+FORMATS = ("iceberg", "delta")
+MAX_METADATA = 512 * 1024**2  # a table's metadata file, manifest or checkpoint read into memory at most
+PARALLEL = 8  # manifests or commits read at once
+T = TypeVar("T")
+
+
+@dataclass
+class Plan:
+    """A table's files, and how many of its own metadata files were read to find them."""
+
+    files: list[TableFile] = field(default_factory=list)
+    metadata_files: int = 0
+
+
+async def read_bytes(engine: Engine, bucket: str, key: str, start: int | None = None,
+                     end: int | None = None, *, limit: int = MAX_METADATA) -> bytes:
+    """Bytes [start, end] (inclusive; the whole object when None) of an object, read through
+    the cache; raises the origin's S3Error, or EntityTooLarge past `limit` bytes."""
+    opened = await engine.open_object(bucket, key, want=Want())
+    try:
+        wanted = opened.meta.size if start is None else (end if end is not None else opened.meta.size - 1) - start + 1
+        if wanted > limit:
+            raise S3Error("EntityTooLarge", f"{bucket}/{key} is {opened.meta.size} bytes: more than a table's "
+                                            f"metadata file may be ({limit})")
+        if opened.meta.size == 0:
+            return b""
+        async with await opened.read(start, end) as read:
+            if read.body is not None:
+                return bytes(read.body)
+            assert read.chunks is not None
+            return b"".join([bytes(chunk) async for chunk in read.chunks])
+    finally:
+        await opened.aclose()
+
+
+async def list_objects(engine: Engine, bucket: str, prefix: str) -> AsyncIterator[tuple[str, int]]:
+    """(key, size) of every object under `prefix`, page by page, through the listing cache."""
+    token = ""
+    while True:
+        query = [("list-type", "2"), ("encoding-type", "url"), ("prefix", prefix)]
+        if token:
+            query.append(("continuation-token", token))
+        page = parse_list_objects(await engine.list_objects(bucket, query))
+        for entry in page.contents:
+            yield entry.key, entry.size
+        if not page.is_truncated or not page.next_continuation_token:
+            return
+        token = page.next_continuation_token
+
+
+async def plan_table(engine: Engine, fmt: str, bucket: str, prefix: str, *, snapshot: int | None = None,
+                     filters: Iterable[Filter] = ()) -> Plan:
+    """The data and delete files of an Iceberg table's snapshot, or of a Delta table's
+    version (the current one unless `snapshot` says), that match `filters`."""
+    plan = await (_iceberg if fmt == "iceberg" else _delta)(engine, bucket, prefix, snapshot)
+    filters = tuple(filters)
+    if filters:
+        plan.files = [f for f in plan.files if matches(filters, f.key, f.partition)]
+    return plan
+
+
+async def _iceberg(engine: Engine, bucket: str, prefix: str, snapshot_id: int | None) -> Plan:
+    plan = Plan()
+    if prefix.endswith((".metadata.json", ".metadata.json.gz")):
+        location = prefix  # the metadata file itself: exact, whatever a catalog would say
+    else:
+        folder = prefix.rstrip("/") + "/metadata/"
+        names = [key[len(folder):] async for key, _ in list_objects(engine, bucket, folder)]
+        name = iceberg.current_metadata(names)
+        if name is None:
+            raise S3Error("InvalidRequest", f"no Iceberg metadata file under {bucket}/{folder}: not an Iceberg table")
+        location = folder + name
+
+    async def read(where: tuple[str, str]) -> bytes:
+        plan.metadata_files += 1
+        return await read_bytes(engine, *where)
+
+    where = f"{bucket}/{location}"
+    metadata = iceberg.parse_metadata(await read((bucket, location)), where)
+    chosen = iceberg.snapshot(metadata, snapshot_id, where)
+    if chosen is None:
+        return plan
+    if "manifest-list" in chosen:
+        manifests = iceberg.manifest_list(await read(split_location(chosen["manifest-list"])),
+                                          chosen["manifest-list"])
+    else:  # format version 1 may list the manifests in the snapshot itself
+        manifests = [str(path) for path in chosen.get("manifests") or ()]
+
+    async def entries(manifest: str) -> list[tuple[str, int, dict[str, object]]]:
+        return await asyncio.to_thread(iceberg.manifest_entries, await read(split_location(manifest)), manifest)
+
+    seen: set[tuple[str, str]] = set()
+    for found in await _bounded(entries, manifests):
+        for path, size, partition in found:
+            file_bucket, key = split_location(path)
+            if (file_bucket, key) not in seen:  # a file may be named by a data and a delete manifest alike
+                seen.add((file_bucket, key))
+                plan.files.append(TableFile(file_bucket, key, size, partition))
+    return plan
+
+
+async def _delta(engine: Engine, bucket: str, prefix: str, version: int | None) -> Plan:
+    plan = Plan()
+    table = prefix.rstrip("/") + "/"
+    folder = table + delta.LOG
+    names = [key[len(folder):] async for key, _ in list_objects(engine, bucket, folder)]
+    if not names:
+        raise S3Error("InvalidRequest", f"nothing under {bucket}/{folder}: not a Delta table")
+    log = delta.Log(names, version)
+
+    async def read(name: str) -> bytes:
+        plan.metadata_files += 1
+        return await read_bytes(engine, bucket, folder + name)
+
+    replay = delta.Replay()
+    for name, data in zip(log.checkpoint, await _bounded(read, log.checkpoint)):
+        await asyncio.to_thread(replay.checkpoint, data, f"{bucket}/{folder}{name}")
+    for name, data in zip(log.commits, await _bounded(read, log.commits)):  # in order: the last action wins
+        replay.commit(data, f"{bucket}/{folder}{name}")
+    for path, size, partition, vectors in replay.live():
+        file_bucket, key = resolve(bucket, table, path, escaped=True)
+        plan.files.append(TableFile(file_bucket, key, size, partition))
+        for vector in vectors:  # a deletion vector goes with its file, whatever the filter says of it
+            plan.files.append(TableFile(*resolve(bucket, table, vector), None, partition))
+    return plan
+
+
+async def _bounded(work: Callable[[str], Awaitable[T]], items: list[str]) -> list[T]:
+    """work(item) for every item, PARALLEL at a time, the answers in the items' order."""
+    gate = asyncio.Semaphore(PARALLEL)
+
+    async def one(item: str) -> T:
+        async with gate:
+            return await work(item)
+
+    return list(await asyncio.gather(*(one(item) for item in items)))
+
+
+async def footer(engine: Engine, bucket: str, key: str, size: int) -> Footer:
+    """The footer ranges of a columnar file, found by reading its tail through the cache as an
+    engine does (TAIL bytes, then from where the footer starts if it is longer): those reads
+    load the file's last blocks; the caller loads the ranges that lie before them."""
+    start = max(0, size - TAIL)
+    for _ in range(3):
+        if size == 0:
+            return Footer(None)
+        tail = await read_bytes(engine, bucket, key, start, size - 1)
+        try:
+            return footer_ranges(tail, size)
+        except NeedMore as more:
+            if more.start >= start or more.start < 0:
+                return Footer(None)
+            start = more.start
+    return Footer(None)

@@ -198,7 +198,7 @@ def load_prefix(target: str, table: str | None, snapshot: int | None, partitions
         bar.close()
     if "error" in last:
         raise click.ClickException(f"load of {bucket}/{prefix} stopped: {last['error']}")
-    what = f"{table} table {bucket}/{prefix}" if table else f"under {bucket}/{prefix}"
+    what = f"of the {table} table {bucket}/{prefix}" if table else f"under {bucket}/{prefix}"
     if plan:
         for name, length in last.get("files", []):
             click.echo(f"{'?' if length is None else length:>14}  s3://{name}")
@@ -206,7 +206,7 @@ def load_prefix(target: str, table: str | None, snapshot: int | None, partitions
                    + _read_of(last) + "; nothing loaded")
         return
     failed = last.get("failed", [])
-    click.echo(f"loaded {last.get('loaded', 0)} of {last.get('objects', 0)} " + ("files of the " if table else "objects ")
+    click.echo(f"loaded {last.get('loaded', 0)} of {last.get('objects', 0)} {'files' if table else 'objects'} "
                + f"{what}, {size(last.get('bytes', 0))}" + (" (footers)" if footers else "") + _read_of(last)
                + (f"; {len(failed)} failed:" if failed else ""))
     for line in failed:

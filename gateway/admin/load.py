@@ -14,7 +14,6 @@ from gateway.admin.tableplan import list_objects, plan_table, read_bytes
 from gateway.admin.tableplan import footer as find_footer
 from gateway.engine import Engine, Want
 from gateway.errors import S3Error
-from gateway.tables.footers import TAIL
 from gateway.tables.partitions import Filter, matches
 from gateway.tables.paths import TableFile
 
@@ -149,20 +148,15 @@ class _Load:
             await opened.aclose()
 
     async def footer(self, file: TableFile) -> None:
-        """The file's tail read as an engine reads it (which loads its last blocks), then the
-        footer's ranges before that tail (page indexes, a long footer). A file neither Parquet
-        nor ORC has no footer: its tail is all that is loaded of it."""
-        size = file.size
-        if size is None:
-            size = (await self.engine.head_object(file.bucket, file.key)).meta.size
-        found = await find_footer(self.engine, file.bucket, file.key, size)
-        tail_start = max(0, size - TAIL)
-        read = size - tail_start
+        """The file's tail read as an engine reads it (which loads its last blocks, and more
+        when the footer is longer), then the footer's ranges before that (page indexes). A
+        file neither Parquet nor ORC has no footer: its tail is all that is loaded of it."""
+        size, read_from, found = await find_footer(self.engine, file.bucket, file.key, file.size)
         for start, end in found.ranges:
-            if start < tail_start:
-                await read_bytes(self.engine, file.bucket, file.key, start, min(end, tail_start) - 1, limit=end - start)
-                read += min(end, tail_start) - start
-        self.progress.bytes += read
+            if start < read_from:
+                await read_bytes(self.engine, file.bucket, file.key, start, min(end, read_from) - 1, limit=end - start)
+                self.progress.bytes += min(end, read_from) - start
+        self.progress.bytes += size - read_from
 
     async def worker(self) -> None:
         while (file := await self.files.get()) is not None:

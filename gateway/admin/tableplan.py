@@ -36,19 +36,29 @@ async def read_bytes(engine: Engine, bucket: str, key: str, start: int | None = 
                      end: int | None = None, *, limit: int = MAX_METADATA) -> bytes:
     """Bytes [start, end] (inclusive; the whole object when None) of an object, read through
     the cache; raises the origin's S3Error, or EntityTooLarge past `limit` bytes."""
-    opened = await engine.open_object(bucket, key, want=Want())
+    return (await _read(engine, bucket, key, Want() if start is None else Want(start, end), limit))[1]
+
+
+async def _read(engine: Engine, bucket: str, key: str, want: Want, limit: int) -> tuple[int, bytes]:
+    """(the object's size, the bytes `want` names), as one cold GET brings both when nothing
+    is cached of the object (engine.opens)."""
+    opened = await engine.open_object(bucket, key, want=want)
     try:
-        wanted = opened.meta.size if start is None else (end if end is not None else opened.meta.size - 1) - start + 1
-        if wanted > limit:
-            raise S3Error("EntityTooLarge", f"{bucket}/{key} is {opened.meta.size} bytes: more than a table's "
+        size = opened.meta.size
+        if want.suffix is not None:
+            start, end = max(0, size - want.suffix), size - 1
+        else:
+            start, end = want.start, size - 1 if want.end is None else min(want.end, size - 1)
+        if end - start + 1 > limit:
+            raise S3Error("EntityTooLarge", f"{bucket}/{key} is {size} bytes: more than a table's "
                                             f"metadata file may be ({limit})")
-        if opened.meta.size == 0:
-            return b""
+        if size == 0 or end < start:
+            return size, b""
         async with await opened.read(start, end) as read:
             if read.body is not None:
-                return bytes(read.body)
+                return size, bytes(read.body)
             assert read.chunks is not None
-            return b"".join([bytes(chunk) async for chunk in read.chunks])
+            return size, b"".join([bytes(chunk) async for chunk in read.chunks])
     finally:
         await opened.aclose()
 
@@ -156,19 +166,23 @@ async def _bounded(work: Callable[[str], Awaitable[T]], items: list[str]) -> lis
     return list(await asyncio.gather(*(one(item) for item in items)))
 
 
-async def footer(engine: Engine, bucket: str, key: str, size: int) -> Footer:
-    """The footer ranges of a columnar file, found by reading its tail through the cache as an
-    engine does (TAIL bytes, then from where the footer starts if it is longer): those reads
-    load the file's last blocks; the caller loads the ranges that lie before them."""
-    start = max(0, size - TAIL)
-    for _ in range(3):
-        if size == 0:
-            return Footer(None)
-        tail = await read_bytes(engine, bucket, key, start, size - 1)
+async def footer(engine: Engine, bucket: str, key: str, size: int | None = None) -> tuple[int, int, Footer]:
+    """(size, where the bytes read start, footer ranges) of a columnar file, found by reading its
+    tail through the cache as an engine does (its last TAIL bytes, then from where the footer
+    starts if it is longer): those reads load the file's last blocks; the caller loads what of
+    the ranges lies before them. With the `size` the table recorded, the tail's blocks are
+    fetched whole (a suffix read keeps only the last one)."""
+    if size == 0:
+        return 0, 0, Footer(None)
+    want = Want(suffix=TAIL) if size is None else Want(max(0, size - TAIL), max(0, size - 1))
+    size, tail = await _read(engine, bucket, key, want, TAIL)
+    start = size - len(tail)
+    for _ in range(2):
         try:
-            return footer_ranges(tail, size)
+            return size, start, footer_ranges(tail, size)
         except NeedMore as more:
-            if more.start >= start or more.start < 0:
-                return Footer(None)
+            if not 0 <= more.start < start:
+                break
+            tail = await read_bytes(engine, bucket, key, more.start, start - 1, limit=MAX_METADATA) + tail
             start = more.start
-    return Footer(None)
+    return size, start, Footer(None)

@@ -78,7 +78,8 @@ async def load_prefix(engine: Engine, request: LoadRequest, *, concurrency: int 
     Alone, the node reads each object through its cache. In a fleet, each object's blocks
     are fetched by their owners, all at once (`replicas`: that many owners per block
     instead of the object's count); this node only lists and hands out the work. Footers
-    are read through the cache in either case, so each block comes from its owner.
+    are read through this node's cache in either case: in a fleet the blocks it brings from
+    the origin are offered to their owners (engine.lending), each fetched once.
     """
     load = _Load(engine, request, concurrency=concurrency)
     workers = [asyncio.create_task(load.worker()) for _ in range(0 if request.plan else concurrency)]

@@ -82,7 +82,11 @@ async def plan_table(engine: Engine, fmt: str, bucket: str, prefix: str, *, snap
                      filters: Iterable[Filter] = ()) -> Plan:
     """The data and delete files of an Iceberg table's snapshot, or of a Delta table's
     version (the current one unless `snapshot` says), that match `filters`."""
-    plan = await (_iceberg if fmt == "iceberg" else _delta)(engine, bucket, prefix, snapshot)
+    try:
+        plan = await (_iceberg if fmt == "iceberg" else _delta)(engine, bucket, prefix, snapshot)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a field missing or of another type
+        raise S3Error("InvalidRequest", f"{bucket}/{prefix} is not a table this gateway can read as {fmt} "
+                                        f"({exc.__class__.__name__}: {exc})") from None
     filters = tuple(filters)
     if filters:
         plan.files = [f for f in plan.files if matches(filters, f.key, f.partition)]

@@ -17,7 +17,7 @@ from gateway.admin.summary import size
 from gateway.cli import main
 from gateway.config import AdminSettings, CacheSettings
 from tests.support import RunningGateway, client
-from tests.tables.writers import (delta_add, delta_checkpoint, delta_commit, delta_remove, iceberg_metadata, manifest,
+from tests.tables.writers import (avro, delta_add, delta_checkpoint, delta_commit, delta_remove, iceberg_metadata, manifest,
                                   manifest_list, parquet_file)
 
 TOKEN = "table-load-token"
@@ -223,6 +223,11 @@ def test_what_is_not_a_table_and_bad_arguments(tables):
     assert cli(gateway, "s3://lake/x", "--snapshot", "3").exit_code != 0
     bad = cli(gateway, "s3://lake/x", "--partitions", "dt~3")
     assert bad.exit_code == 1 and "partition filter 'dt~3'" in bad.output
+    odd = avro({"type": "record", "name": "odd", "fields": [{"name": "status", "type": "int"}]}, [{"status": 1}])
+    client(gateway.endpoint).put_object(Bucket="lake", Key=f"{ICEBERG}/metadata/m2.avro", Body=odd)
+    broken = cli(gateway, f"s3://lake/{ICEBERG}", "--table", "iceberg")
+    assert broken.exit_code == 1 and "is not a table this gateway can read as iceberg (KeyError: 'data_file')" \
+        in broken.output
     url = f"{gateway.endpoint}/_gateway/load"
     auth = {"authorization": f"Bearer {TOKEN}"}
     for params in ({"bucket": "lake", "table": "hudi"}, {"bucket": "lake", "snapshot": "1"},

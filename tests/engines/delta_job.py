@@ -1,11 +1,13 @@
 """A Spark job writing a Delta table through an S3 endpoint (run as its own process by
 tests/engines/test_table_load.py: `python delta_job.py SPEC.json`, as tests/engines/spark_job.py runs).
 
-The table, partitioned by `day`, gets five appends, a DELETE of one day's rows and an UPDATE. No
-delta-spark is built for Spark 4.3 (pyspark 4.3.0): 4.4.0, built for Spark 4.2, writes commits but fails
-writing a checkpoint (NoSuchMethodError on Spark's LogicalRDD), so delta.checkpointInterval is set past
-the commits made and the log is JSON commits only (tests/admin/test_table_load.py reads a checkpoint).
-The job prints `RESULT {...}` with the table's current files (Spark's own inputFiles) and its version."""
+The table, partitioned by `day`, gets five appends, then one day's partition overwritten (dynamic
+partition overwrite: its files removed, one added). No delta-spark is built for Spark 4.3 (pyspark
+4.3.0): 4.4.0, built for Spark 4.2, appends and overwrites on 4.3 but fails (NoSuchMethodError on
+Spark's LogicalRDD) writing a checkpoint and running DELETE or UPDATE, so the log is JSON commits only,
+delta.checkpointInterval past the commits made (tests/admin/test_table_load.py reads a checkpoint).
+The job prints `RESULT {...}` with the table's current files (Spark's own inputFiles) and its version.
+"""
 
 from __future__ import annotations
 
@@ -42,10 +44,10 @@ def main() -> None:
             if batch == 0:
                 writer = writer.option("delta.checkpointInterval", "1000")
             writer.save(path)
-        spark.sql(f"DELETE FROM delta.`{path}` WHERE day = DATE '2026-12-02'")
-        spark.sql(f"UPDATE delta.`{path}` SET amount = 0 WHERE id % 7 = 0")
+        (spark.range(0, 500).selectExpr("id", "round(id * 2.5, 2) AS amount", "DATE '2026-12-02' AS day")
+         .write.format("delta").mode("overwrite").option("partitionOverwriteMode", "dynamic").save(path))
         files = spark.read.format("delta").load(path).inputFiles()
-        version = spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").collect()[0]["version"]
+        version = 5  # five appends (0-4), one overwrite
     finally:
         spark.stop()
     print("RESULT " + json.dumps({"files": sorted(files), "version": version}), flush=True)

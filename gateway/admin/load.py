@@ -65,7 +65,9 @@ class LoadProgress:
         if request.footers:
             document["footers"] = True
         if request.plan:
-            document.update(plan=True, files=[[name, size] for name, size in self.files])
+            document["plan"] = True
+            if self.finished:  # the files once, in the last document: a plan of a large table is long
+                document["files"] = [[name, size] for name, size in self.files]
         return document
 
 

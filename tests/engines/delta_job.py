@@ -1,12 +1,12 @@
 """A Spark job writing a Delta table through an S3 endpoint (run as its own process by
 tests/engines/test_table_load.py: `python delta_job.py SPEC.json`, as tests/engines/spark_job.py runs).
 
-The table, partitioned by `day`, gets five appends, then one day's partition overwritten (dynamic
-partition overwrite: its files removed, one added). No delta-spark is built for Spark 4.3 (pyspark
-4.3.0): 4.4.0, built for Spark 4.2, appends and overwrites on 4.3 but fails (NoSuchMethodError on
-Spark's LogicalRDD) writing a checkpoint and running DELETE or UPDATE, so the log is JSON commits only,
-delta.checkpointInterval past the commits made (tests/admin/test_table_load.py reads a checkpoint).
-The job prints `RESULT {...}` with the table's current files (Spark's own inputFiles) and its version.
+The table, partitioned by `day`, gets five appends, then one day's partition replaced (its files
+removed, one added) if this Spark can: no delta-spark is built for Spark 4.3 (pyspark 4.3.0), and 4.4.0,
+built for Spark 4.2, appends on 4.3 but fails (NoSuchMethodError on Spark's LogicalRDD) writing a
+checkpoint, running DELETE or UPDATE, and overwriting partitions. Each way of replacing is tried; the
+log is JSON commits only, delta.checkpointInterval past the commits made. The job prints `RESULT {...}`
+with the table's current files (Spark's own inputFiles), its version, and what could not be done.
 """
 
 from __future__ import annotations
@@ -44,13 +44,25 @@ def main() -> None:
             if batch == 0:
                 writer = writer.option("delta.checkpointInterval", "1000")
             writer.save(path)
-        (spark.range(0, 500).selectExpr("id", "round(id * 2.5, 2) AS amount", "DATE '2026-12-02' AS day")
-         .write.format("delta").mode("overwrite").option("partitionOverwriteMode", "dynamic").save(path))
+        version, refused = 4, []
+        replacement = spark.range(0, 500).selectExpr("id", "round(id * 2.5, 2) AS amount", "DATE '2026-12-02' AS day")
+        for how, write in (
+                ("dynamic partition overwrite", lambda: replacement.write.format("delta").mode("overwrite")
+                 .option("partitionOverwriteMode", "dynamic").save(path)),
+                ("replaceWhere", lambda: replacement.write.format("delta").mode("overwrite")
+                 .option("replaceWhere", "day = DATE '2026-12-02'").save(path)),
+                ("DELETE", lambda: spark.sql(f"DELETE FROM delta.`{path}` WHERE day = DATE '2026-12-02'"))):
+            try:
+                write()
+            except Exception as exc:  # this delta-spark on this Spark: say what failed, go on
+                refused.append(f"{how}: {str(exc).splitlines()[0][:300]}")
+            else:
+                version += 1
+                break
         files = spark.read.format("delta").load(path).inputFiles()
-        version = 5  # five appends (0-4), one overwrite
     finally:
         spark.stop()
-    print("RESULT " + json.dumps({"files": sorted(files), "version": version}), flush=True)
+    print("RESULT " + json.dumps({"files": sorted(files), "version": version, "refused": refused}), flush=True)
 
 
 if __name__ == "__main__":

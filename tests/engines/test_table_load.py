@@ -162,7 +162,11 @@ def test_a_delta_table_from_spark_loads_its_current_version(spark_jars: list[str
     causes = [line for line in done.stderr.splitlines() if "Exception" in line or "Error" in line][:40]
     assert done.returncode == 0 and lines, "\n".join([done.stdout[-3000:], *causes, done.stderr[-3000:]])
     written = json.loads(lines[-1][len("RESULT "):])
+    print("what this delta-spark could not do on this Spark:", written["refused"])
     current = {url.split(f"{BUCKET}/", 1)[1] for url in written["files"]}
+    stored = {o["Key"] for o in client(engines_gateway.endpoint, WRITER).list_objects_v2(
+        Bucket=BUCKET, Prefix=f"{root}/day=")["Contents"]}
+    assert current <= stored  # (what a replacement removed, or a failed one wrote, stays stored)
     log = {o["Key"].rsplit("/", 1)[1] for o in client(engines_gateway.endpoint, WRITER).list_objects_v2(
         Bucket=BUCKET, Prefix=f"{root}/_delta_log/")["Contents"]}
     assert f"{written['version']:020d}.json" in log

@@ -4,9 +4,11 @@ tests/engines/test_table_load.py: `python delta_job.py SPEC.json`, as tests/engi
 The table, partitioned by `day`, gets five appends, then one day's partition replaced (its files
 removed, one added) if this Spark can: no delta-spark is built for Spark 4.3 (pyspark 4.3.0), and 4.4.0,
 built for Spark 4.2, appends on 4.3 but fails (NoSuchMethodError on Spark's LogicalRDD) writing a
-checkpoint, running DELETE or UPDATE, and overwriting partitions. Each way of replacing is tried; the
-log is JSON commits only, delta.checkpointInterval past the commits made. The job prints `RESULT {...}`
-with the table's current files (Spark's own inputFiles), its version, and what could not be done.
+checkpoint, running DELETE or UPDATE, overwriting partitions and listing a table's files (inputFiles).
+Each way of replacing is tried; what a failed one wrote stays in the table's folder, in no commit. The
+log is JSON commits only (delta.checkpointInterval past the commits made). The job prints `RESULT {...}`
+with the table's current files (Spark's inputFiles when it can; else the data files the appends wrote,
+as S3A lists them), the files no commit names, the version, and what this Spark could not do.
 """
 
 from __future__ import annotations
@@ -36,6 +38,18 @@ def main() -> None:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     path = spec["base"]
+    jvm = spark.sparkContext._jvm
+    root = jvm.org.apache.hadoop.fs.Path(path)
+    fs = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+    def data_files() -> set[str]:  # the table's Parquet files as S3A lists them
+        found, listing = set(), fs.listFiles(root, True)
+        while listing.hasNext():
+            name = listing.next().getPath().toString()
+            if name.endswith(".parquet") and "/_delta_log/" not in name:
+                found.add(name)
+        return found
+
     try:
         for batch in range(5):
             frame = spark.range(batch * 2000, (batch + 1) * 2000).selectExpr(
@@ -44,7 +58,7 @@ def main() -> None:
             if batch == 0:
                 writer = writer.option("delta.checkpointInterval", "1000")
             writer.save(path)
-        version, refused = 4, []
+        appended, version, refused = data_files(), 4, []
         replacement = spark.range(0, 500).selectExpr("id", "round(id * 2.5, 2) AS amount", "DATE '2026-12-02' AS day")
         for how, write in (
                 ("dynamic partition overwrite", lambda: replacement.write.format("delta").mode("overwrite")
@@ -59,10 +73,18 @@ def main() -> None:
             else:
                 version += 1
                 break
-        files = spark.read.format("delta").load(path).inputFiles()
+        try:
+            files = set(spark.read.format("delta").load(path).inputFiles())
+        except Exception as exc:
+            refused.append(f"inputFiles: {str(exc).splitlines()[0][:300]}")
+            if version != 4:
+                raise  # a replacement went through: which files are current, only Delta can say
+            files = appended
+        orphans = data_files() - files
     finally:
         spark.stop()
-    print("RESULT " + json.dumps({"files": sorted(files), "version": version, "refused": refused}), flush=True)
+    print("RESULT " + json.dumps({"files": sorted(files), "orphans": sorted(orphans), "version": version,
+                                       "refused": refused}), flush=True)
 
 
 if __name__ == "__main__":

@@ -234,3 +234,18 @@ def test_what_is_not_a_table_and_bad_arguments(tables):
                    {"bucket": "lake", "table": "delta", "snapshot": "x"}, {"bucket": "lake", "unknown": "1"}):
         answer = httpx.post(url, params=params, headers=auth, timeout=10)
         assert answer.status_code == 400 and answer.json()["error"], params
+
+
+def test_a_file_the_origin_refuses_is_named_as_failed_and_the_rest_is_loaded(tables, direct):
+    gateway, origin = tables
+    log = f"{DELTA}/_delta_log/"
+    direct.put_object(Bucket="lake", Key=log + f"{4:020d}.json", Body=delta_commit(
+        delta_add("s3://no-such-bucket/elsewhere/part-9.parquet", 10, "2026-12-09"),
+        delta_add("day=2026-12-09/gone.parquet", 10, "2026-12-09")))
+    result = cli(gateway, f"s3://lake/{DELTA}", "--table", "delta")
+    assert result.exit_code == 1, result.output
+    assert "loaded 3 of 5 files of the delta table lake/lake/events" in result.output
+    assert "  no-such-bucket/elsewhere/part-9.parquet: NoSuchBucket" in result.output
+    assert f"  {DELTA}/day=2026-12-09/gone.parquet: NoSuchKey" in result.output
+    assert origin.keys(f"{DELTA}/day=") == {f"{DELTA}/day=2026-12-0{n}/part-{n}.parquet" for n in (1, 3, 4)} | {
+        f"{DELTA}/day=2026-12-09/gone.parquet"}

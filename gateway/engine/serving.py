@@ -110,6 +110,8 @@ class Serving:
         if meta is None or not 0 <= index * self.fetch.settings.block_size < meta.size:
             return None
         block = BlockId(bucket, key, version_of(meta), index)
+        if block not in self.fetch.store:  # not looked for: the asker opens it, and counts the miss then
+            return None
         hit = await self.fetch.store.get(block)  # (counted here, as serve_block counts: the asker does not)
         if hit is None:
             return None

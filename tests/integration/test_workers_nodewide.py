@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import os
 import random
+import re
 import shutil
 import tempfile
 import uuid
@@ -27,7 +28,7 @@ import httpx
 
 from gateway.config import AdminSettings, CacheSettings
 from gateway.node.workers import WorkerSet
-from tests.support import RunningGateway, base_settings, client
+from tests.support import GatewayProcess, RunningGateway, base_settings, client
 from tests.waiting import wait_for
 
 KiB = 1024
@@ -53,7 +54,7 @@ def gateways(origin_endpoint: str, count: int) -> Iterator[list[RunningGateway]]
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def node_stats(gateway: RunningGateway) -> dict[str, Any]:
+def node_stats(gateway: RunningGateway | GatewayProcess) -> dict[str, Any]:
     answer = httpx.get(f"{gateway.endpoint}/_gateway/stats", headers={"authorization": f"Bearer {TOKEN}"}, timeout=10)
     assert answer.status_code == 200
     return answer.json()  # type: ignore[no-any-return]
@@ -100,3 +101,33 @@ def test_a_node_of_workers_estimates_and_heats_as_one_gateway(origin_endpoint: s
         print(f"shadow {name}: one gateway {one:.4f}, a node of 3 workers {many:.4f}")
         assert abs(one - many) <= TOLERANCE
     assert alone["shadows"]["1x"]["hit_ratio"] >= 0.5  # (each second read hits: the test can tell)
+
+
+def test_gateway_serve_with_workers_counts_every_workers_reads_in_its_heat(origin_endpoint: str,
+                                                                          clean_origin: str) -> None:
+    # `gateway serve --workers 3` (real processes): GETs on connections of their own, which the
+    # kernel hands to any worker, are all in the node's hottest objects, each counted once.
+    origin = client(origin_endpoint, ("origin-key", "origin-secret"))
+    origin.create_bucket(Bucket="heat")
+    reads = {f"k{n}": 3 + n for n in range(5)}
+    for key in reads:
+        origin.put_object(Bucket="heat", Key=key, Body=key.encode() * 1000)
+    node = GatewayProcess(origin_endpoint, workers=3, GATEWAY_ADMIN_TOKEN=TOKEN).start(timeout=60)
+    try:
+        for key, times in reads.items():
+            for _ in range(times):
+                client(node.endpoint, max_pool_connections=1).get_object(Bucket="heat", Key=key)["Body"].read()
+
+        def hottest() -> dict[str, int] | None:
+            found = {hot["key"]: hot["hits"] for hot in node_stats(node)["hot_objects"] if hot["bucket"] == "heat"}
+            return found if found == reads else None
+
+        wait_for(hottest, f"every worker's GETs in the node's heat: {reads}")
+        metrics = httpx.get(f"{node.endpoint}/_gateway/metrics", headers={"authorization": f"Bearer {TOKEN}"},
+                            timeout=10).text
+        datagrams = {outcome: float(value) for outcome, value in
+                     re.findall(r'^gateway_node_feed_datagrams_total\{outcome="(\w+)"\} (\S+)$', metrics, re.M)}
+        # What workers 1 and 2 served came this way (how many of the GETs they got is the kernel's choice).
+        assert datagrams["received"] == datagrams["sent"] and datagrams["dropped"] == 0
+    finally:
+        node.stop()

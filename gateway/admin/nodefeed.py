@@ -10,9 +10,10 @@ HeatCounter and its ShadowAdvisor, built over the node's whole quotas, are the n
 How: every other worker keeps its hits (heat.HeatSender) and its shadow's share (the counts
 of the GETs not sampled, and the sampled requests themselves: `cache.shadow_rate` of them,
 ShadowAdvisor(sends=True)) and, every `INTERVAL`, sends them as datagrams to the first
-worker's socket (`<run folder>/feed.sock`, a unix datagram socket). Sending never waits: a
-datagram the socket does not take now (the first worker restarting, its queue full) is lost
-and counted (`dropped`, in `stats` and `gateway_node_feed_dropped_total`). The first worker
+worker's socket (`<run folder>/feed.sock`, a unix datagram socket). Sending never waits: what
+the first worker's queue has no room for now goes with the next send (up to 1 MiB), and what
+it cannot take at all (it is restarting; more than that waiting) is lost and counted
+(`dropped`, `gateway_node_feed_datagrams_total`). The first worker
 reads them on its event loop as they come. A request counts in the node's heat and shadow at
 most `INTERVAL` after it was answered; the first worker's shadow holds the sampled requests
 `DELAY` and replays them in the order they were answered (every process of the machine reads
@@ -39,7 +40,11 @@ __all__ = ["DELAY", "INTERVAL", "NodeFeed"]
 
 INTERVAL = 0.25  # seconds between two sends of a worker
 DELAY = 3 * INTERVAL  # how long the first worker holds the sampled requests to replay them in order
-_PER_DATAGRAM = 256  # objects' heat, or sampled requests, in one datagram (some 25 KiB at most)
+# Bytes of heat and sampled requests in one datagram (a key is at most 1 KiB): large, as a
+# receiver queues few datagrams (net.unix.max_dgram_qlen, often 10), yet within what one takes
+# (a sender's buffer, net.core.wmem_default, often 208 KiB).
+_FILL = 96 * 1024
+_BACKLOG = 1024 * 1024  # bytes of datagrams a sender keeps for its next send when the queue is full
 _DATAGRAM = 256 * 1024  # the largest datagram read
 
 
@@ -55,6 +60,7 @@ class NodeFeed:
         self.path = os.path.join(workers.run_dir, "feed.sock")
         self.sent = self.dropped = self.received = 0  # datagrams
         self._socket: socket.socket | None = None
+        self._backlog: list[bytes] = []  # datagrams the first worker's queue had no room for yet
 
     @property
     def receives(self) -> bool:
@@ -68,6 +74,9 @@ class NodeFeed:
                 os.unlink(self.path)  # the socket of the first worker before this one
             sock.bind(self.path)
             asyncio.get_running_loop().add_reader(sock.fileno(), self._receive)
+        else:
+            with contextlib.suppress(OSError):  # (as much as net.core.wmem_max allows)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _BACKLOG)
         self._socket = sock
 
     def close(self) -> None:
@@ -85,34 +94,57 @@ class NodeFeed:
         self.send()
 
     def send(self) -> None:
-        """This worker's heat and shadow share since the last send, to the first worker."""
+        """This worker's heat and shadow share since the last send, to the first worker, after
+        what the last send could not. Never waits: datagrams the first worker's queue has no
+        room for now wait for the next send (up to _BACKLOG bytes, past that lost and counted);
+        with no first worker there (restarting), they are lost and counted."""
         if self._socket is None:
             return
-        for datagram in self._datagrams():
+        datagrams, self._backlog = [*self._backlog, *self._datagrams()], []
+        for at, datagram in enumerate(datagrams):
             try:
                 self._socket.sendto(datagram, self.path)
-            except OSError:  # not there (restarting), or its queue full: lost, counted, never waited for
+            except BlockingIOError:  # its queue full: the rest next time
+                self._keep(datagrams[at:])
+                return
+            except OSError:
                 self.dropped += 1
             else:
                 self.sent += 1
 
+    def _keep(self, datagrams: list[bytes]) -> None:
+        kept = 0
+        for datagram in datagrams:
+            if kept + len(datagram) > _BACKLOG:
+                self.dropped += 1
+                continue
+            kept += len(datagram)
+            self._backlog.append(datagram)
+
+    @property
+    def waiting(self) -> int:
+        """Datagrams waiting for the next send."""
+        return len(self._backlog)
+
     def _datagrams(self) -> Iterator[bytes]:
+        """{"heat": [[bucket, key, hits], ...], "shadow": {counts, "entries": [...]}} in datagrams
+        of about _FILL bytes each (the counts in the first): whatever the keys' lengths, each
+        stays well below what a unix datagram socket takes."""
         heat = self.heat.take() if isinstance(self.heat, HeatSender) else {}
         share = self.shadow.take_share() if self.shadow is not None else None
-        hits = [[bucket, key, count] for (bucket, key), count in heat.items()]
-        entries: list[dict[str, Any]] = share.pop("entries") if share is not None else []
+        entries = [orjson.dumps(entry) for entry in share.pop("entries")] if share is not None else []
         if share is not None and not share["gets"] and not entries:
             share = None
-        first = True
-        while first or hits or entries:
-            part: dict[str, Any] = {"heat": hits[:_PER_DATAGRAM]}
-            if share is not None:
-                part["shadow"] = {**(share if first else _NOTHING), "entries": entries[:_PER_DATAGRAM]}
-            del hits[:_PER_DATAGRAM], entries[:_PER_DATAGRAM]
-            if first and not part["heat"] and share is None:
-                return
-            first = False
-            yield orjson.dumps(part)
+        hits = [orjson.dumps([bucket, key, count]) for (bucket, key), count in heat.items()]
+        if not hits and share is None:
+            return
+        counts, at = share, [0, 0]  # (next hit, next entry)
+        while counts is not None or at[0] < len(hits) or at[1] < len(entries):
+            part = [_take(hits, at, 0), _take(entries, at, 1)]
+            shadow = b"" if share is None else \
+                b',"shadow":' + orjson.dumps(counts or _NOTHING)[:-1] + b',"entries":[' + b",".join(part[1]) + b"]}"
+            yield b'{"heat":[' + b",".join(part[0]) + b"]" + shadow + b"}"
+            counts = None
 
     def _receive(self) -> None:
         sock = self._socket
@@ -142,3 +174,14 @@ class NodeFeed:
 
 # The counts of a shadow share after its first datagram: none (they went with the first).
 _NOTHING = {"gets": 0, "live_hits": 0, "reads": 0, "bytes": 0, "blocks": []}
+
+
+def _take(items: list[bytes], at: list[int], which: int) -> list[bytes]:
+    """Of `items` from `at[which]` on, as many as fill half a datagram (at least one); moves `at`."""
+    start = end = at[which]
+    size = 0
+    while end < len(items) and (end == start or size + len(items[end]) <= _FILL // 2):
+        size += len(items[end]) + 1
+        end += 1
+    at[which] = end
+    return items[start:end]

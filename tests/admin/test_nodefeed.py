@@ -98,3 +98,33 @@ def test_sending_with_no_first_worker_loses_the_datagram_and_counts_it() -> None
 
     feed = asyncio.run(alone())
     assert (feed.sent, feed.dropped) == (0, 1)
+
+
+def test_long_keys_are_sent_in_datagrams_a_socket_takes() -> None:
+    # 700 KiB of heat, S3's longest keys: more datagrams than a receiver often queues (10), the
+    # rest sent in the sender's next rounds.
+    keys = [f"{n:04d}".ljust(1000, "k") for n in range(700)]
+
+    async def node() -> tuple[list[tuple[str, str, int]], NodeFeed]:
+        with tempfile.TemporaryDirectory(prefix="gw-") as run_dir:
+            heat, sender_heat = HeatCounter(), HeatSender()
+            first, other = NodeFeed(workers(run_dir, 0), heat, None), NodeFeed(workers(run_dir, 1), sender_heat, None)
+            first.open()
+            other.open()
+            try:
+                for key in keys:
+                    sender_heat.hit("bkt", key)
+
+                def arrived() -> bool:  # a worker's round: it sends what the queue had no room for before
+                    other.send()
+                    return not other.waiting and first.received == other.sent
+
+                await eventually(arrived, "every datagram received")
+                return heat.top(1000), other
+            finally:
+                other.close()
+                first.close()
+
+    top, other = asyncio.run(node())
+    assert sorted(key for _, key, _ in top) == keys and other.dropped == 0
+    assert 12 <= other.sent <= 18  # about 48 KiB of heat each

@@ -67,6 +67,15 @@ class NodeCollector(Collector):
                                   "(unreachable, timed out, reset).", value=0 if peers is None else peers.failures)
 
     def _shadow(self) -> Iterator[Metric]:
+        feed = self.node.feed
+        if feed is not None:
+            datagrams = CounterMetricFamily(
+                "gateway_node_feed_datagrams_total", "Of a node of several workers: datagrams of heat and shadow "
+                "samples the other workers sent the first (sent), lost because it could not take them (dropped), "
+                "and the first received (received).", labels=["outcome"])
+            for outcome, count in (("sent", feed.sent), ("dropped", feed.dropped), ("received", feed.received)):
+                datagrams.add_metric([outcome], count)
+            yield datagrams
         shadow = self.node.shadow
         if shadow is None:
             return

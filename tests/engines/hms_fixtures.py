@@ -94,13 +94,13 @@ def hms_trino(trino: TrinoServer, hive_metastore: HiveMetastore, hms_fleet: Flee
 
 
 def run_hms_job(tmp_path: Path, jars: list[str], metastore: HiveMetastore, endpoint: str, keys: tuple[str, str],
-                action: str) -> dict[str, Any]:
+                action: str, **options: Any) -> dict[str, Any]:
     """One Spark job of tests/engines/hms_job.py as its own process; its RESULT line."""
     if not (SPARK_JAVA_HOME / "bin" / "java").exists():
         engine_missing(f"no Java at {SPARK_JAVA_HOME}")
     spec = {"endpoint": endpoint, "region": REGION, "access_key": keys[0], "secret_key": keys[1], "jars": jars,
             "metastore": metastore.uri, "warehouse": WAREHOUSE, "action": action,
-            "metastore_jars": spark_metastore_jars()}
+            "metastore_jars": spark_metastore_jars(), **options}
     workdir = tmp_path / f"{action}-{len(list(tmp_path.iterdir()))}"
     workdir.mkdir()
     (workdir / "spec.json").write_text(json.dumps(spec))

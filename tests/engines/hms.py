@@ -90,13 +90,13 @@ def core_site(endpoint: str, keys: tuple[str, str], region: str) -> dict[str, st
     }
 
 
-def metastore_site(port: int, derby: str) -> dict[str, str]:
-    """The metastore's metastore-site.xml: Thrift on `port` (loopback), Derby at `derby`, the warehouse
-    on S3A, and no metadata transformer (it would turn the tables of clients older than HMS 4, Spark's
-    built-in Hive 2.3 client among them, into external tables)."""
+def metastore_site(port: int, derby: str, host: str = "127.0.0.1") -> dict[str, str]:
+    """The metastore's metastore-site.xml, as docs/clients.md shows it: Thrift on `host`:`port`, Derby at
+    `derby`, the warehouse on S3A, and no metadata transformer (it turns the managed tables of clients
+    that do not say what they can into external ones, whose folders the metastore leaves alone)."""
     return {
         "metastore.thrift.port": str(port),
-        "metastore.thrift.bind.host": "127.0.0.1",
+        "metastore.thrift.bind.host": host,
         "metastore.warehouse.dir": WAREHOUSE,
         "metastore.warehouse.external.dir": WAREHOUSE,
         "javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={derby}",

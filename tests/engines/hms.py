@@ -6,7 +6,9 @@ Maven Central, embedded Derby, its warehouse on the gateway through Hadoop S3A.
   into the cache folder of tests/engines/jvm.py; the tarball is then deleted.
 - `HADOOP_JARS`: the Hadoop it runs on, the same as Spark's (hadoop-client-api/-runtime 3.5.0, shaded)
   with S3A (tests/engines/support.py S3A_JARS), fetched one by one by `maven_artifact`.
-- `metastore_site()` / `core_site()`: the two configuration files docs/clients.md shows.
+- `SPARK_METASTORE_JARS`: Spark's Hive 4.0.1 client (tests/engines/hms_job.py), also fetched one by one.
+- `metastore_site()` / `core_site()`: the two configuration files docs/clients.md shows, and
+  `hms_catalog()`: Trino's Hive connector on the metastore (added with `create_catalog()`).
 - `HiveMetastore`: one metastore process on a free loopback port, its Derby database copied from a
   template made once by the metastore's schema tool (kept in the cache folder, as the schema tool takes
   a JVM start of its own).
@@ -24,6 +26,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
+from xml.sax.saxutils import escape
 
 from tests.engines.jvm import CACHE, FETCH_TIMEOUT, START_TIMEOUT, EngineUnavailable, maven_artifact
 from tests.engines.support import BUCKET, S3A_JARS, SPARK_JAVA_HOME, s3_catalog
@@ -127,7 +130,8 @@ def create_catalog(name: str, values: dict[str, str]) -> str:
 
 
 def xml_configuration(values: dict[str, str]) -> str:
-    props = "".join(f"  <property><name>{k}</name><value>{v}</value></property>\n" for k, v in values.items())
+    props = "".join(f"  <property><name>{escape(k)}</name><value>{escape(v)}</value></property>\n"
+                    for k, v in values.items())
     return f'<?xml version="1.0"?>\n<configuration>\n{props}</configuration>\n'
 
 

@@ -30,7 +30,10 @@ are counted at the shaped proxy, which both setups pass through (its /_shaped_pr
 all of them), and prints its time against direct and what the load cost the origin.
 
     .venv/bin/python bench/engines.py [--scale sf1] [--days 120] [--repeat 3] [--latency 25ms] [--rate 80MB]
-                                      [--tpch q1,q3,q5,q6,q10,q12,q14,q19] [--formats parquet,orc]
+                                      [--tpch q1,q3,q5,q6,q10,q12,q14,q19] [--formats parquet,orc] [--hms]
+
+--hms: the tables in a Hive metastore service (tests/engines/hms.py: Apache Hive's standalone metastore,
+its own S3A on moto) shared by the three catalogs, as Hive deployments keep them.
 
 Needs what `make test-engines` fetches (Trino 476 in ~/.cache/s3gw-engines, Temurin JDK 25).
 """
@@ -58,8 +61,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import cache_serving as cs
 import workloads as wl
 
+from tests.engines.hms import HiveMetastore, hms_catalog, hms_home
 from tests.engines.jvm import TrinoServer, sorted_rows, trino_home
 from tests.engines.support import hive_catalog
+from tests.support import REGION
 
 TOKEN = "bench-engines-admin-token-0000000000000001"
 KINDS = ("GET", "HEAD", "LIST", "other")
@@ -329,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--file-size", default="32MB", help="the largest file the writes make (hive.target-max-file-size)")
     parser.add_argument("--only", default="", help="a regular expression: run only the workloads it finds")
     parser.add_argument("--no-jit-pass", action="store_true", help="no pass on the unshaped catalog before timing")
+    parser.add_argument("--hms", action="store_true",
+                        help="the tables in a Hive metastore service (tests/engines/hms.py, its S3A on moto) "
+                             "instead of Trino's file metastore in the bucket")
     parser.add_argument("--latency", default="25ms", help="origin: added before every answer's first byte")
     parser.add_argument("--rate", default="80MB", help="origin: bytes/s per connection each way")
     parser.add_argument("--memory-quota", default="2GiB", help="the gateway's cache.memory_quota")
@@ -351,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="gateway-engines-"))
     chart = Path(args.chart) if args.chart else tmp / "engines.png"
-    version = header("bench/engines.py: Trino 476 (Hive connector, native S3, file metastore in the bucket)",
+    metastore_kind = "Hive metastore 4.0.1 service" if args.hms else "file metastore in the bucket"
+    version = header(f"bench/engines.py: Trino 476 (Hive connector, native S3, {metastore_kind})",
                      args.latency, args.rate,
                      f"TPC-H {', '.join(q.upper() for q in tpch) or 'none'} over tpch.{args.scale} as "
                      f"{' and '.join(tpch_formats)}, orders (Parquet) for scan and cpu-heavy; files of at most "
@@ -372,7 +381,10 @@ def main(argv: list[str] | None = None) -> int:
                "GATEWAY_CACHE_MEMORY_QUOTA": str(cs.parse_size(args.memory_quota, "--memory-quota")),
                "GATEWAY_ADMIN_TOKEN": TOKEN}
         gw = wl.gateway("gw", origin, tmp, code, env)
-        catalogs = {name: {**hive_catalog(endpoint, keys), "hive.metastore.catalog.dir": f"s3://{wl.BUCKET}/metastore"}
+        if args.hms:  # one metastore for every catalog: table and partition metadata are Thrift calls, not S3 reads
+            uri = stack.enter_context(HiveMetastore(hms_home(), tmp / "hms", moto, cs.ORIGIN_CREDENTIALS, REGION)).uri
+        catalogs = {name: hms_catalog(uri, endpoint, keys) if args.hms else
+                    {**hive_catalog(endpoint, keys), "hive.metastore.catalog.dir": f"s3://{wl.BUCKET}/metastore"}
                     for name, endpoint, keys in (("load", moto, cs.ORIGIN_CREDENTIALS),
                                                  ("direct", origin, cs.ORIGIN_CREDENTIALS),
                                                  ("gw", gw.endpoint, cs.USER))}
@@ -382,9 +394,12 @@ def main(argv: list[str] | None = None) -> int:
         trino = stack.enter_context(TrinoServer(trino_home(), tmp / "trino", catalogs))
         print(f"== Trino started in {trino.started_in:.0f}s (since the script began: {time.monotonic() - t0:.0f}s)")
         t0 = time.monotonic()
-        trino.query("CREATE SCHEMA load.bench")
+        # (with the metastore, each schema's folder in the bench's bucket: its warehouse is another bucket's)
+        where = {name: f" WITH (location = 's3a://{wl.BUCKET}/warehouse/{name}.db')" if args.hms else ""
+                 for name in ("bench", *formats)}
+        trino.query(f"CREATE SCHEMA load.bench{where['bench']}")
         for fmt in formats:
-            trino.query(f"CREATE SCHEMA load.{fmt}")
+            trino.query(f"CREATE SCHEMA load.{fmt}{where[fmt]}")
             for table in sorted(tables, key=TPCH_TABLES.index):
                 source = f"load.parquet.{table}" if fmt != "parquet" else f"tpch.{args.scale}.{table}"
                 trino.query(f"CREATE TABLE load.{fmt}.{table} WITH (format = '{fmt.upper()}') AS SELECT * FROM {source}")

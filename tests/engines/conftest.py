@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.engines.hms_fixtures import hive_metastore, hms_fleet, hms_trino  # noqa: F401 (fixtures: the Hive metastore's)
 from tests.engines.jvm import EngineUnavailable, TrinoServer, maven_artifact, trino_home
 from tests.engines.support import (BUCKET, CACHE_TTL, FRESH_TTL, ORIGIN_KEYS, READONLY, S3A_JARS, SPARK_JAVA_HOME,
                                    WRITER, AccessLog, engine_missing, engines_settings, hive_catalog,

@@ -162,7 +162,11 @@ class TrinoServer:
             "task.concurrency": "2",
             "task.max-worker-threads": "4",
             "plugin.dir": str(self.home / "plugin"),
-            "catalog.config-dir": str(self.workdir / "etc" / "catalog"),
+            # `CREATE CATALOG` at run time (tests/engines/hms_fixtures.py adds the metastore's catalogs once
+            # it runs); the catalog files are then read through the file catalog store, configured in
+            # etc/catalog-store.properties (in the working folder).
+            "catalog.management": "dynamic",
+            "catalog.store": "file",
         }
 
     def write_config(self) -> None:
@@ -170,6 +174,7 @@ class TrinoServer:
         (etc / "catalog").mkdir(parents=True, exist_ok=True)
         (etc / "config.properties").write_text(properties(self.server_config()))
         (etc / "log.properties").write_text("io.trino=INFO\n")
+        (etc / "catalog-store.properties").write_text(properties({"catalog.config-dir": str(etc / "catalog")}))
         for name, values in self.catalogs.items():
             (etc / "catalog" / f"{name}.properties").write_text(properties(values))
 

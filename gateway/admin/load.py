@@ -14,6 +14,7 @@ from gateway.admin.tableplan import list_objects, plan_table, read_bytes
 from gateway.admin.tableplan import footer as find_footer
 from gateway.engine import Engine, Want
 from gateway.errors import S3Error
+from gateway.retry import ExponentialBackoff, Retry
 from gateway.tables.partitions import Filter, matches
 from gateway.tables.paths import TableFile
 
@@ -120,9 +121,7 @@ class _Load:
             if self.request.footers:
                 await self.footer(file)
             elif self.in_fleet:
-                head = await engine.head_object(file.bucket, file.key)
-                await engine.spread(file.bucket, file.key, head.meta, replicas=self.request.replicas)
-                progress.bytes += head.meta.size
+                await self.spread(file)
             else:
                 await self.read_through(file)
             progress.loaded += 1
@@ -132,6 +131,28 @@ class _Load:
             progress.failed.append(f"{self.name(file)}: {exc.__class__.__name__}")
         if progress.finished:
             self.settled.set()
+
+    async def spread(self, file: TableFile) -> None:
+        """A file's blocks fetched by their owners in the fleet. An owner that did not answer
+        (ServiceUnavailable: it died, or it is overloaded) is asked again, with pauses, until the
+        fleet has had time to notice a dead member (cluster.member_ttl and a heartbeat); its blocks
+        then go to their new owners."""
+        engine = self.engine
+
+        async def once() -> None:
+            head = await engine.head_object(file.bucket, file.key)
+            try:
+                await engine.spread(file.bucket, file.key, head.meta, replicas=self.request.replicas)
+            except S3Error as err:
+                if err.code != "ServiceUnavailable":
+                    raise
+                raise _OwnerDown(err) from None
+            self.progress.bytes += head.meta.size
+
+        try:
+            await _owner_retry(engine).call(once)
+        except _OwnerDown as down:
+            raise down.error from None
 
     def name(self, file: TableFile) -> str:
         """A file as `failed` and the plan name it: its key, with its bucket when not the load's."""
@@ -193,3 +214,24 @@ class _Load:
         finally:
             if progress.finished or not progress.listed:
                 self.settled.set()
+
+
+class _OwnerDown(Exception):
+    """An owner of a file's blocks did not load them (its ServiceUnavailable, as `error`)."""
+
+    def __init__(self, error: S3Error) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def _owner_retry(engine: Engine) -> Retry:
+    """Retry of a spread whose owner did not answer: pauses from 0.25 s doubling up to a
+    heartbeat, as many as it takes to outlast cluster.member_ttl and a heartbeat."""
+    assert engine.fleet is not None
+    cluster = engine.fleet.settings
+    backoff = ExponentialBackoff(0.25, cap=cluster.heartbeat_interval)
+    waited, retries = 0.0, 0
+    while waited < cluster.member_ttl + cluster.heartbeat_interval:
+        retries += 1
+        waited += backoff.compute(retries)
+    return Retry(backoff, retries, (_OwnerDown,))

@@ -190,11 +190,9 @@ class BlockFetcher:
 
     def keeps_part(self, block: BlockId) -> bool:
         """Whether part of the block may be kept here: the store keeps pieces and no other node
-        or worker owns the block (a piece is never lent, offered or served to them: for them
-        this node does not hold the block)."""
-        if not self.store.keeps_pieces or self.route(block.bucket, block.key, block.index) is not None:
-            return False
-        return self.siblings is None or self.siblings.owner(block.bucket, block.key, block.index) is None
+        owns the block. A piece is this worker's alone: never lent, offered or served to another
+        worker or node (for them, this one does not hold the block)."""
+        return self.store.keeps_pieces and self.route(block.bucket, block.key, block.index) is None
 
     async def part(self, block: BlockId, meta: ObjectMeta, lo: int, hi: int) -> tuple[bytes, int]:
         """Bytes of the block holding [lo, hi) (offsets in the block), and where in the block

@@ -34,9 +34,10 @@ class TieredStore:
     - Pinned (bucket, key prefix) blocks are never chosen as victims, in any level: the
       store installs its predicate as each tier's `evictable`. Admin purges and TTLs still
       remove them. The configured pins are fixed; `set_pinned` replaces the runtime ones.
-    - Part of a block (a piece, store.pieces) is kept by a memory tier of this worker's own
-      (`keeps_pieces`), never on a disk nor in a tier the node's workers share; a block under a
-      TTL is not kept in part. A piece that makes its block whole is stored as the block.
+    - Part of a block (a piece, store.pieces) is kept in memory of this worker's own (`pieces`:
+      its memory tier, or beside a memory tier the node's workers share, a tier for pieces
+      alone), never on a disk nor in a tier the node's workers share; a block under a TTL is not
+      kept in part. A piece that makes a block this worker owns whole is stored as the block.
     - A (bucket, key prefix, seconds) TTL frees blocks that long after they were first
       stored (the most specific prefix wins). Expired blocks are misses on get(), and
       expire() sweeps them. Disk blocks found at start carry their file's age.
@@ -54,8 +55,13 @@ class TieredStore:
         ttl: tuple[tuple[str, str, float], ...] = (),
         clock: Callable[[], float] = time.monotonic,
         owns: Callable[[BlockId], bool] = lambda block_id: True,
+        pieces: MemoryTier | None = None,
     ) -> None:
         self.memory = memory
+        # Where parts of blocks are kept: the memory tier of this worker's own, else `pieces`
+        # (a worker of a node of several: a tier of its own for them, its quota taken from
+        # the worker's share of the memory tier's).
+        self.pieces = memory if isinstance(memory, MemoryTier) else pieces
         self.owns = owns  # the blocks this worker keeps (store.shared): all of them, alone
         self.disks = list(disks)
         self.levels: list[Tier] = ([memory] if memory is not None else []) + self.disks
@@ -85,6 +91,8 @@ class TieredStore:
         self.freed = 0
         for tier in self.levels:
             tier.evictable = self._evictable
+        if self.pieces is not None:
+            self.pieces.evictable = self._evictable
         self._promoting: set[asyncio.Task[None]] = set()
         if promote and isinstance(memory, SharedTier):  # the owner promotes what other workers hit
             for tier in self.disks:
@@ -211,31 +219,31 @@ class TieredStore:
     @property
     def keeps_pieces(self) -> bool:
         """Whether parts of blocks can be kept (a memory tier of this worker's own)."""
-        return isinstance(self.memory, MemoryTier) and self.memory.quota > 0
+        return self.pieces is not None and self.pieces.quota > 0
 
     def piece(self, block_id: BlockId) -> tuple[int, bytes] | None:
         """(lo, bytes) of the part of the block kept here, uncounted; None when none is."""
-        return self.memory.piece(block_id) if isinstance(self.memory, MemoryTier) else None
+        return self.pieces.piece(block_id) if self.pieces is not None else None
 
     def piece_hit(self, block_id: BlockId, lo: int, hi: int) -> bytes | None:
         """Bytes [lo, hi) of a block not held whole, from its piece, counted as a memory hit;
         None, counting nothing, when no piece holds them all. No await."""
-        return self.memory.piece_hit(block_id, lo, hi) if isinstance(self.memory, MemoryTier) else None
+        return self.pieces.piece_hit(block_id, lo, hi) if self.pieces is not None else None
 
     async def put_piece(self, block_id: BlockId, lo: int, data: bytes, length: int) -> tuple[int, bytes]:
         """Keep bytes [lo, lo + len(data)) of a block of `length` bytes, joined with the part of
         it kept already; the piece now kept ((lo, b"") when none is). Whole, it is the block."""
-        memory = self.memory
-        if not isinstance(memory, MemoryTier) or self.ttl_of(block_id) is not None or block_id in self:
+        held = self.pieces
+        if held is None or self.ttl_of(block_id) is not None or block_id in self:
             return lo, b""
-        joined = pieces.join(memory.piece(block_id), lo, data)
-        if joined[0] == 0 and len(joined[1]) == length:
+        joined = pieces.join(held.piece(block_id), lo, data)
+        if joined[0] == 0 and len(joined[1]) == length and self.owns(block_id):
             await self.put(block_id, joined[1])
             return joined
-        kept, victims = memory.put_piece(block_id, lo, data)
+        kept, victims = held.put_piece(block_id, lo, data)
         if kept[1]:
             self._note_object(block_id)
-        await self._send_down(0, victims)
+        await self._send_down(0, victims)  # (only a memory tier that holds blocks too has victims)
         return kept
 
     def missed(self) -> None:
@@ -258,6 +266,8 @@ class TieredStore:
         """Cache a block in the highest level that takes it; victims cascade down."""
         if self.owns(block_id):
             self._note_object(block_id)
+            if self.pieces is not None and self.pieces is not self.memory:
+                await self.pieces.remove(block_id)  # its piece: the block holds its bytes now
         if self.ttl_of(block_id) is not None and block_id not in self:
             self._born[block_id.name] = (block_id, self._clock())
         await self._sink(0, block_id, data)
@@ -295,8 +305,8 @@ class TieredStore:
         }
         for block_id in targets.values():
             await self._remove_everywhere(block_id)
-        if isinstance(self.memory, MemoryTier):
-            self.memory.drop_pieces(bucket, prefix)
+        if self.pieces is not None:
+            self.pieces.drop_pieces(bucket, prefix)
         return len(targets)
 
     def stats(self) -> dict[str, Any]:
@@ -358,6 +368,8 @@ class TieredStore:
     async def _remove_everywhere(self, block_id: BlockId) -> None:
         for tier in self.levels:
             await tier.remove(block_id)
+        if self.pieces is not None and self.pieces is not self.memory:
+            await self.pieces.remove(block_id)
         self._born.pop(block_id.name, None)
 
     # --- ages -------------------------------------------------------------------------------

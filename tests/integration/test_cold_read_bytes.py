@@ -175,6 +175,31 @@ def test_pieces_count_their_bytes_in_the_memory_quota(start_gateway, clean_origi
     assert memory.pieces == 3 and memory.used == 3 * GRANULE  # the oldest two evicted
 
 
+def test_a_worker_of_a_node_of_several_keeps_the_parts_it_read(origin_endpoint, clean_origin, counted, tmp_path):
+    # A piece is the worker's own (beside the memory tier the workers share): each worker's
+    # cold read of part of a block asks for its bytes, and reads them again from its piece.
+    origin = client(origin_endpoint, ("origin-key", "origin-secret"))
+    origin.create_bucket(Bucket="bkt")
+    origin.put_object(Bucket="bkt", Key="k", Body=DATA)
+    run, secret = tmp_path / "run", secrets.token_bytes(32)
+    run.mkdir()
+    nodes = [RunningGateway(_settings(counted), workers=WorkerSet(i, 2, str(run), secret)).__enter__() for i in range(2)]
+    try:
+        a = 3 * MiB + 123_456
+        for node in nodes:
+            s3 = client(node.endpoint)
+            counted.mark()
+            assert read(s3, f"bytes={a}-{a + 4095}") == DATA[a:a + 4096]
+            requests, sent = counted.since()
+            assert requests <= 1 and sent <= 4096 + 2 * GRANULE, (requests, sent)
+            counted.mark()
+            assert x_cache(s3, f"bytes={a}-{a + 4095}") == "hit-mem"
+            assert counted.since() == (0, 0)
+    finally:
+        for node in nodes:
+            node.__exit__()
+
+
 _READS = st.one_of(
     st.tuples(st.just("range"), st.integers(0, len(DATA) - 1), st.integers(1, 2 * MiB)),
     st.tuples(st.just("suffix"), st.integers(1, 3 * MiB), st.just(0)),

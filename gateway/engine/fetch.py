@@ -184,9 +184,9 @@ class BlockFetcher:
 
     @property
     def granule(self) -> int | None:
-        """What a read of part of a block is rounded out to (None: whole blocks, the store
-        keeps no part of a block)."""
-        return min(GRANULE, self.settings.block_size) if self.store.keeps_pieces else None
+        """What a read of part of a block is rounded out to; None: whole blocks (the store keeps
+        no part of a block, or blocks are no larger than a granule)."""
+        return GRANULE if self.store.keeps_pieces and self.settings.block_size > GRANULE else None
 
     def keeps_part(self, block: BlockId) -> bool:
         """Whether part of the block may be kept here: the store keeps pieces and no other node

@@ -81,7 +81,7 @@ class Reads:
         self.budget = budget
         self._on_changed = on_changed
         # Where the last read of each recently read object ended, to spot sequential readers.
-        self._read_ends: OrderedDict[tuple[str, str, str], int] = OrderedDict()
+        self._read_ends: OrderedDict[tuple[str, str, str], tuple[int, int]] = OrderedDict()  # (end, continuations)
         self._named: OrderedDict[tuple[str, str, str, int], BlockId] = OrderedDict()  # oldest out in O(1)
 
     async def read_object(
@@ -222,19 +222,23 @@ class Reads:
         size = self.settings.block_size
         first = blocks[0]
         last_index = (meta.size - 1) // size
-        if first.key.endswith(_FOOTER_FIRST_SUFFIXES) and blocks[-1].index < last_index:
-            # Parquet and ORC readers start at the footer: have the last block ready, unless they
-            # read the footer already (its part of the last block is kept: store.pieces).
-            footer = BlockId(first.bucket, first.key, first.version, last_index)
-            if fetch.store.piece(footer) is None:
-                fetch.prefetch(footer, meta)
+        if first.key.endswith(_FOOTER_FIRST_SUFFIXES) and blocks[-1].index < last_index and fetch.granule is None:
+            # Parquet and ORC readers start at the footer: have the last block ready. Not where
+            # reads fetch about what they read (granules): engines read the footer first (Trino,
+            # DuckDB, PyArrow), so the block would cost a request more than going to S3 directly.
+            fetch.prefetch(BlockId(first.bucket, first.key, first.version, last_index), meta)
         stream_key = (first.bucket, first.key, first.version)
-        if self._read_ends.get(stream_key) == start - 1 and self.settings.readahead_blocks:
+        previous = self._read_ends.get(stream_key)
+        streak = previous[1] + 1 if previous is not None and previous[0] == start - 1 else 0
+        # Where reads fetch about what they read (granules), a reader is sequential once it continued
+        # twice in a row: an engine reads a Parquet page index or an ORC stream's index and then the
+        # bytes right after it (one continuation) where a scan goes on and on.
+        if streak >= (1 if fetch.granule is None else 2) and self.settings.readahead_blocks:
             # A reader going through the object in consecutive ranges: its next blocks, in one run.
             after = blocks[-1].index + 1
             fetch.read_ahead(first.bucket, first.key, meta, after,
                              min(after + self.settings.readahead_blocks, last_index + 1) - 1)
-        self._read_ends[stream_key] = end
+        self._read_ends[stream_key] = (end, streak)
         self._read_ends.move_to_end(stream_key)
         if len(self._read_ends) > _SEQUENTIAL_READERS:
             self._read_ends.popitem(last=False)

@@ -81,7 +81,8 @@ class Reads:
         self.budget = budget
         self._on_changed = on_changed
         # Where the last read of each recently read object ended, to spot sequential readers.
-        self._read_ends: OrderedDict[tuple[str, str, str], tuple[int, int]] = OrderedDict()  # (end, continuations)
+        # (end, continuations in a row, where they began)
+        self._read_ends: OrderedDict[tuple[str, str, str], tuple[int, int, int]] = OrderedDict()
         self._named: OrderedDict[tuple[str, str, str, int], BlockId] = OrderedDict()  # oldest out in O(1)
 
     async def read_object(
@@ -229,16 +230,22 @@ class Reads:
             fetch.prefetch(BlockId(first.bucket, first.key, first.version, last_index), meta)
         stream_key = (first.bucket, first.key, first.version)
         previous = self._read_ends.get(stream_key)
-        streak = previous[1] + 1 if previous is not None and previous[0] == start - 1 else 0
+        going_on = previous is not None and previous[0] == start - 1
+        streak, began = (previous[1] + 1, previous[2]) if previous is not None and going_on else (0, start)
         # Where reads fetch about what they read (granules), a reader is sequential once it continued
-        # twice in a row: an engine reads a Parquet page index or an ORC stream's index and then the
-        # bytes right after it (one continuation) where a scan goes on and on.
-        if streak >= (1 if fetch.granule is None else 2) and self.settings.readahead_blocks:
+        # twice in a row (an engine reads a Parquet page index or an ORC stream's index, then the
+        # bytes right after it: one continuation), and reads ahead at most as much as it read in a
+        # row so far, up to cache.readahead_blocks (an ORC reader goes through one column's stream
+        # in 128 KiB reads, then jumps to the next: 16 blocks ahead would overshoot the stream).
+        granules = fetch.granule is not None
+        ahead = self.settings.readahead_blocks
+        if granules:
+            ahead = min(ahead, -(-(end - began + 1) // size))
+        if streak >= (2 if granules else 1) and ahead:
             # A reader going through the object in consecutive ranges: its next blocks, in one run.
             after = blocks[-1].index + 1
-            fetch.read_ahead(first.bucket, first.key, meta, after,
-                             min(after + self.settings.readahead_blocks, last_index + 1) - 1)
-        self._read_ends[stream_key] = (end, streak)
+            fetch.read_ahead(first.bucket, first.key, meta, after, min(after + ahead, last_index + 1) - 1)
+        self._read_ends[stream_key] = (end, streak, began)
         self._read_ends.move_to_end(stream_key)
         if len(self._read_ends) > _SEQUENTIAL_READERS:
             self._read_ends.popitem(last=False)

@@ -25,7 +25,6 @@ from gateway.cluster.replication import Replication
 from gateway.cluster.shared import Shared
 from gateway.config import CacheSettings, Settings
 from gateway.engine import Engine
-from gateway.engine.runs import GRANULE
 from gateway.events import SqsConsumer
 from gateway.heat import HeatCounter
 from gateway.httpserver import Later
@@ -244,15 +243,10 @@ def build_store(cache: CacheSettings, workers: WorkerSet | None = None) -> Tiere
         return HitNotes(os.path.join(workers.run_dir, "hits"), tier, mine, share, owner)
 
     memory: MemoryTier | SharedTier | None = None
-    pieces: MemoryTier | None = None  # parts of blocks (store.pieces), beside a shared memory tier
     if cache.memory_quota > 0 and alone:
         memory = MemoryTier(cache.memory_quota, make_policy(cache.policy, cache.memory_quota))
     elif cache.memory_quota > 0:
         quota = cache.memory_quota // share
-        if cache.block_size > GRANULE:  # (blocks of a granule or less are never read in part)
-            kept = quota // _PIECES_SHARE
-            quota -= kept
-            pieces = MemoryTier(kept, make_policy(cache.policy, kept), name="pieces")
         memory = SharedTier(workers.memory_path, quota, make_policy(cache.policy, quota), owns, medium="memory",
                             name="mem", notes=notes("mem"))
     disks: list[Tier] = []
@@ -266,7 +260,7 @@ def build_store(cache: CacheSettings, workers: WorkerSet | None = None) -> Tiere
     return TieredStore(
         memory, disks, promote=cache.promote,
         pinned=tuple((r.bucket, r.prefix) for r in cache.pinned),
-        ttl=tuple((r.bucket, r.prefix, r.seconds) for r in cache.ttl), owns=owns, pieces=pieces,
+        ttl=tuple((r.bucket, r.prefix, r.seconds) for r in cache.ttl), owns=owns,
     )
 
 
@@ -303,9 +297,6 @@ async def _stop(tasks: list[asyncio.Task[None]]) -> None:
         log.cluster.warning("background tasks still running at shutdown: %s", sorted(t.get_name() for t in pending))
 
 
-# A worker of a node of several keeps the parts of blocks cold reads bring (store.pieces) in memory
-# of its own: 1/16 of its share of cache.memory_quota, taken from its part of the shared tier.
-_PIECES_SHARE = 16
 _EXPIRE_EVERY = 30.0  # seconds between two rounds that free blocks past their TTL (cache.ttl)
 _STOP_ROUNDS = 5
 _STOP_WAIT = 1.0  # seconds for the tasks to end after each cancel

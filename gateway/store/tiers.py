@@ -34,10 +34,9 @@ class TieredStore:
     - Pinned (bucket, key prefix) blocks are never chosen as victims, in any level: the
       store installs its predicate as each tier's `evictable`. Admin purges and TTLs still
       remove them. The configured pins are fixed; `set_pinned` replaces the runtime ones.
-    - Part of a block (a piece, store.pieces) is kept in memory of this worker's own (`pieces`:
-      its memory tier, or beside a memory tier the node's workers share, a tier for pieces
-      alone), never on a disk nor in a tier the node's workers share; a block under a TTL is not
-      kept in part. A piece that makes a block this worker owns whole is stored as the block.
+    - Part of a block (a piece, store.pieces) is kept by a memory tier of this worker's own
+      (`keeps_pieces`), never on a disk nor in a tier the node's workers share; a block under a
+      TTL is not kept in part. A piece that makes its block whole is stored as the block.
     - A (bucket, key prefix, seconds) TTL frees blocks that long after they were first
       stored (the most specific prefix wins). Expired blocks are misses on get(), and
       expire() sweeps them. Disk blocks found at start carry their file's age.
@@ -55,13 +54,12 @@ class TieredStore:
         ttl: tuple[tuple[str, str, float], ...] = (),
         clock: Callable[[], float] = time.monotonic,
         owns: Callable[[BlockId], bool] = lambda block_id: True,
-        pieces: MemoryTier | None = None,
     ) -> None:
         self.memory = memory
-        # Where parts of blocks are kept: the memory tier of this worker's own, else `pieces`
-        # (a worker of a node of several: a tier of its own for them, its quota taken from
-        # the worker's share of the memory tier's).
-        self.pieces = memory if isinstance(memory, MemoryTier) else pieces
+        # Where parts of blocks are kept: a memory tier of this worker's own. Not beside a tier
+        # the node's workers share: a fixed share of its quota set aside for them cost the whole
+        # blocks 1.2-1.4 points of hit ratio (tests/advisor/test_workers_against_advisor.py).
+        self.pieces = memory if isinstance(memory, MemoryTier) else None
         self.owns = owns  # the blocks this worker keeps (store.shared): all of them, alone
         self.disks = list(disks)
         self.levels: list[Tier] = ([memory] if memory is not None else []) + self.disks
@@ -91,8 +89,6 @@ class TieredStore:
         self.freed = 0
         for tier in self.levels:
             tier.evictable = self._evictable
-        if self.pieces is not None:
-            self.pieces.evictable = self._evictable
         self._promoting: set[asyncio.Task[None]] = set()
         if promote and isinstance(memory, SharedTier):  # the owner promotes what other workers hit
             for tier in self.disks:
@@ -237,13 +233,13 @@ class TieredStore:
         if held is None or self.ttl_of(block_id) is not None or block_id in self:
             return lo, b""
         joined = pieces.join(held.piece(block_id), lo, data)
-        if joined[0] == 0 and len(joined[1]) == length and self.owns(block_id):
+        if joined[0] == 0 and len(joined[1]) == length:
             await self.put(block_id, joined[1])
             return joined
         kept, victims = held.put_piece(block_id, lo, data)
         if kept[1]:
             self._note_object(block_id)
-        await self._send_down(0, victims)  # (only a memory tier that holds blocks too has victims)
+        await self._send_down(0, victims)
         return kept
 
     def missed(self) -> None:
@@ -266,8 +262,6 @@ class TieredStore:
         """Cache a block in the highest level that takes it; victims cascade down."""
         if self.owns(block_id):
             self._note_object(block_id)
-            if self.pieces is not None and self.pieces is not self.memory:
-                await self.pieces.remove(block_id)  # its piece: the block holds its bytes now
         if self.ttl_of(block_id) is not None and block_id not in self:
             self._born[block_id.name] = (block_id, self._clock())
         await self._sink(0, block_id, data)
@@ -368,8 +362,6 @@ class TieredStore:
     async def _remove_everywhere(self, block_id: BlockId) -> None:
         for tier in self.levels:
             await tier.remove(block_id)
-        if self.pieces is not None and self.pieces is not self.memory:
-            await self.pieces.remove(block_id)
         self._born.pop(block_id.name, None)
 
     # --- ages -------------------------------------------------------------------------------

@@ -187,6 +187,7 @@ def test_a_node_of_several_workers_keeps_whole_blocks_only(origin_endpoint, clea
     try:
         a = 3 * MiB + 123_456
         s3 = client(nodes[0].endpoint)
+        counted.mark()
         assert read(s3, f"bytes={a}-{a + 4095}") == DATA[a:a + 4096]
         assert counted.since() == (1, MiB)
         counted.mark()

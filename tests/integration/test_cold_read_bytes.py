@@ -227,7 +227,7 @@ def test_any_reads_answer_the_origins_bytes_with_no_more_requests_than_reads(
     nodes = [RunningGateway(base, workers=w).__enter__() for w in sets]
     try:
         # A whole GET without x-amz-checksum-mode: one that asks for checksums after a ranged read
-        # brought metadata without them costs a HEAD more (issue 33's other half, not this one's).
+        # brought metadata without them costs a HEAD more (not what this file tests).
         clients = [client(node.endpoint, response_checksum_validation="when_required") for node in nodes]
         rounds = [0]
 

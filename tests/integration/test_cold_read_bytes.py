@@ -161,6 +161,19 @@ def test_pieces_that_fill_a_block_make_it_whole(cold, counted):
     assert counted.since() == (0, 0)
 
 
+def test_a_read_of_what_a_piece_lacks_after_an_overwrite_answers_the_new_version_whole(cold, origin_endpoint):
+    # The piece is named by the version it holds; the bytes it lacks are asked If-Match that
+    # version, so an object overwritten behind the gateway is answered whole from the new one.
+    _, s3 = cold
+    a = 2 * MiB + 200_000
+    assert read(s3, f"bytes={a}-{a + 999}") == DATA[a:a + 1000]
+    newer = os.urandom(len(DATA))
+    client(origin_endpoint, ("origin-key", "origin-secret")).put_object(Bucket="bkt", Key="k", Body=newer)
+    wider = (a - 150_000, a + 150_000)  # the piece's bytes and more of the same block
+    assert read(s3, "bytes=%d-%d" % wider) == newer[wider[0]:wider[1] + 1]
+    assert read(s3, f"bytes={a}-{a + 999}") == newer[a:a + 1000]
+
+
 def test_pieces_count_their_bytes_in_the_memory_quota(start_gateway, clean_origin, counted):
     gateway = start_gateway(origin=_settings(counted).origin,
                             cache=CacheSettings(block_size=BLOCK, memory_quota=3 * GRANULE, readahead_blocks=0))

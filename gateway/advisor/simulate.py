@@ -22,7 +22,13 @@ arithmetic (`gateway.store.blocks`):
   not reach the object's last block has that block (its footer) fetched.
 
 Not modelled: pins and TTLs, the metadata cache, concurrency (reads are applied in trace
-order, one at a time), and a fleet's peers (one node).
+order, one at a time), a fleet's peers (one node), and the parts of blocks a worker with a
+memory tier of its own keeps (gateway.store.pieces): there a read of part of a block larger than
+64 KiB fetches its bytes rounded out to 64 KiB and keeps them as the block's piece, where the
+model fetches and keeps the whole block. With blocks of 64 KiB (or a node of several workers,
+which keeps whole blocks only) the two are the same; with larger blocks the model's origin bytes
+are an upper bound, and a later read of another part of such a block is a hit in the model
+where the gateway fetches what the piece lacks.
 
 Sampling (SHARDS, Waldspurger et al., FAST 2015, fixed rate): with `rate` R < 1 only the
 objects whose hash of (bucket, key) falls below R are replayed, into quotas scaled by R.

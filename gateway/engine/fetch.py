@@ -17,10 +17,11 @@ from gateway.config import CacheSettings
 from gateway.engine.coherence import Coherence
 from gateway.engine.flight import SingleFlight
 from gateway.engine.lending import Lending
-from gateway.engine.runs import Run, RunStopped, Want
+from gateway.engine.runs import GRANULE, Run, RunStopped, Want
 from gateway.errors import S3Error
 from gateway.objects import ObjectChanged, ObjectMeta, block_version, meta_from_headers, meta_from_ranged_get
 from gateway.origin import Origin, OriginResponse
+from gateway.store import pieces
 from gateway.store.blocks import BlockId, block_bounds
 from gateway.store.tiers import TieredStore
 
@@ -139,10 +140,17 @@ class BlockFetcher:
         return block.name in self._from_origin or block.name in self._from_peers
 
     async def _fetch_block(self, block: BlockId, meta: ObjectMeta) -> bytes:
-        """One block from the origin (ranged GET, If-Match the version), stored. An answer
-        cut off mid-body is asked for again, `origin.retries` times (the block is held
-        whole before a byte of it is sent, so a retry is invisible to the client)."""
+        """One block from the origin (_fetch_bytes), stored."""
         first, last = block_bounds(block.index, self.settings.block_size, meta.size)
+        data = await self._fetch_bytes(block, meta, first, last)
+        self.stats["origin_block_fetch"] += 1
+        await self.store.put(block, data)
+        return data
+
+    async def _fetch_bytes(self, block: BlockId, meta: ObjectMeta, first: int, last: int) -> bytes:
+        """Bytes [first, last] of the object, within `block`, from the origin (ranged GET, If-Match
+        the version). An answer cut off mid-body is asked for again, `origin.retries` times (the
+        bytes are held whole before one of them is sent, so a retry is invisible to the client)."""
         query = meta.version_query
         expected = last - first + 1
         for attempt in range(self.origin.settings.retries + 1):
@@ -160,12 +168,10 @@ class BlockFetcher:
                 await response.aclose()
                 raise S3Error("ServiceUnavailable", "The origin ignored a byte range; the block was not cached.")
             try:
-                data = await response.read_at_most(expected)  # never more than one block, whatever is sent
+                data = await response.read_at_most(expected)  # never more than asked, whatever is sent
             except S3Error:  # cut off mid-body
                 data = b""
             if len(data) == expected:
-                self.stats["origin_block_fetch"] += 1
-                await self.store.put(block, data)
                 return data
             if len(data) > expected:
                 break
@@ -173,6 +179,47 @@ class BlockFetcher:
             log.engine.info("block %d of /%s/%s cut off at %d of %d bytes (attempt %d)",
                             block.index, block.bucket, block.key, len(data), expected, attempt + 1)
         raise S3Error("ServiceUnavailable", "The origin sent a block of the wrong size; retry the request.")
+
+    # --- parts of blocks (store.pieces) ---------------------------------------------------
+
+    @property
+    def granule(self) -> int | None:
+        """What a read of part of a block is rounded out to; None: whole blocks (the store keeps
+        no part of a block, or blocks are no larger than a granule)."""
+        return GRANULE if self.store.keeps_pieces and self.settings.block_size > GRANULE else None
+
+    def keeps_part(self, block: BlockId) -> bool:
+        """Whether part of the block may be kept here: the store keeps pieces (a lone worker's
+        memory tier) and no other node owns the block. A piece is never lent, offered or served
+        to another node: for them, this one does not hold the block."""
+        return self.store.keeps_pieces and self.route(block.bucket, block.key, block.index) is None
+
+    async def part(self, block: BlockId, meta: ObjectMeta, lo: int, hi: int) -> tuple[bytes, int]:
+        """Bytes of the block holding [lo, hi) (offsets in the block), and where in the block
+        they start: the block's piece when it holds them (a hit); else, for a block this worker
+        fetches itself and keeps in part, what the piece lacks of [lo, hi) rounded out to the
+        granule, one origin GET, joined with the piece; else the whole block (`block`)."""
+        kept = self.store.piece_hit(block, lo, hi)
+        if kept is not None:
+            self.stats["block_hit_piece"] += 1
+            return kept, lo
+        length = self.length(block, meta)
+        granule = self.granule
+        if granule is None or not self.keeps_part(block) or self.missing_here(block) is not True:
+            return await self.block(block, meta), 0
+        want = pieces.rounded(lo, hi, granule, length)
+        if want == (0, length):
+            return await self.block(block, meta), 0
+        held = self.store.piece(block)
+        ask = pieces.lacking(None if held is None else (held[0], held[0] + len(held[1])), *want)
+        offset = block.index * self.settings.block_size
+        self.stats["block_miss"] += 1
+        self.store.missed()
+        data = await self._fetch_bytes(block, meta, offset + ask[0], offset + ask[1] - 1)
+        self.stats["origin_part_fetch"] += 1
+        await self.store.put_piece(block, ask[0], data, length)
+        lo_in_hand, in_hand = pieces.join(held, ask[0], data)  # (whatever the store could keep)
+        return in_hand, lo_in_hand
 
     def block_now(self, block: BlockId) -> tuple[bytes | memoryview, str] | None:
         """(data, tier name) of a block a tier can answer at once, counted as `block` counts
@@ -221,7 +268,7 @@ class BlockFetcher:
         """One GET of the origin for the blocks `want` touches (Want.origin_range): its headers
         are the object's metadata (with its checksums when the whole object was asked for), its
         body the run the read takes its bytes from. None when the origin refuses the range (416)."""
-        asked = want.origin_range(self.settings.block_size)
+        asked = want.origin_range(self.settings.block_size, self.granule)
         headers = dict(_WITH_CHECKSUMS) if asked is None else {"range": asked}
         response = await self.origin.send("GET", bucket, key, query=query, headers=headers)
         if response.status == 416:
@@ -231,7 +278,7 @@ class BlockFetcher:
             raise await self.origin.error_from(response, resource=f"/{bucket}/{key}")
         got = await _answered_range(response)
         first, last, size = got
-        if asked is not None and not _covers(want, self.settings.block_size, got):
+        if asked is not None and not _covers(want, self.granule or self.settings.block_size, got):
             await response.aclose()
             raise S3Error("ServiceUnavailable", "The origin answered a different byte range.")
         whole = response.status == 200 and asked is None
@@ -273,13 +320,16 @@ class BlockFetcher:
         pump.add_done_callback(self._forget_background)
 
     def start_run(self, bucket: str, key: str, meta: ObjectMeta, first_index: int, last_index: int, *,
-                  reader: bool = True, eager: bool = True) -> Run:
+                  reader: bool = True, eager: bool = True, within: tuple[int, int] | None = None) -> Run:
         """Blocks first_index..last_index of the version `meta` describes, from one ranged GET
-        (If-Match the version), registered for concurrent readers at once. Its `started` raises
+        (If-Match the version), registered for concurrent readers at once; `within` (first,
+        last): only those bytes of them (a read's ends, rounded out to the granule). Its `started` raises
         ObjectChanged when the origin no longer holds the version (the read is then answered
         from the current version, before a byte of it was sent)."""
         size = self.settings.block_size
         first, last = first_index * size, min((last_index + 1) * size, meta.size) - 1
+        if within is not None:
+            first, last = max(first, within[0]), min(last, within[1])
 
         async def answer() -> OriginResponse:
             response = await self.origin.send("GET", bucket, key, query=meta.version_query,
@@ -302,11 +352,13 @@ class BlockFetcher:
              last: int, *, reader: bool = True, eager: bool = True, claimed: bool = False) -> Run:
         version = version_of(meta)
 
-        async def keep(block: BlockId, data: bytes | None) -> None:
+        async def keep(block: BlockId, data: bytes, lo: int, whole: bool) -> None:
             self.stats["block_miss"] += 1
             self.store.missed()
-            if data is not None:
+            if whole:
                 await self.lending.keep(block, meta, data)
+            elif self.keeps_part(block):
+                await self.store.put_piece(block, lo, data, self.length(block, meta))
 
         return Run(answer, lambda index: BlockId(bucket, key, version, index), first, last, meta.size,
                    self.settings.block_size, flights=self._from_origin, keep=keep, budget=self.budget,
@@ -336,12 +388,13 @@ async def _answered_range(response: OriginResponse) -> tuple[int, int, int]:
     return got
 
 
-def _covers(want: Want, block_size: int, got: tuple[int, int, int]) -> bool:
-    """Whether an answer of bytes got = (first, last, size) holds every byte `want` reads."""
+def _covers(want: Want, unit: int, got: tuple[int, int, int]) -> bool:
+    """Whether an answer of bytes got = (first, last, size) holds every byte `want` reads, from
+    its start rounded down to `unit` (the granule or the block size)."""
     first, last, size = got
     if want.suffix is not None:
         return last == size - 1 and first <= max(size - want.suffix, 0)
-    start = want.start // block_size * block_size
+    start = want.start // unit * unit
     end = size - 1 if want.end is None else min(want.end, size - 1)
     return first <= start and last >= end
 

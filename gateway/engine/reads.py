@@ -81,7 +81,8 @@ class Reads:
         self.budget = budget
         self._on_changed = on_changed
         # Where the last read of each recently read object ended, to spot sequential readers.
-        self._read_ends: OrderedDict[tuple[str, str, str], int] = OrderedDict()
+        # (end, continuations in a row, where they began)
+        self._read_ends: OrderedDict[tuple[str, str, str], tuple[int, int, int]] = OrderedDict()
         self._named: OrderedDict[tuple[str, str, str, int], BlockId] = OrderedDict()  # oldest out in O(1)
 
     async def read_object(
@@ -120,12 +121,12 @@ class Reads:
         blocks = [BlockId(bucket, key, version_of(meta), i) for i in block_span(start, end, self.settings.block_size)]
         in_hand = first.data if isinstance(first, FirstBlock) and first.block == blocks[0] else None
         fetched = isinstance(first, FirstBlock) and in_hand is not None and first.from_origin
-        source = "miss" if run is not None else self._describe(fetch, blocks, fetched=fetched)
+        source = "miss" if run is not None else self._describe(fetch, blocks, start, end, fetched=fetched)
         if len(blocks) == 1 and run is None:
             return await self._one_block(fetch, blocks[0], meta, start, end, in_hand, source)
         try:
             rest = [b for b in blocks[0 if in_hand is None else 1:] if run is None or b.index not in run.indexes]
-            runs = ([] if run is None else [run]) + await self._runs_for(fetch, rest, meta)
+            runs = ([] if run is None else [run]) + await self._runs_for(fetch, rest, meta, start, end)
         finally:
             self._read_around(fetch, blocks, meta, start, end)
         source = _asked(source, blocks, runs)
@@ -152,14 +153,15 @@ class Reads:
         when it is missing, in hand before any header is sent). The read buffer covers it until
         it was sent (closing the read), unless the memory tier holds it (its quota counts it)."""
         held = 0 if source == "hit-mem" else await self.budget.take(fetch.length(block, meta))
+        lo, hi = slice_for(block.index, self.settings.block_size, start, end)
         try:
-            data = in_hand if in_hand is not None else await fetch.block(block, meta)
+            data, at = (in_hand, 0) if in_hand is not None else await fetch.part(block, meta, lo, hi)
         except BaseException:
             self.budget.give(held)
             raise
         finally:
             self._read_around(fetch, [block], meta, start, end)
-        lo, hi = slice_for(block.index, self.settings.block_size, start, end)
+        lo, hi = lo - at, hi - at  # (where the read's bytes are in those the block's piece holds)
 
         async def give_back() -> None:
             self.budget.give(held)
@@ -193,7 +195,12 @@ class Reads:
         block, start, end, lo, hi = read
         hit = fetch.block_now(block)
         if hit is None:
-            return None
+            kept = fetch.store.piece_hit(block, lo, hi)  # a part of the block, kept in memory
+            if kept is None:
+                return None
+            fetch.stats["block_hit_piece"] += 1
+            self._read_around(fetch, [block], meta, start, end)
+            return kept, "hit-mem"
         data, tier = hit
         self._read_around(fetch, [block], meta, start, end)
         memory = fetch.store.memory
@@ -216,29 +223,44 @@ class Reads:
         size = self.settings.block_size
         first = blocks[0]
         last_index = (meta.size - 1) // size
-        if first.key.endswith(_FOOTER_FIRST_SUFFIXES) and blocks[-1].index < last_index:
-            # Parquet and ORC readers start at the footer: have the last block ready.
+        if first.key.endswith(_FOOTER_FIRST_SUFFIXES) and blocks[-1].index < last_index and fetch.granule is None:
+            # Parquet and ORC readers start at the footer: have the last block ready. Not where
+            # reads fetch about what they read (granules): engines read the footer first (Trino,
+            # DuckDB, PyArrow), so the block would cost a request more than going to S3 directly.
             fetch.prefetch(BlockId(first.bucket, first.key, first.version, last_index), meta)
         stream_key = (first.bucket, first.key, first.version)
-        if self._read_ends.get(stream_key) == start - 1 and self.settings.readahead_blocks:
+        previous = self._read_ends.get(stream_key)
+        going_on = previous is not None and previous[0] == start - 1
+        streak, began = (previous[1] + 1, previous[2]) if previous is not None and going_on else (0, start)
+        # Where reads fetch about what they read (granules), a reader is sequential once it continued
+        # twice in a row (an engine reads a Parquet page index or an ORC stream's index, then the
+        # bytes right after it: one continuation), and reads ahead at most as much as it read in a
+        # row so far, up to cache.readahead_blocks (an ORC reader goes through one column's stream
+        # in 128 KiB reads, then jumps to the next: 16 blocks ahead would overshoot the stream).
+        granules = fetch.granule is not None
+        ahead = self.settings.readahead_blocks
+        if granules:
+            ahead = min(ahead, -(-(end - began + 1) // size))
+        if streak >= (2 if granules else 1) and ahead:
             # A reader going through the object in consecutive ranges: its next blocks, in one run.
             after = blocks[-1].index + 1
-            fetch.read_ahead(first.bucket, first.key, meta, after,
-                             min(after + self.settings.readahead_blocks, last_index + 1) - 1)
-        self._read_ends[stream_key] = end
+            fetch.read_ahead(first.bucket, first.key, meta, after, min(after + ahead, last_index + 1) - 1)
+        self._read_ends[stream_key] = (end, streak, began)
         self._read_ends.move_to_end(stream_key)
         if len(self._read_ends) > _SEQUENTIAL_READERS:
             self._read_ends.popitem(last=False)
 
-    @staticmethod
-    def _describe(fetch: BlockFetcher, blocks: list[BlockId], *, fetched: bool = False) -> str:
+    def _describe(self, fetch: BlockFetcher, blocks: list[BlockId], start: int, end: int, *,
+                  fetched: bool = False) -> str:
         """The x-cache value: where the blocks of this read are, as it starts (`fetched`:
-        the first block just came from the origin)."""
+        the first block just came from the origin); a block whose part the read wants is
+        kept (store.pieces) counts as one in memory."""
         store = fetch.store
         memory = store.memory
         rest = blocks[1:] if fetched else blocks
-        in_memory = sum(1 for b in rest if memory is not None and b in memory)
-        cached = sum(1 for b in rest if b in store)
+        kept = sum(1 for b in rest if b not in store and self._kept_part(fetch, b, start, end))
+        in_memory = kept + sum(1 for b in rest if memory is not None and b in memory)
+        cached = kept + sum(1 for b in rest if b in store)
         if fetched:
             return "miss" if cached == 0 else "partial"
         if in_memory == len(blocks):
@@ -248,24 +270,43 @@ class Reads:
         if fetch.fleet is not None:
             # Blocks not held here that a peer owns count as peer hits (whether that peer holds
             # them is known once it was asked: read_object corrects this then).
-            remote = sum(1 for b in blocks if b not in store and fetch.route(b.bucket, b.key, b.index) is not None)
+            remote = sum(1 for b in blocks if b not in store and fetch.route(b.bucket, b.key, b.index) is not None
+                         and not self._kept_part(fetch, b, start, end))
             if remote and cached + remote == len(blocks):
                 return "hit-peer"
         return "miss" if cached == 0 else "partial"
 
-    async def _runs_for(self, fetch: BlockFetcher, blocks: list[BlockId], meta: ObjectMeta) -> list[Run]:
-        """The runs that bring the blocks of a read that this worker fetches from the origin: one
-        origin GET for each stretch of them. A block held here, on its way here, or that its owner
+    def _kept_part(self, fetch: BlockFetcher, block: BlockId, start: int, end: int) -> bool:
+        """Whether the part of the block that bytes [start, end] read is kept here (a piece)."""
+        piece = fetch.store.piece(block)
+        if piece is None:
+            return False
+        lo, hi = slice_for(block.index, self.settings.block_size, start, end)
+        return piece[0] <= lo and hi <= piece[0] + len(piece[1])
+
+    async def _runs_for(self, fetch: BlockFetcher, blocks: list[BlockId], meta: ObjectMeta, start: int,
+                        end: int) -> list[Run]:
+        """The runs that bring the blocks of a read [start, end] that this worker fetches from the
+        origin: one origin GET for each stretch of them, from the read's first byte and to its
+        last rounded out to the granule where the blocks there are kept in part (store.pieces).
+        A block held here (whole, or the part the read wants), on its way here, or that its owner
         (another worker or node) holds now, is read from there: the tiers' policies see their hits
         (engine.holders). Each is started (its answer's status in) before this returns."""
+        if not blocks:
+            return []
+        granule, size = fetch.granule, self.settings.block_size
+        within = (start // granule * granule if granule and fetch.keeps_part(blocks[0]) else 0,
+                  (end // granule + 1) * granule - 1 if granule and fetch.keeps_part(blocks[-1]) else meta.size)
         stretches: list[list[int]] = [[]]
         for block, here in zip(blocks, await fetched_here(fetch, blocks, meta)):
+            if here and block.index in (start // size, end // size) and self._kept_part(fetch, block, start, end):
+                here = False  # its piece answers the read
             if here:
                 stretches[-1].append(block.index)
             elif stretches[-1]:
                 stretches.append([])
         runs = [fetch.start_run(blocks[0].bucket, blocks[0].key, meta, stretch[0], stretch[-1],
-                                eager=stretch[0] == blocks[0].index)
+                                eager=stretch[0] == blocks[0].index, within=within)
                 for stretch in stretches if stretch]
         try:
             for run in runs:
@@ -282,7 +323,7 @@ class Reads:
         tiers or its fetch (started up to the readahead window ahead). The read buffer a block
         holds is given back once it was sent."""
         size = self.settings.block_size
-        ahead: dict[int, tuple[asyncio.Future[bytes], int]] = {}  # position -> (fetch, budget it holds)
+        ahead: dict[int, tuple[asyncio.Future[tuple[bytes, int]], int]] = {}  # position -> (fetch, budget it holds)
         held = 0
         position = 0
         try:
@@ -293,10 +334,10 @@ class Reads:
                 run = next((r for r in runs if block.index in r.indexes), None)
                 if position == 0 and in_hand is not None:
                     held = await self.budget.take(len(in_hand))
-                    self._fill(fetch, blocks, position + 1, ahead, runs, meta)
+                    self._fill(fetch, blocks, position + 1, ahead, runs, meta, (start, end))
                     data = in_hand
                 elif run is not None:
-                    self._fill(fetch, blocks, position + 1, ahead, runs, meta)
+                    self._fill(fetch, blocks, position + 1, ahead, runs, meta, (start, end))
                     try:
                         data, held = await run.piece(block.index)
                         offset = run.bounds(block.index)[0]
@@ -307,12 +348,14 @@ class Reads:
                         data = await fetch.block(block, meta)
                 elif position in ahead:
                     fetching, held = ahead.pop(position)
-                    self._fill(fetch, blocks, position + 1, ahead, runs, meta)
-                    data = await fetching
+                    self._fill(fetch, blocks, position + 1, ahead, runs, meta, (start, end))
+                    data, at = await fetching
+                    offset += at
                 else:
                     held = await self.budget.take(fetch.length(block, meta))
-                    self._fill(fetch, blocks, position + 1, ahead, runs, meta)
-                    data = await fetch.block(block, meta)
+                    self._fill(fetch, blocks, position + 1, ahead, runs, meta, (start, end))
+                    data, at = await fetch.part(block, meta, *slice_for(block.index, size, start, end))
+                    offset += at
                 lo, hi = max(start, offset) - offset, min(end, offset + len(data) - 1) - offset + 1
                 yield data if (lo, hi) == (0, len(data)) else data[lo:hi]
                 self.budget.give(held)
@@ -330,9 +373,10 @@ class Reads:
                 await run.aclose()
 
     def _fill(self, fetch: BlockFetcher, blocks: list[BlockId], position: int,
-              ahead: dict[int, tuple[asyncio.Future[bytes], int]], runs: list[Run], meta: ObjectMeta) -> None:
+              ahead: dict[int, tuple[asyncio.Future[tuple[bytes, int]], int]], runs: list[Run], meta: ObjectMeta,
+              read: tuple[int, int]) -> None:
         """Start the blocks of positions [position, position + readahead) that no run brings,
-        while the budget allows."""
+        while the budget allows (the read's part of each: BlockFetcher.part)."""
         for later in range(position, min(position + self.settings.readahead_blocks, len(blocks))):
             block = blocks[later]
             if later in ahead or any(block.index in run.indexes for run in runs):
@@ -340,7 +384,8 @@ class Reads:
             taken = self.budget.try_take(fetch.length(block, meta))
             if not taken:
                 return
-            ahead[later] = (fetch.spawn(fetch.block(block, meta)), taken)
+            lo, hi = slice_for(block.index, self.settings.block_size, *read)
+            ahead[later] = (fetch.spawn(fetch.part(block, meta, lo, hi)), taken)
 
     async def _origin_read(
         self, bucket: str, key: str, meta: ObjectMeta, start: int | None, end: int | None, headers: dict[str, str] | None

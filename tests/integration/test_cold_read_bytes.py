@@ -1,0 +1,267 @@
+"""A cold read fetches about what it reads (store.pieces): a range is rounded out to a 64 KiB
+granule, not to 1 MiB blocks, and a suffix asks for max(N, 64 KiB). Origin requests and the
+bytes of their answers are counted at a real moto, behind bench/shaped_proxy.py's relay
+(unshaped), the one place both count alike; never more requests than the reads themselves."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.config import CacheSettings
+from gateway.engine.runs import GRANULE
+from gateway.node.workers import WorkerSet
+from tests.servers import free_port, stop_process, wait_serving
+from tests.support import RunningGateway, base_settings, client
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+KiB = 1024
+MiB = 1024 * KiB
+BLOCK = MiB
+DATA = os.urandom(5 * MiB)
+
+
+class Counted:
+    """bench/shaped_proxy.py, unshaped, in front of moto: what went through it (object GETs and
+    HEADs, the GETs' answers' body bytes) since `mark`, as its counters say."""
+
+    def __init__(self, upstream: str) -> None:
+        port = free_port()  # (the proxy does not say which port it bound)
+        self.endpoint = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "shaped_proxy.py"), "--upstream",
+                                      upstream.removeprefix("http://"), "--port", str(port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_serving(self._counters, self.proc, "shaped_proxy")
+        self.mark()
+
+    def _counters(self) -> tuple[int, int]:
+        with httpx.Client(timeout=5) as c:
+            got = c.get(self.endpoint + "/_shaped_proxy/counters").json()
+        return got["requests"]["GET"] + got["requests"]["HEAD"], got["bytes"]["GET"]
+
+    def mark(self) -> None:
+        self._at = self._counters()
+
+    def since(self) -> tuple[int, int]:
+        """(object GETs and HEADs, bytes of the GETs' answers' bodies) since `mark`."""
+        now = self._counters()
+        return now[0] - self._at[0], now[1] - self._at[1]
+
+    def close(self) -> None:
+        stop_process(self.proc)
+
+
+@pytest.fixture(scope="module")
+def counted(origin_endpoint: str) -> Iterator[Counted]:
+    proxy = Counted(origin_endpoint)
+    yield proxy
+    proxy.close()
+
+
+def _settings(counted: Counted, memory: int = 16 * MiB):  # type: ignore[no-untyped-def]
+    base = base_settings(counted.endpoint)
+    return dataclasses.replace(base, cache=CacheSettings(block_size=BLOCK, memory_quota=memory, readahead_blocks=0))
+
+
+@pytest.fixture
+def cold(start_gateway, clean_origin, counted):  # type: ignore[no-untyped-def]
+    gateway = start_gateway(origin=_settings(counted).origin,
+                            cache=CacheSettings(block_size=BLOCK, memory_quota=16 * MiB, readahead_blocks=0))
+    s3 = client(gateway.endpoint)
+    s3.create_bucket(Bucket="bkt")
+    s3.put_object(Bucket="bkt", Key="k", Body=DATA)
+    gateway.purge_caches()
+    counted.mark()
+    return gateway, s3
+
+
+def read(s3, rng: str, key: str = "k") -> bytes:  # type: ignore[no-untyped-def]
+    return s3.get_object(Bucket="bkt", Key=key, Range=rng)["Body"].read()  # type: ignore[no-any-return]
+
+
+def x_cache(s3, rng: str) -> str:  # type: ignore[no-untyped-def]
+    got = s3.get_object(Bucket="bkt", Key="k", Range=rng)
+    got["Body"].read()
+    return got["ResponseMetadata"]["HTTPHeaders"]["x-cache"]  # type: ignore[no-any-return]
+
+
+def test_a_cold_suffix_read_asks_for_its_bytes_not_a_block(cold, counted):
+    _, s3 = cold
+    assert read(s3, "bytes=-16384") == DATA[-16384:]
+    requests, sent = counted.since()
+    assert requests == 1 and sent <= max(16 * KiB, GRANULE), (requests, sent)
+    counted.mark()
+    assert read(s3, "bytes=-16384") == DATA[-16384:]
+    assert read(s3, "bytes=-8") == DATA[-8:]
+    assert x_cache(s3, "bytes=-100") == "hit-mem"
+    assert counted.since() == (0, 0)
+
+
+def test_a_ranged_read_mid_object_asks_for_its_bytes_rounded_to_the_granule(cold, counted):
+    _, s3 = cold
+    a, b = 2 * MiB + 300_000, 2 * MiB + 304_095  # 4 KiB in the middle of a block
+    assert read(s3, f"bytes={a}-{b}") == DATA[a:b + 1]
+    requests, sent = counted.since()
+    assert requests == 1 and sent <= (b - a + 1) + 2 * GRANULE, (requests, sent)
+    counted.mark()
+    assert x_cache(s3, f"bytes={a}-{b}") == "hit-mem"
+    assert read(s3, f"bytes={a + 10}-{b - 10}") == DATA[a + 10:b - 9]
+    assert counted.since() == (0, 0)
+
+
+def test_a_ranged_read_across_blocks_keeps_the_blocks_between_whole(cold, counted):
+    _, s3 = cold
+    a, b = MiB - 5000, 3 * MiB + 7000  # the end of block 0, blocks 1 and 2, the start of block 3
+    assert read(s3, f"bytes={a}-{b}") == DATA[a:b + 1]
+    requests, sent = counted.since()
+    assert requests == 1 and sent <= (b - a + 1) + 2 * GRANULE, (requests, sent)
+    counted.mark()
+    assert read(s3, f"bytes={MiB}-{3 * MiB - 1}") == DATA[MiB:3 * MiB]  # whole blocks, kept whole
+    assert read(s3, f"bytes={a}-{b}") == DATA[a:b + 1]  # and the ends, from their pieces
+    assert counted.since() == (0, 0)
+
+
+def test_a_read_overlapping_a_piece_fetches_what_it_lacks_once_and_then_is_a_hit(cold, counted):
+    _, s3 = cold
+    a = 4 * MiB + 100_000
+    assert read(s3, f"bytes={a}-{a + 999}") == DATA[a:a + 1000]
+    counted.mark()
+    wider = (a - 200_000, a + 300_000)
+    assert read(s3, "bytes=%d-%d" % wider) == DATA[wider[0]:wider[1] + 1]
+    requests, sent = counted.since()
+    assert requests == 1 and sent <= wider[1] - wider[0] + 1 + 2 * GRANULE, (requests, sent)
+    counted.mark()
+    assert x_cache(s3, "bytes=%d-%d" % wider) == "hit-mem"
+    assert read(s3, f"bytes={a}-{a + 999}") == DATA[a:a + 1000]
+    assert counted.since() == (0, 0)
+
+
+def test_pieces_that_fill_a_block_make_it_whole(cold, counted):
+    gateway, s3 = cold
+    for start in range(0, MiB, 256 * KiB):
+        assert read(s3, f"bytes={start}-{start + 256 * KiB - 1}") == DATA[start:start + 256 * KiB]
+    requests, sent = counted.since()
+    assert requests == 4 and sent == MiB, (requests, sent)
+    memory = gateway.server.config.app.s3.engine.reads.fetch.store.memory
+    assert memory.pieces == 0 and len(memory) == 1 and memory.used == MiB  # one whole block, no piece left
+    counted.mark()
+    assert read(s3, f"bytes=0-{MiB - 1}") == DATA[:MiB]
+    assert counted.since() == (0, 0)
+
+
+def test_a_read_of_what_a_piece_lacks_after_an_overwrite_answers_the_new_version_whole(cold, origin_endpoint):
+    # The piece is named by the version it holds; the bytes it lacks are asked If-Match that
+    # version, so an object overwritten behind the gateway is answered whole from the new one.
+    _, s3 = cold
+    a = 2 * MiB + 200_000
+    assert read(s3, f"bytes={a}-{a + 999}") == DATA[a:a + 1000]
+    newer = os.urandom(len(DATA))
+    client(origin_endpoint, ("origin-key", "origin-secret")).put_object(Bucket="bkt", Key="k", Body=newer)
+    wider = (a - 150_000, a + 150_000)  # the piece's bytes and more of the same block
+    assert read(s3, "bytes=%d-%d" % wider) == newer[wider[0]:wider[1] + 1]
+    assert read(s3, f"bytes={a}-{a + 999}") == newer[a:a + 1000]
+
+
+def test_pieces_count_their_bytes_in_the_memory_quota(start_gateway, clean_origin, counted):
+    gateway = start_gateway(origin=_settings(counted).origin,
+                            cache=CacheSettings(block_size=BLOCK, memory_quota=3 * GRANULE, readahead_blocks=0))
+    s3 = client(gateway.endpoint)
+    s3.create_bucket(Bucket="bkt")
+    s3.put_object(Bucket="bkt", Key="k", Body=DATA)
+    memory = gateway.server.config.app.s3.engine.reads.fetch.store.memory
+    for block in range(5):
+        start = block * MiB + 500_000
+        assert read(s3, f"bytes={start}-{start + 99}") == DATA[start:start + 100]
+        assert memory.used <= memory.quota
+    assert memory.pieces == 3 and memory.used == 3 * GRANULE  # the oldest two evicted
+
+
+def test_a_node_of_several_workers_keeps_whole_blocks_only(origin_endpoint, clean_origin, counted, tmp_path):
+    # Parts of blocks are kept in a memory tier of a lone worker's own only: a worker of a node of
+    # several asks for whole blocks, as before, one request, and the read again is a hit.
+    origin = client(origin_endpoint, ("origin-key", "origin-secret"))
+    origin.create_bucket(Bucket="bkt")
+    origin.put_object(Bucket="bkt", Key="k", Body=DATA)
+    run, secret = tmp_path / "run", secrets.token_bytes(32)
+    run.mkdir()
+    nodes = [RunningGateway(_settings(counted), workers=WorkerSet(i, 2, str(run), secret)).__enter__() for i in range(2)]
+    try:
+        a = 3 * MiB + 123_456
+        s3 = client(nodes[0].endpoint)
+        counted.mark()
+        assert read(s3, f"bytes={a}-{a + 4095}") == DATA[a:a + 4096]
+        assert counted.since() == (1, MiB)
+        counted.mark()
+        assert x_cache(s3, f"bytes={a}-{a + 4095}") == "hit-mem"
+        assert counted.since() == (0, 0)
+        assert not nodes[0].server.config.app.s3.engine.reads.fetch.store.keeps_pieces
+    finally:
+        for node in nodes:
+            node.__exit__()
+
+
+_READS = st.one_of(
+    st.tuples(st.just("range"), st.integers(0, len(DATA) - 1), st.integers(1, 2 * MiB)),
+    st.tuples(st.just("suffix"), st.integers(1, 3 * MiB), st.just(0)),
+    st.tuples(st.just("whole"), st.just(0), st.just(0)),
+)
+
+
+def _ask(s3, key: str, kind: str, a: int, n: int) -> tuple[bytes, bytes]:  # type: ignore[no-untyped-def]
+    if kind == "whole":
+        return s3.get_object(Bucket="bkt", Key=key)["Body"].read(), DATA
+    if kind == "suffix":
+        return read(s3, f"bytes=-{a}", key), DATA[-a:]
+    end = min(a + n, len(DATA)) - 1
+    return read(s3, f"bytes={a}-{end}", key), DATA[a:end + 1]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_any_reads_answer_the_origins_bytes_with_no_more_requests_than_reads(
+        origin_endpoint, clean_origin, counted, tmp_path: Path, workers: int) -> None:
+    base = _settings(counted, memory=96 * MiB)  # room for every example's object: no eviction in between
+    origin = client(origin_endpoint, ("origin-key", "origin-secret"))
+    origin.create_bucket(Bucket="bkt")
+    run, secret = tmp_path / "run", secrets.token_bytes(32)
+    run.mkdir()
+    sets = [WorkerSet(i, workers, str(run), secret) for i in range(workers)] if workers > 1 else [None]
+    nodes = [RunningGateway(base, workers=w).__enter__() for w in sets]
+    try:
+        # A whole GET without x-amz-checksum-mode: one that asks for checksums after a ranged read
+        # brought metadata without them costs a HEAD more (not what this file tests).
+        clients = [client(node.endpoint, response_checksum_validation="when_required") for node in nodes]
+        rounds = [0]
+
+        @settings(max_examples=12, suppress_health_check=list(HealthCheck))
+        @given(st.lists(st.tuples(_READS, st.integers(0, workers - 1)), min_size=1, max_size=6))
+        def reads(sequence: list[tuple[tuple[str, int, int], int]]) -> None:
+            rounds[0] += 1
+            key = f"k{rounds[0]}"  # each example reads an object the gateway never saw
+            origin.put_object(Bucket="bkt", Key=key, Body=DATA)
+            counted.mark()
+            sent = [Counter(node.server.config.app.s3.engine.origin.requests) for node in nodes]
+            for (kind, a, n), via in sequence:
+                got, expected = _ask(clients[via], key, kind, a, n)
+                assert got == expected, (kind, a, n, via)
+            requests, _ = counted.since()
+            sent = [Counter(node.server.config.app.s3.engine.origin.requests) - before
+                    for node, before in zip(nodes, sent)]
+            assert requests <= len(sequence), (requests, sequence, sent)
+
+        reads()
+        assert rounds[0] > 1
+    finally:
+        for node in nodes:
+            node.__exit__()

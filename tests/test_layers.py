@@ -37,7 +37,7 @@ ALLOWED: dict[str, set[str]] = {
     "configdoc": {"config"},
     "tables": BASE,  # table formats for `gateway load --table`: pure, the bytes come from admin.tableplan
     "admin": BASE | {"advisor", "cluster", "engine", "events", "gcpauses", "httpserver", "node", "origin", "s3api",
-                     "store", "heat", "tables"},
+                     "store", "heat", "tables", "retry"},
     "app": BASE | {"admin", "advisor", "cluster", "engine", "events", "heat", "httpserver", "node", "origin", "periodic",
                    "s3api", "store"},
     "run": BASE | {"app", "gcpauses", "httpserver", "node", "s3api", "tls"},

@@ -51,10 +51,10 @@ from gateway.engine import ObjectMeta, OneBlock
 from gateway.errors import S3Error
 from gateway.s3api.auth import Identity
 from gateway.s3api.auth.memo import KNOWN_REQUEST_MAX, SDK_INVOCATION_ID, kept_size
-from gateway.s3api.responses import new_request_id
-from gateway.s3api.accounting import Answered
+from gateway.s3api.accounting import Accounts, Answered
+from gateway.s3api.context import Services
 from gateway.s3api.request import S3Request
-from gateway.s3api.server import S3App
+from gateway.s3api.responses import new_request_id
 
 # A request is kept only without these: their answer depends on the clock, not only on the
 # request and the object (ranges.evaluate_preconditions ignores a date in the future).
@@ -141,8 +141,8 @@ class Replays:
     """The kept requests of one process, by their bytes (at most MAX_KEPT, the oldest first
     out). Event loop only."""
 
-    def __init__(self, app: S3App, size: int = MAX_KEPT) -> None:
-        self.app = app
+    def __init__(self, services: Services, accounts: Accounts, size: int = MAX_KEPT) -> None:
+        self.services, self.accounts = services, accounts
         self.size = size
         self._kept: OrderedDict[bytes, Replay] = OrderedDict()  # oldest out in O(1)
         self._arrivals: OrderedDict[int, int] = OrderedDict()  # hash of a request's bytes: times seen
@@ -182,7 +182,7 @@ class Replays:
             del self._kept[request]
             self._arrived(request, again=True)  # sent again before: kept anew once answered
             return None
-        engine = self.app.engine
+        engine = self.services.engine
         if replay.read is None:  # a HEAD
             engine.head_answered_now()
             return self._answered(replay, b"", "hit-mem", started, default_headers)
@@ -200,7 +200,7 @@ class Replays:
         had: the request goes the whole way, and the app says why."""
         assert replay.read is not None  # a GET's
         try:
-            got = await self.app.engine.read_block(replay.read, replay.meta)
+            got = await self.services.engine.read_block(replay.read, replay.meta)
         except S3Error:  # ObjectChanged too
             return None
         async with got:
@@ -219,7 +219,7 @@ class Replays:
         first, second = (rid, label) if replay.rid_first else (label, rid)
         head = b"".join((replay.status_line, self._default_lines(default_headers), segments[0], first, segments[1],
                          second, segments[2]))
-        accounts = self.app.accounts
+        accounts = self.accounts
         accounts.record(replay.answered, request_id, len(body), source, time.perf_counter() - started)
         stats = accounts.stats
         stats.below_asgi += 1
@@ -239,10 +239,10 @@ class Replays:
         its key's secret, and the very metadata the answer was built from, fresh."""
         if not replay.after <= time.time() <= replay.until:
             return False
-        if replay.access_key is not None and self.app.policy.secret_for(replay.access_key) != replay.secret:
+        if replay.access_key is not None and self.services.policy.secret_for(replay.access_key) != replay.secret:
             return False
         req = replay.req
-        engine = self.app.engine
+        engine = self.services.engine
         if "origin" in req.headers and engine.bucket_cors_now(req.bucket or "") != (True, replay.cors):
             return False  # the CORS rules changed, or are not in memory: their headers are made anew
         meta = engine.fresh_now(req.bucket or "", req.key or "", version_id=replay.version_id,

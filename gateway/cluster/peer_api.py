@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import base64
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
@@ -18,6 +18,7 @@ from gateway import log
 from gateway.cluster.peers import (AUTH_HEADER, BLOCK_HEADER, BLOCK_PATH, CACHED_HEADER, HELD_MAX, HELD_PATH,
                                    HOLD_PATH, META_HEADER, MAX_SKEW, OPEN_PATH, PEER_PREFIX, TAKE_PATH, OpenAnswer,
                                    PeerRefused, decode_query, mask_indexes, refusal, verify)
+from gateway.lru import LRU
 
 __all__ = ["KEPT_REQUESTS", "KeptBlock", "PeerApp"]
 
@@ -86,7 +87,7 @@ class PeerApp:
         self._serve_held = serve_held
         self._serve_held_now = serve_held_now
         self.served: Counter[str] = Counter()
-        self._kept: OrderedDict[bytes, KeptBlock] = OrderedDict()
+        self._kept: LRU[bytes, KeptBlock] = LRU(KEPT_REQUESTS)
 
     @staticmethod
     def handles(path: str) -> bool:
@@ -227,10 +228,7 @@ class PeerApp:
         of no block, signed at no time, is not kept)."""
         if len(request) > _MAX_KEPT_BYTES or kept.signed_at <= 0:
             return
-        self._kept[request] = kept
-        self._kept.move_to_end(request)
-        if len(self._kept) > KEPT_REQUESTS:
-            self._kept.popitem(last=False)
+        self._kept.put(request, kept)
 
     def replay(self, request: bytes) -> tuple[list[tuple[bytes, bytes]], bytes | memoryview, bool] | None:
         """(headers, body, keep-alive) of the answer to a block request kept before and sent again
@@ -241,7 +239,7 @@ class PeerApp:
         if kept is None:
             return None
         if abs(time.time() - kept.signed_at) > MAX_SKEW:
-            del self._kept[request]
+            self._kept.pop(request)
             return None
         assert self._serve_block_now is not None  # only answer_now keeps
         data = self._serve_block_now(*kept.block)

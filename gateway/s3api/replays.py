@@ -43,12 +43,12 @@ from __future__ import annotations
 
 import functools
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from gateway.engine import ObjectMeta, OneBlock
 from gateway.errors import S3Error
+from gateway.lru import LRU
 from gateway.s3api.auth import Identity
 from gateway.s3api.auth.memo import KNOWN_REQUEST_MAX, SDK_INVOCATION_ID, kept_size
 from gateway.s3api.accounting import Accounts, Answered
@@ -62,7 +62,7 @@ CLOCK_HEADERS = ("if-modified-since", "if-unmodified-since")
 MAX_REQUEST_BYTES = 4096  # larger requests are answered the whole way; and, as the signature memo,
 # those whose kept_size (their headers counted at what each holds once parsed) is above KNOWN_REQUEST_MAX
 MAX_KEPT = 2048  # requests kept per process, the oldest dropped first (each ~3 KB besides its request)
-SEEN = 4 * MAX_KEPT  # requests whose arrivals are counted (by hash), the first seen forgotten first
+SEEN = 4 * MAX_KEPT  # requests whose arrivals are counted (by hash), the least recently seen forgotten first
 _RID = b"x-amz-request-id"
 _XCACHE = b"x-cache"
 
@@ -144,8 +144,8 @@ class Replays:
     def __init__(self, services: Services, accounts: Accounts, size: int = MAX_KEPT) -> None:
         self.services, self.accounts = services, accounts
         self.size = size
-        self._kept: OrderedDict[bytes, Replay] = OrderedDict()  # oldest out in O(1)
-        self._arrivals: OrderedDict[int, int] = OrderedDict()  # hash of a request's bytes: times seen
+        self._kept: LRU[bytes, Replay] = LRU(size)  # the oldest kept first out
+        self._arrivals: LRU[int, int] = LRU(SEEN)  # hash of a request's bytes: times seen
         self._defaults: tuple[list[tuple[bytes, bytes]] | None, bytes] = (None, b"")
 
     def kept(self) -> list[bytes]:
@@ -154,18 +154,14 @@ class Replays:
 
     def keep(self, request: bytes, keeper: Keeper) -> None:
         """Keep `request`, just answered by the hit path, if its bytes arrived before."""
-        if len(request) > MAX_REQUEST_BYTES or self.size <= 0 or self._arrivals.get(hash(request), 0) < 2:
+        if len(request) > MAX_REQUEST_BYTES or self.size <= 0 or (self._arrivals.get(hash(request)) or 0) < 2:
             return
         if kept_size(len(request), request.count(b"\n")) > KNOWN_REQUEST_MAX:  # many headers: large once parsed
             return
         replay = keeper()
         if replay is None:
             return
-        kept = self._kept
-        kept.pop(request, None)
-        if len(kept) >= self.size:
-            kept.popitem(last=False)
-        kept[request] = replay
+        self._kept.put(request, replay)
 
     def answer(self, request: bytes, default_headers: list[tuple[bytes, bytes]],
                ) -> tuple[list[bytes | memoryview], bool] | LaterReplay | None:
@@ -179,7 +175,7 @@ class Replays:
             return None
         started = time.perf_counter()
         if not self._still_holds(replay):
-            del self._kept[request]
+            self._kept.pop(request)
             self._arrived(request, again=True)  # sent again before: kept anew once answered
             return None
         engine = self.services.engine
@@ -230,9 +226,7 @@ class Replays:
         """Count an arrival of `request` (`again`: it is known to have come before); counts
         stop at 2, all `keep` asks, and at most SEEN requests are counted."""
         arrivals, name = self._arrivals, hash(request)
-        if name not in arrivals and len(arrivals) >= SEEN:
-            arrivals.popitem(last=False)
-        arrivals[name] = 2 if again or name in arrivals else 1
+        arrivals.put(name, 2 if again or name in arrivals else 1)
 
     def _still_holds(self, replay: Replay) -> bool:
         """Whether what the kept answer depended on still holds: the signature's time window,

@@ -190,3 +190,10 @@ def test_no_import_cycle():
         graph[source].discard(target)
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_hit_path_does_not_import_the_asgi_app():
+    """The hit path and the kept requests are given the endpoint's services (s3api.context), its
+    Authenticator and Accounts, never the app: what they depend on is what they are handed."""
+    for name in ("gateway.s3api.hits", "gateway.s3api.replays"):
+        assert "gateway.s3api.server" not in module_imports(NAMES[name]), name

@@ -25,6 +25,9 @@ origin requests (GET of an object, HEAD, LIST) and bytes (answer bodies) of ever
 are counted at the shaped proxy, which both setups pass through (its /_shaped_proxy/counters);
 --requests-log writes each request of each workload and setup (method, target, Range, status, bytes);
 --json PATH the results as a JSON results file, from which bench/charts.py draws docs/benchmarks.md's chart.
+--preload footers,full also runs each workload, before its cold run, on a fresh gateway into which
+`gateway load` first loaded the tables the workload reads (`--footers`: only their footers; `full`:
+all of them), and prints its time against direct and what the load cost the origin.
 
     .venv/bin/python bench/engines.py [--scale sf1] [--days 120] [--repeat 3] [--latency 25ms] [--rate 80MB]
                                       [--tpch q1,q3,q5,q6,q10,q12,q14,q19] [--formats parquet,orc]
@@ -295,6 +298,27 @@ def table_row(row: dict[str, object]) -> tuple[object, ...]:
             f"{row['cold_mb']:.1f} / {row['direct_mb']:.1f} MB ({times('bytes_ratio')})")
 
 
+def preload(gateway: str, moto: str, proxy: str, queries: list[str], *, footers: bool) -> str:
+    """`gateway load` (footers only, or whole) of the tables `queries` read, in the file metastore's
+    folders; says how long it took and what it cost the origin against the tables' bytes."""
+    from gateway.admin.client import AdminClient
+
+    tables = sorted({(schema, table) for sql in queries
+                     for schema, table in re.findall(r"\b(parquet|orc)\.(\w+)", sql)})
+    before, t0 = settled(proxy), time.monotonic()
+    for schema, table in tables:
+        last = list(AdminClient(gateway, TOKEN, timeout=60).load(wl.BUCKET, f"metastore/{schema}/{table}/",
+                                                                 footers=footers))[-1]
+        if "error" in last or last["failed"]:
+            raise SystemExit(f"gateway load of {schema}.{table} failed: {last}")
+    seconds, cost = time.monotonic() - t0, settled(proxy) - before
+    size = sum(o["Size"] for schema, table in tables for page in wl.client(moto, cs.ORIGIN_CREDENTIALS)
+               .get_paginator("list_objects_v2").paginate(Bucket=wl.BUCKET, Prefix=f"metastore/{schema}/{table}/")
+               for o in page.get("Contents", []))
+    return (f"the load: {seconds:.1f} s, origin {cost.brief()} of {size / 1e6:.1f} MB of tables "
+            f"({cost.total_bytes / size:.1%})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", default="sf1", help="tpch schema of the TPC-H tables and orders (tiny, sf1, ...)")
@@ -310,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-quota", default="2GiB", help="the gateway's cache.memory_quota")
     parser.add_argument("--chart", default="", help="PNG path (default: engines.png in a temp folder)")
     parser.add_argument("--requests-log", default="", help="TSV of every origin request per workload and setup")
+    parser.add_argument("--preload", default="", help="also first runs after `gateway load` of the tables the "
+                                                       "workload reads: footers, full (comma-separated)")
     parser.add_argument("--json", default="", metavar="PATH",
                         help="also write the results here as a JSON results file (bench/charts.py draws it)")
     args = parser.parse_args(argv)
@@ -388,7 +414,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"   (CPU: ours {cpu.own:.1f} s, other load {cpu.other:.2f}); {wl.loadavg()}", flush=True)
         stack.callback(gw.stop)
         measured = {}
+        preloads = [mode.strip() for mode in args.preload.split(",") if mode.strip()]
         for name in plan:  # each workload on a fresh gateway (empty cache): cold, then the same again: warm
+            for mode in preloads:  # first, on a fresh gateway after `gateway load` of its tables
+                gw.stop()
+                gw.start()
+                loaded = preload(gw.endpoint, moto, origin, plan[name], footers=mode == "footers")
+                seconds, answers, counts, _ = run_pass(trino, "gw", {name: plan[name]}, origin)[name]
+                if not same(answers, direct[name][1]):
+                    raise SystemExit(f"{name}: the gateway's answer after a {mode} load differs from the origin's")
+                assert counts is not None
+                print(f"   after {mode} load {name:<36} {seconds:7.2f} s  speedup {direct[name][0] / seconds:5.2f}x  "
+                      f"origin: {counts.brief()}; {loaded}", flush=True)
             gw.stop()
             gw.start()
             for phase in ("cold", "warm"):

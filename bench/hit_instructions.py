@@ -1,14 +1,16 @@
 """Instructions per warm 4 KiB hit of a node of one worker and of a node of two, counted by
 valgrind (callgrind): what sharing one cache costs a request, with nothing of what sharing
-the machine's cores costs.
+the machine's cores costs. The requests are signed as `--signing` says (cache_serving's rows):
+`sdk` (default; each GetObject as boto3 signs it, its own date and invocation id),
+`presigned-new` (each a new presigned URL) or `same-bytes` (each presigned URL sent again, kept).
 
 On this 2-core machine the CPU per request of a node of two workers moves from 1.0x to 1.75x
 one worker's from run to run of the same code (bench/workers_hits.py, bench/cache_serving.py):
 three busy processes preempting each other on two cores. Instructions do not move with that.
 Each node runs under `valgrind --tool=callgrind --trace-children=yes` (the supervisor and its
-workers too) in front of bench/shaped_origin.py; its objects are read once (the blocks come in)
-and each presigned URL twice (kept, as wrk's are), then every process's counters are zeroed
-(callgrind_control -z), `--requests` presigned GETs are sent one at a time over `--connections`
+workers too) in front of bench/shaped_origin.py; its objects are read once (the blocks come in;
+same-bytes: each URL twice more, kept, as wrk's are), then every process's counters are zeroed
+(callgrind_control -z), `--requests` GETs are sent one at a time over `--connections`
 keep-alive connections (the kernel spreads them among the workers), and every process's
 counters are dumped (callgrind_control -d): instructions per request, all processes summed, less
 what the node does while idle for as long (its timers, its supervisor's loop). Valgrind counts
@@ -16,6 +18,7 @@ the processes' own instructions, not the kernel's: the system calls' work is not
 
     .venv/bin/python bench/hit_instructions.py
     .venv/bin/python bench/hit_instructions.py --requests 4000 --connections 16
+    .venv/bin/python bench/hit_instructions.py --signing same-bytes
 
 Needs: apt-get install -y valgrind. About 3 minutes (Python is ~50x slower under valgrind).
 """
@@ -45,7 +48,7 @@ def start_node(origin: str, workers: int, folder: Path) -> tuple[subprocess.Pope
     env = dict(os.environ, GATEWAY_ORIGIN_ENDPOINT=origin, GATEWAY_ORIGIN_ACCESS_KEY=cs.ORIGIN_CREDENTIALS[0],
                GATEWAY_ORIGIN_SECRET_KEY=cs.ORIGIN_CREDENTIALS[1], GATEWAY_SERVER_HOST="127.0.0.1",
                GATEWAY_SERVER_PORT=str(port), GATEWAY_SERVER_WORKERS=str(workers),
-               GATEWAY_CACHE_MEMORY_QUOTA="1GiB",
+               GATEWAY_CACHE_MEMORY_QUOTA="1GiB", GATEWAY_SERVER_WORKER_START_TIMEOUT="600",  # ~50x slower
                GATEWAY_AUTH_USERS=f'[{{"access_key": "{cs.USER[0]}", "secret_key": "{cs.USER[1]}", '
                                   f'"grants": [{{"bucket": "{cs.BUCKET}", "access": "read"}}]}}]')
     command = ["valgrind", "--tool=callgrind", "--trace-children=yes", "--dump-instr=no",
@@ -68,14 +71,14 @@ def start_node(origin: str, workers: int, folder: Path) -> tuple[subprocess.Pope
 
 
 class Client:
-    """Presigned GETs, one at a time, round robin over keep-alive connections."""
+    """Requests (their bytes), one at a time, round robin over keep-alive connections."""
 
     def __init__(self, port: int, connections: int) -> None:
         self.socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(connections)]
         self.port = port
 
-    def get(self, sock: socket.socket, path: str) -> None:
-        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n\r\n".encode())
+    def get(self, sock: socket.socket, request: bytes) -> None:
+        sock.sendall(request)
         data = b""
         while b"\r\n\r\n" not in data:
             data += sock.recv(65536)
@@ -86,9 +89,9 @@ class Client:
         while len(body) < length:
             body += sock.recv(max(65536, length - len(body)))
 
-    def send(self, paths: list[str], count: int) -> None:
+    def send(self, requests: list[bytes], count: int) -> None:
         for i in range(count):
-            self.get(self.socks[i % len(self.socks)], paths[i % len(paths)])
+            self.get(self.socks[i % len(self.socks)], requests[i % len(requests)])
 
     def close(self) -> None:
         for sock in self.socks:
@@ -115,16 +118,19 @@ def measure(origin: str, workers: int, keys: list[str], args: argparse.Namespace
     folder.mkdir()
     proc, port = start_node(origin, workers, folder)
     try:
-        paths = cs.presigned_paths(f"http://127.0.0.1:{port}", keys)  # signed for the node's host:port
+        endpoint = f"http://127.0.0.1:{port}"  # signed for the node's host:port
+        warm = cs.same_bytes_requests(endpoint, keys)
+        counted = cs.wrk_requests(args.signing, endpoint, keys, args.requests)
         client = Client(port, args.connections)
         try:
-            client.send(paths, len(paths))  # the blocks come in
-            client.send(paths, 2 * len(paths) * args.connections)  # each URL again and again: kept where it lands
+            client.send(warm, len(warm))  # the blocks come in
+            if args.signing == "same-bytes":  # each URL again and again: kept where it lands
+                client.send(counted, 2 * len(counted) * args.connections)
             pids = cs.tree(proc.pid)
             callgrind("-z", pids)
             before = set(folder.glob("callgrind.*"))
             started = time.monotonic()
-            client.send(paths, args.requests)
+            client.send(counted, args.requests)
             took = time.monotonic() - started
             callgrind("-d", pids)
             time.sleep(2)
@@ -153,6 +159,7 @@ def main() -> None:
     parser.add_argument("--objects", type=int, default=64)
     parser.add_argument("--requests", type=int, default=2000, help="requests counted per node")
     parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--signing", choices=cs.SIGNINGS, default="sdk", help="how each request is signed")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("needs valgrind: apt-get install -y valgrind")
@@ -161,7 +168,7 @@ def main() -> None:
     root = tmp / "objects"
     (root / cs.BUCKET).mkdir(parents=True)
     keys = cs.link_objects(root, "warm", size, args.objects)
-    print(f"{args.size} hits from the memory tier, {args.requests} presigned GETs sent one at a time over "
+    print(f"{args.size} hits from the memory tier, {args.requests} GETs ({args.signing}) sent one at a time over "
           f"{args.connections} connections; gateway code {cs.code_version()}")
     try:
         with cs.shaped_origin_process(root, tmp, "0", "0") as origin:

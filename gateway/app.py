@@ -13,6 +13,9 @@ from starlette.types import Receive, Scope, Send
 
 from gateway import log
 from gateway.admin.api import AdminApp
+from gateway.admin.nodefeed import DELAY as FEED_DELAY
+from gateway.admin.nodefeed import INTERVAL as FEED_INTERVAL
+from gateway.admin.nodefeed import NodeFeed
 from gateway.advisor.shadow import ShadowAdvisor
 from gateway.advisor.simulate import spec_from_settings
 from gateway.admin.node import Node
@@ -26,7 +29,7 @@ from gateway.cluster.shared import Shared
 from gateway.config import CacheSettings, Settings
 from gateway.engine import Engine
 from gateway.events import SqsConsumer
-from gateway.heat import HeatCounter
+from gateway.heat import HeatCounter, HeatSender
 from gateway.httpserver import Later
 from gateway.node.journal import Journal
 from gateway.node.workers import WorkerSet, placement
@@ -56,6 +59,7 @@ class GatewayApp:
         self.admin: AdminApp | None = None
         self.peer: PeerApp | None = None  # the peer API, when the fleet is on
         self.fleet: Fleet | None = None
+        self.feed: NodeFeed | None = None  # a node of several workers: heat and shadow gathered in the first
         self.replication: Replication | None = None  # the fleet's hot-object replication
         self._invalidations: asyncio.Task[None] | None = None
         self._events: SqsConsumer | None = None
@@ -73,8 +77,10 @@ class GatewayApp:
             membership = Membership(shared.redis, identity(self.settings), interval=cluster.heartbeat_interval,
                                     ttl=cluster.member_ttl)
             self.fleet = Fleet(cluster, membership, PeerClient(cluster))
-        # Access heat (GETs served per object): the hottest-objects view, and replication's input.
-        heat = HeatCounter(max(10_000, 4 * cluster.hot_objects), cluster.heat_half_life)
+        # Access heat (GETs served per object): the hottest-objects view, and replication's input;
+        # the node's, counted by its first worker (the others send theirs: admin.nodefeed).
+        capacity = max(10_000, 4 * cluster.hot_objects)
+        heat = HeatCounter(capacity, cluster.heat_half_life) if self.workers.first else HeatSender(capacity)
         # With several workers: what one forgets after a write, the others do before their next lookup.
         journal = None if self.workers.alone else Journal(self.workers.journal_path)
         cache = self.settings.cache
@@ -109,18 +115,35 @@ class GatewayApp:
         if shared is not None and self.fleet is not None and cluster.hot_replication and self.workers.first:
             self.replication = Replication(cluster, shared.redis, self.fleet, engine.heat, engine.rebalance)
             self._tasks.append(asyncio.create_task(self.replication.run(), name="gateway-replication"))
-        shadow = build_shadow(self.settings.cache, self.workers) if store is not None else None
-        if shadow is not None:
-            self.s3.accounts.observers.append(shadow.observe_entry)
+        shadow = self._shadow(heat, store is not None)
         name = self.fleet.me.id if self.fleet is not None else f"{socket.gethostname()}:{self.settings.server.port}"
         node = Node(name, engine, self.s3.accounts.stats, pins,
                     membership=self.fleet.membership if self.fleet is not None else None, shadow=shadow,
-                    replication=self.replication)
+                    replication=self.replication, feed=self.feed)
         self.admin = AdminApp(self.settings.admin, node, self.workers)  # answers for the node's workers
         if not self.workers.alone:  # a (re)started worker takes the runtime pins its siblings hold
             self._tasks.append(asyncio.create_task(self.admin.adopt_pins(), name="gateway-adopt-pins"))
             # and keeps its counts where the worker after it goes on from them (admin.ledger)
             self._tasks.append(asyncio.create_task(self.admin.keep_counts(), name="gateway-counts"))
+
+    def _shadow(self, heat: HeatCounter, store: bool) -> ShadowAdvisor | None:
+        """The shadow estimates (with a store and cache.shadow_rate), fed every request; in a node
+        of several workers, heat and the shadow's sample sent to the first worker (admin.nodefeed).
+        The shadow the admin API shows: the node's, the first worker's (the others only send)."""
+        assert self.s3 is not None
+        shadow = build_shadow(self.settings.cache, self.workers) if store else None
+        if shadow is not None:
+            self.s3.accounts.observers.append(shadow.observe_entry)
+        if self.workers.alone:
+            return shadow
+        self.feed = NodeFeed(self.workers, heat, shadow)
+        self.feed.open()
+        if self.workers.first:
+            return shadow
+        self._tasks.append(asyncio.create_task(
+            run_every(FEED_INTERVAL, self.feed.send_round, "sending this worker's reads to the first", logger=log.engine),
+            name="gateway-node-feed"))
+        return None
 
     def _peer_app(self, engine: Engine) -> PeerApp:
         """What other nodes (signed with the cluster secret) and this node's other workers (its own
@@ -143,6 +166,9 @@ class GatewayApp:
         if self._events is not None:
             await self._events.aclose()
             self._events = None
+        if self.feed is not None:
+            self.feed.close()
+            self.feed = None
         if self.admin is not None:  # its sessions to the sibling workers
             await self.admin.aclose()
         if self.s3 is not None:
@@ -267,12 +293,15 @@ def build_store(cache: CacheSettings, workers: WorkerSet | None = None) -> Tiere
 def build_shadow(cache: CacheSettings, workers: WorkerSet | None = None) -> ShadowAdvisor | None:
     """Shadow models of this node's store at 1x, 2x and 4x its quotas (issue 8's online
     estimate: what more cache would buy), fed a `cache.shadow_rate` sample of the traffic.
-    A worker of N sees about 1/N of the node's reads, spread at random: its models get 1/N of
-    the quotas, as a cache of Q/N over a 1/N thinning of the reads behaves like one of Q over all."""
+    In a node of several workers the first worker's models are the node's, fed every worker's
+    sample; the others' only send theirs (`sends`, gateway.admin.nodefeed)."""
     if cache.shadow_rate <= 0:
         return None
-    spec = spec_from_settings(cache).scaled(1 / (workers or WorkerSet()).count)
-    return ShadowAdvisor({f"{k}x": spec.scaled(k) for k in (1, 2, 4)}, rate=cache.shadow_rate)
+    spec = spec_from_settings(cache)
+    workers = workers or WorkerSet()
+    several = not workers.alone
+    return ShadowAdvisor({f"{k}x": spec.scaled(k) for k in (1, 2, 4)}, rate=cache.shadow_rate,
+                         sends=several and not workers.first, delay=FEED_DELAY if several else 0.0)
 
 
 def create_app(settings: Settings, workers: WorkerSet | None = None) -> GatewayApp:

@@ -163,20 +163,34 @@ def evict(target: str, url: str | None, token: str | None, config_path: str | No
 
 @main.command("load")
 @click.argument("target", metavar="s3://BUCKET[/PREFIX]")
+@click.option("--table", type=click.Choice(["iceberg", "delta"]),
+              help="Load the table at the path: the data and delete files of an Iceberg table's current snapshot "
+                   "(the path may name its metadata file), or of a Delta table's current version.")
+@click.option("--snapshot", type=int, help="With --table: this Iceberg snapshot id, or this Delta version.")
+@click.option("--partitions", "partitions", multiple=True, metavar="FILTER",
+              help="Only files whose partitions pass: COLUMN=V, !=, <, <=, >, >= or 'COLUMN in (V1,V2)', over "
+                   "key=value/ path segments (and the partition values a table records). Repeat to require each.")
+@click.option("--footers", is_flag=True,
+              help="Only what engines read first: each file's tail, and of Parquet files the footer and page "
+                   "indexes, of ORC files the postscript, footer and stripe statistics.")
+@click.option("--plan", is_flag=True, help="Print the files, their count and bytes; load nothing.")
 @click.option("--replicas", type=click.IntRange(1, 1000), default=None,
               help="In a fleet: keep each block on this many nodes (default: the object's replica count).")
 @admin_options
-def load_prefix(target: str, replicas: int | None, url: str | None, token: str | None,
-                config_path: str | None) -> None:
-    """Load every object under a prefix into a running gateway's cache (Alluxio's
-    distributedLoad; in a fleet, each block by its owners in parallel), with a progress
-    bar; exits 1 if any object could not be loaded."""
+def load_prefix(target: str, table: str | None, snapshot: int | None, partitions: tuple[str, ...], footers: bool,
+                plan: bool, replicas: int | None, url: str | None, token: str | None, config_path: str | None) -> None:
+    """Load every object under a prefix, or a table's current files, into a running gateway's
+    cache (Alluxio's distributedLoad; in a fleet, each block by its owners in parallel), with a
+    progress bar; exits 1 if any object could not be loaded."""
     bucket, prefix = _target(target, what="load")
+    if snapshot is not None and table is None:
+        raise click.ClickException("--snapshot goes with --table")
     client = _admin(url, token, config_path)
     last: dict[str, Any] = {}
     bar = ProgressBar(sys.stderr)
     try:
-        for last in client.load(bucket, prefix, replicas):
+        for last in client.load(bucket, prefix, replicas, table=table, snapshot=snapshot, partitions=partitions,
+                                footers=footers, plan=plan):
             bar.show(last)
     except AdminError as exc:
         raise click.ClickException(str(exc)) from None
@@ -184,13 +198,25 @@ def load_prefix(target: str, replicas: int | None, url: str | None, token: str |
         bar.close()
     if "error" in last:
         raise click.ClickException(f"load of {bucket}/{prefix} stopped: {last['error']}")
+    what = f"of the {table} table {bucket}/{prefix}" if table else f"under {bucket}/{prefix}"
+    if plan:
+        for name, length in last.get("files", []):
+            click.echo(f"{'?' if length is None else length:>14}  s3://{name}")
+        click.echo(f"plan: {last.get('objects', 0)} files {what}, {size(last.get('bytes', 0))}"
+                   + _read_of(last) + "; nothing loaded")
+        return
     failed = last.get("failed", [])
-    click.echo(f"loaded {last.get('loaded', 0)} of {last.get('objects', 0)} objects under {bucket}/{prefix}, "
-               f"{size(last.get('bytes', 0))}" + (f"; {len(failed)} failed:" if failed else ""))
+    click.echo(f"loaded {last.get('loaded', 0)} of {last.get('objects', 0)} {'files' if table else 'objects'} "
+               + f"{what}, {size(last.get('bytes', 0))}" + (" (footers)" if footers else "") + _read_of(last)
+               + (f"; {len(failed)} failed:" if failed else ""))
     for line in failed:
         click.echo(f"  {line}")
     if failed:
         sys.exit(1)
+
+
+def _read_of(last: dict[str, Any]) -> str:
+    return f" (found in {last['metadata_files']} metadata files)" if "metadata_files" in last else ""
 
 
 @main.command()

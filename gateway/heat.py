@@ -1,4 +1,6 @@
-"""Access heat: a bounded, decaying count of reads per object, for the hottest-objects view."""
+"""Access heat: a bounded, decaying count of reads per object, for the hottest-objects view
+and the replication controller. A node of several workers counts it in its first worker, the
+others sending theirs (HeatSender, gateway.admin.nodefeed)."""
 
 from __future__ import annotations
 
@@ -55,6 +57,43 @@ class HeatCounter:
         self._counts = {name: count >> halvings for name, count in self._counts.items() if count >> halvings}
         self._next_halving += halvings * self.half_life
 
+    def add(self, bucket: str, key: str, count: int) -> None:
+        """`count` hits of the object at once (another worker's, gateway.admin.nodefeed)."""
+        if self._clock() >= self._next_halving:
+            self._decay()
+        name = (bucket, key)
+        held = self._counts.get(name)
+        if held is None and len(self._counts) >= self.capacity:
+            self._shrink()
+        self._counts[name] = (held or 0) + count
+
     def _shrink(self) -> None:
         keep = self.capacity - self.capacity // 4
         self._counts = dict(heapq.nlargest(keep, self._counts.items(), key=lambda item: item[1]))
+
+
+class HeatSender(HeatCounter):
+    """The heat of a worker that is not its node's first: its hits are kept only until they are
+    taken (`take`) and sent to the first worker, which counts the node's (gateway.admin.nodefeed);
+    `top` is empty, the node's heat being there. Event loop only."""
+
+    def __init__(self, capacity: int = 10_000) -> None:
+        super().__init__(capacity)
+        self._pending: dict[ObjectKey, int] = {}
+
+    def hit(self, bucket: str, key: str) -> None:
+        name = (bucket, key)
+        pending = self._pending
+        if len(pending) < self.capacity or name in pending:  # (past that, until the next take: lost)
+            pending[name] = pending.get(name, 0) + 1
+
+    def add(self, bucket: str, key: str, count: int) -> None:
+        raise TypeError("a HeatSender sends its hits, it takes none")
+
+    def top(self, n: int = 20) -> list[tuple[str, str, int]]:
+        return []
+
+    def take(self) -> dict[ObjectKey, int]:
+        """The hits since the last take, by object."""
+        pending, self._pending = self._pending, {}
+        return pending

@@ -61,7 +61,6 @@ RESTART_LIMIT = 3  # failures in a row to come up, of every worker while none se
 EARLY = 5.0  # seconds: a worker that exits sooner after starting is restarted after a pause
 FIRST_PAUSE = 0.5  # seconds before restarting a worker that died early once; doubled each time in a row
 MAX_PAUSE = 30.0  # seconds: the longest pause before a restart
-START_TIMEOUT = 60.0  # seconds for a worker to serve once started; past it, it is killed (and failed to start)
 KILL_MARGIN = 5.0  # seconds past server.shutdown_timeout before a stopping worker is killed
 TICK = 0.1  # seconds between looks at the workers and the signals received
 
@@ -235,7 +234,7 @@ class _Worker:
     report: int  # the read end of the pipe it reports on
     started: float = field(default_factory=time.monotonic)
     ready: bool = False
-    late: bool = False  # killed for not serving within START_TIMEOUT
+    late: bool = False  # killed for not serving within server.worker_start_timeout
     error: str = ""
     unread: bytes = b""
 
@@ -317,9 +316,9 @@ class _Node:
     def _look_after(self, now: float) -> None:
         """Kill a worker that does not serve in time, note those that exited, start those due."""
         for worker in self.workers.values():
-            if not (worker.ready or worker.late) and now - worker.started > START_TIMEOUT:
+            if not (worker.ready or worker.late) and now - worker.started > self.settings.server.worker_start_timeout:
                 logger.warning("worker %d (pid %d) does not serve %.0fs after starting: killed", worker.index,
-                               worker.proc.pid, START_TIMEOUT)
+                               worker.proc.pid, self.settings.server.worker_start_timeout)
                 worker.late = True
                 worker.proc.kill()
         for worker in [w for w in self.workers.values() if w.proc.poll() is not None]:

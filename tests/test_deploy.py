@@ -384,9 +384,10 @@ def test_dockerfile_installs_with_install_sh_and_runs_as_non_root():
 def test_install_script_installs_the_package_as_pyproject_names_it():
     script = (DEPLOY / "install.sh").read_text()
     pips = [line.strip() for line in script.splitlines() if "pip install" in line and not line.lstrip().startswith("#")]
-    # The source tree itself, no extras: exactly the [project] dependencies of pyproject.toml, at the versions
-    # the suite passed with.
-    assert pips == ['python3 -m pip install --no-cache-dir --disable-pip-version-check -c "$src/constraints.txt" "$src"']
+    # The source tree itself with the tables extra alone: the [project] dependencies of pyproject.toml and
+    # what a node's table loads read with, at the versions the suite passed with.
+    assert pips == ['python3 -m pip install --no-cache-dir --disable-pip-version-check -c "$src/constraints.txt" '
+                    '"$src[tables]"']
     assert "gateway --help" in script
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert pyproject["project"]["scripts"]["gateway"] == "gateway.cli:main"
@@ -419,7 +420,7 @@ def test_install_script_into_a_fresh_virtualenv(tmp_path):
     assert sorted(r for r in requires if "extra ==" not in r) == sorted(pyproject["dependencies"])
     # Each runtime dependency is installed at the version constraints.txt pins.
     pinned = pinned_versions()
-    names = [Requirement(r).name for r in pyproject["dependencies"]]
+    names = [Requirement(r).name for r in pyproject["dependencies"] + pyproject["optional-dependencies"]["tables"]]
     installed = subprocess.run([str(venv / "bin" / "python"), "-c",
                                 "import importlib.metadata as m, json, sys; print(json.dumps([m.version(n) for n in sys.argv[1:]]))",
                                 *names], cwd=tmp_path, capture_output=True, check=True, timeout=60)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.heat import HeatCounter
+from gateway.heat import HeatCounter, HeatSender
 from tests.store.helpers import Clock
 
 
@@ -49,3 +49,23 @@ def test_heat_cools_without_reads_once_per_half_life_that_passed():
     assert heat.top() == [("bkt", "k", 5)]
     clock.now += 30  # three more: 5 -> 2 -> 1 -> 0, and the object is gone
     assert heat.top() == []
+
+
+def test_a_sender_keeps_its_hits_until_taken_and_the_first_worker_adds_them():
+    sender, node = HeatSender(), HeatCounter()
+    for key in ("a", "b", "a"):
+        sender.hit("bkt", key)
+    node.hit("bkt", "b")
+    assert sender.top() == []  # the node's heat is the first worker's
+    for (bucket, key), count in sender.take().items():
+        node.add(bucket, key, count)
+    assert sender.take() == {}
+    assert sorted(node.top()) == [("bkt", "a", 2), ("bkt", "b", 2)]
+
+
+def test_what_a_sender_holds_between_two_takes_is_bounded():
+    sender = HeatSender(capacity=4)
+    for key in range(10):
+        sender.hit("bkt", str(key))
+    sender.hit("bkt", "0")
+    assert sender.take() == {("bkt", "0"): 2, ("bkt", "1"): 1, ("bkt", "2"): 1, ("bkt", "3"): 1}

@@ -35,8 +35,9 @@ ALLOWED: dict[str, set[str]] = {
     "httpserver": BASE | {"transport_errors", "hitanswers", "requesthead", "connlimits"},
     "advisor": BASE | {"lru", "store"},
     "configdoc": {"config"},
+    "tables": BASE,  # table formats for `gateway load --table`: pure, the bytes come from admin.tableplan
     "admin": BASE | {"advisor", "cluster", "engine", "events", "gcpauses", "httpserver", "node", "origin", "s3api",
-                     "store", "heat"},
+                     "store", "heat", "tables"},
     "app": BASE | {"admin", "advisor", "cluster", "engine", "events", "heat", "httpserver", "node", "origin", "periodic",
                    "s3api", "store"},
     "run": BASE | {"app", "gcpauses", "httpserver", "node", "s3api", "tls"},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import importlib.util
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qsl
@@ -13,24 +14,27 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.admin import dashboard
 from gateway.admin.ledger import PERIOD, Counts, Ledger, read
-from gateway.admin.load import load_prefix
+from gateway.admin.load import LoadRequest, load_prefix
 from gateway.admin.metrics import CONTENT_TYPE_LATEST, registry_for, render
 from gateway.admin.node import Node
 from gateway.admin.nodewide import Family, families, node_metrics, node_shadow, node_stats, workers_figure
 from gateway.admin.ready import readiness, siblings_up
 from gateway.admin.siblings import ACTION_TIMEOUT, LOCAL, SiblingAdmin
 from gateway.admin.stats import HOT_OBJECTS, stats_counts, stats_document
+from gateway.admin.tableplan import FORMATS
 from gateway.cluster.peers import decode_query
 from gateway.config import AdminSettings
 from gateway.errors import S3Error
 from gateway.events import MAX_EVENT_BYTES, EventError, parse_s3_event
 from gateway.node.workers import WorkerSet
+from gateway.tables.partitions import parse_filters
 
 Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
 # A worker's own part of a node-wide request: (method, query) -> its answer.
 OwnPart = Callable[[str, dict[str, str]], Awaitable[dict[str, Any]]]
 # Answered without the token: load balancers and probes; the dashboard page, which holds no figures.
 _OPEN = frozenset({"/healthz", "/readyz", "/dashboard"})
+_LOAD_PARAMETERS = {"bucket", "prefix", "replicas", "table", "snapshot", "footers", "plan"}
 
 
 class AdminApp:
@@ -43,10 +47,12 @@ class AdminApp:
     - `POST|DELETE pin?bucket=B&prefix=P`: pin or unpin a prefix at runtime;
     - `POST purge?bucket=B[&prefix=P|&key=K]`: forget cached metadata, listings and
       blocks of a key, a prefix or a bucket (evict);
-    - `POST load?bucket=B[&prefix=P][&replicas=N]`: load every object under the prefix into
-      the cache (Alluxio's distributedLoad; in a fleet each block by its owners, N of them
-      with `replicas`); the answer streams one JSON line of progress about twice a second
-      and a last one with `"done": true`. The load goes on if the client leaves;
+    - `POST load?bucket=B[&prefix=P][&replicas=N][&table=iceberg|delta][&snapshot=ID]
+      [&partition=F...][&footers=1][&plan=1]`: load every object under the prefix, or the
+      files of the table there (gateway.admin.load), into the cache (Alluxio's
+      distributedLoad; in a fleet each block by its owners, N of them with `replicas`); the
+      answer streams one JSON line of progress about twice a second and a last one with
+      `"done": true`. The load goes on if the client leaves;
     - `POST events`: an S3 event notification (plain, via SNS, or EventBridge); what it
       names is forgotten.
 
@@ -278,27 +284,50 @@ class AdminApp:
         return {"blocks_removed": 0 if store is None else await store.evict_prefix(query["bucket"], target)}
 
     async def _load(self, scope: Scope, receive: Receive, send: Send) -> None:
-        query = _query(scope)
-        bucket, prefix = query.get("bucket", ""), query.get("prefix", "")
-        replicas = query.get("replicas")
-        if not bucket or set(query) - {"bucket", "prefix", "replicas"}:
-            return await _json(send, 400, {"error": "load takes bucket, and optionally prefix and replicas"})
-        if replicas is not None and (not replicas.isdigit() or not 1 <= int(replicas) <= 1000):
-            return await _json(send, 400, {"error": "replicas: a whole number from 1 to 1000"})
-        if replicas is not None and self.node.engine.fleet is None:
-            return await _json(send, 400, {"error": "replicas: this node is not part of a fleet"})
+        try:
+            request = self._load_request(scope)
+        except S3Error as err:
+            return await _json(send, 400, {"error": err.message})
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/x-ndjson")]})
         last: dict[str, object] = {}
         try:
-            async for progress in load_prefix(self.node.engine, bucket, prefix,
-                                              replicas=int(replicas) if replicas is not None else None):
+            async for progress in load_prefix(self.node.engine, request):
                 last = progress.as_dict()
                 await send({"type": "http.response.body", "body": orjson.dumps(last) + b"\n", "more_body": True})
             last["done"] = True
-        except S3Error as err:  # the listing failed: nothing (more) can be loaded
+        except S3Error as err:  # the listing or the table could not be read: nothing (more) can be loaded
             last = {**last, "done": True, "error": f"{err.code}: {err.message}"}
         await send({"type": "http.response.body", "body": orjson.dumps(last) + b"\n"})
+
+    def _load_request(self, scope: Scope) -> LoadRequest:
+        """The load a `POST load` asks for; S3Error with the message to answer 400 with."""
+        pairs = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        query = {name: value for name, value in pairs if name != "partition"}
+        bucket, replicas, snapshot = query.get("bucket", ""), query.get("replicas"), query.get("snapshot")
+        if not bucket or set(query) - _LOAD_PARAMETERS:
+            raise S3Error("InvalidArgument", "load takes bucket, and optionally prefix, replicas, table, snapshot, "
+                                             "partition (repeated), footers and plan")
+        if replicas is not None and (not replicas.isdigit() or not 1 <= int(replicas) <= 1000):
+            raise S3Error("InvalidArgument", "replicas: a whole number from 1 to 1000")
+        if replicas is not None and self.node.engine.fleet is None:
+            raise S3Error("InvalidArgument", "replicas: this node is not part of a fleet")
+        table = query.get("table") or None
+        if table is not None and table not in FORMATS:
+            raise S3Error("InvalidArgument", f"table: one of {', '.join(FORMATS)}, got {table!r}")
+        if snapshot is not None and (table is None or not snapshot.lstrip("-").isdigit()):
+            raise S3Error("InvalidArgument", "snapshot: a whole number (an Iceberg snapshot id, a Delta version), "
+                                             "with table")
+        footers = query.get("footers", "") in ("1", "true")
+        missing = [name for name in {"iceberg": ["fastavro", "pyarrow"], "delta": ["pyarrow"]}.get(table or "", [])
+                   + (["pyarrow"] if footers else []) if importlib.util.find_spec(name) is None]
+        if missing:
+            raise S3Error("NotImplemented", f"this node lacks {', '.join(sorted(set(missing)))}, which table and "
+                                            "footer loads read with: pip install 's3-cache-gateway[tables]'")
+        return LoadRequest(bucket, query.get("prefix", ""), table, None if snapshot is None else int(snapshot),
+                           parse_filters(value for name, value in pairs if name == "partition"),
+                           footers=footers, plan=query.get("plan", "") in ("1", "true"),
+                           replicas=None if replicas is None else int(replicas))
 
     async def _events(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = await _read_body(receive, MAX_EVENT_BYTES)

@@ -33,9 +33,17 @@ class AdminClient:
     def unpin(self, bucket: str, prefix: str) -> dict[str, Any]:
         return self._call("DELETE", "/pin", bucket=bucket, prefix=prefix)
 
-    def load(self, bucket: str, prefix: str, replicas: int | None = None) -> Iterator[dict[str, Any]]:
+    def load(self, bucket: str, prefix: str, replicas: int | None = None, *, table: str | None = None,
+             snapshot: int | None = None, partitions: tuple[str, ...] = (), footers: bool = False,
+             plan: bool = False) -> Iterator[dict[str, Any]]:
         """The progress documents of a load as the gateway sends them; the last has "done"."""
-        params = {"bucket": bucket, "prefix": prefix, **({"replicas": str(replicas)} if replicas else {})}
+        params: list[tuple[str, str | int | float | bool | None]] = [("bucket", bucket), ("prefix", prefix)]
+        params += [("replicas", str(replicas))] if replicas else []
+        params += [("table", table)] if table else []
+        params += [("snapshot", str(snapshot))] if snapshot is not None else []
+        params += [("partition", condition) for condition in partitions]
+        params += [("footers", "1")] if footers else []
+        params += [("plan", "1")] if plan else []
         try:
             with httpx.stream("POST", self.base + "/load", params=params,
                               headers=self._headers, timeout=httpx.Timeout(self._timeout, read=None)) as response:

@@ -1,5 +1,7 @@
-"""Pre-loading a prefix into the cache (Alluxio's `distributedLoad`): every object under it is
-read once through the block cache, several at a time, so later reads are hits."""
+"""Pre-loading into the cache (Alluxio's `distributedLoad`): every object under a prefix, or the
+files of a table's current snapshot (Iceberg, Delta), optionally only the partitions a filter
+keeps and only the footers engines read first; each read once through the block cache, several
+at a time, so later reads are hits. Or only the plan: which files, how many bytes."""
 
 from __future__ import annotations
 
@@ -8,44 +10,81 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from gateway.admin.tableplan import list_objects, plan_table, read_bytes
+from gateway.admin.tableplan import footer as find_footer
 from gateway.engine import Engine, Want
 from gateway.errors import S3Error
-from gateway.s3api.xml import parse_list_objects
+from gateway.tables.partitions import Filter, matches
+from gateway.tables.paths import TableFile
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    """What to load: the objects under `prefix`, or the table there (`table`: "iceberg" or
+    "delta"; `snapshot`: an Iceberg snapshot id or a Delta version instead of the current
+    one); only files whose partitions pass every filter; only their footers (`footers`); or
+    nothing, only the plan (`plan`)."""
+
+    bucket: str
+    prefix: str = ""
+    table: str | None = None
+    snapshot: int | None = None
+    filters: tuple[Filter, ...] = ()
+    footers: bool = False
+    plan: bool = False
+    replicas: int | None = None
 
 
 @dataclass
 class LoadProgress:
-    """Where a load stands; `failed` holds "key: reason" for every object that could not be read."""
+    """Where a load stands; `failed` holds "key: reason" for every object that could not be read;
+    `files` the plan's (bucket/key, size; None when the table does not record it) with `plan`."""
 
-    bucket: str
-    prefix: str
-    objects: int = 0  # found under the prefix so far
+    request: LoadRequest
+    objects: int = 0  # found (and kept by the filters) so far
     loaded: int = 0
-    bytes: int = 0
-    listed: bool = False  # the listing is complete: `objects` is the total
+    bytes: int = 0  # read through the cache (with `plan`: the files' sizes)
+    listed: bool = False  # the listing (or the table's plan) is complete: `objects` is the total
     failed: list[str] = field(default_factory=list)
+    metadata_files: int = 0  # a table's own files read to find its data files
+    files: list[tuple[str, int | None]] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:
-        return self.listed and self.loaded + len(self.failed) == self.objects
+        return self.listed and (self.request.plan or self.loaded + len(self.failed) == self.objects)
 
     def as_dict(self) -> dict[str, object]:
-        return {"bucket": self.bucket, "prefix": self.prefix, "objects": self.objects, "loaded": self.loaded,
-                "bytes": self.bytes, "listed": self.listed, "failed": self.failed}
+        request = self.request
+        document: dict[str, object] = {
+            "bucket": request.bucket, "prefix": request.prefix, "objects": self.objects, "loaded": self.loaded,
+            "bytes": self.bytes, "listed": self.listed, "failed": self.failed}
+        if request.table:
+            document.update(table=request.table, metadata_files=self.metadata_files)
+        if request.filters:
+            document["partitions"] = [str(condition) for condition in request.filters]
+        if request.footers:
+            document["footers"] = True
+        if request.plan:
+            document["plan"] = True
+            if self.finished:  # the files once, in the last document: a plan of a large table is long
+                document["files"] = [[name, size] for name, size in self.files]
+        return document
 
 
-async def load_prefix(engine: Engine, bucket: str, prefix: str, *, replicas: int | None = None,
-                      concurrency: int = 8, report_every: float = 0.5) -> AsyncIterator[LoadProgress]:
-    """Load every object under `prefix` into the cache; yields the progress every
-    `report_every` seconds and once more at the end. A listing that fails raises S3Error;
-    an object that fails is counted in `failed` and the load goes on.
+async def load_prefix(engine: Engine, request: LoadRequest, *, concurrency: int = 8,
+                      report_every: float = 0.5) -> AsyncIterator[LoadProgress]:
+    """Load what `request` names into the cache; yields the progress every `report_every`
+    seconds and once more at the end. A listing or a table that cannot be read raises
+    S3Error; an object that fails is counted in `failed` and the load goes on.
 
     Alone, the node reads each object through its cache. In a fleet, each object's blocks
     are fetched by their owners, all at once (`replicas`: that many owners per block
-    instead of the object's count); this node only lists and hands out the work.
+    instead of the object's count); this node only lists and hands out the work. Footers
+    are read through this node's cache in either case: in a fleet the blocks it brings from
+    the origin are offered to their owners (engine.lending), each fetched once.
     """
-    load = _Load(engine, bucket, prefix, replicas=replicas, concurrency=concurrency)
-    workers = [asyncio.create_task(load.worker()) for _ in range(concurrency)]
+    load = _Load(engine, request, concurrency=concurrency)
+    workers = [asyncio.create_task(load.worker()) for _ in range(0 if request.plan else concurrency)]
     listing = asyncio.create_task(load.lister())
     try:
         while not load.settled.is_set():
@@ -63,72 +102,94 @@ async def load_prefix(engine: Engine, bucket: str, prefix: str, *, replicas: int
 
 
 class _Load:
-    """One load's shared state: its progress, the queue of keys from the lister to the
+    """One load's shared state: its progress, the queue of files from the lister to the
     workers (None: no more), and the event set once it is finished or its listing failed."""
 
-    def __init__(self, engine: Engine, bucket: str, prefix: str, *, replicas: int | None, concurrency: int) -> None:
+    def __init__(self, engine: Engine, request: LoadRequest, *, concurrency: int) -> None:
         self.engine = engine
-        self.bucket = bucket
-        self.prefix = prefix
-        self.replicas = replicas
+        self.request = request
         self.concurrency = concurrency
-        self.progress = LoadProgress(bucket, prefix)
-        self.keys: asyncio.Queue[str | None] = asyncio.Queue(maxsize=4 * concurrency)
+        self.progress = LoadProgress(request)
+        self.files: asyncio.Queue[TableFile | None] = asyncio.Queue(maxsize=4 * concurrency)
         self.settled = asyncio.Event()
         self.in_fleet = engine.fleet is not None
 
-    async def load_one(self, key: str) -> None:
-        engine, bucket, progress = self.engine, self.bucket, self.progress
+    async def load_one(self, file: TableFile) -> None:
+        engine, progress = self.engine, self.progress
         try:
-            if self.in_fleet:
-                head = await engine.head_object(bucket, key)
-                await engine.spread(bucket, key, head.meta, replicas=self.replicas)
+            if self.request.footers:
+                await self.footer(file)
+            elif self.in_fleet:
+                head = await engine.head_object(file.bucket, file.key)
+                await engine.spread(file.bucket, file.key, head.meta, replicas=self.request.replicas)
                 progress.bytes += head.meta.size
             else:
-                await self.read_through(key)
+                await self.read_through(file)
             progress.loaded += 1
         except S3Error as err:
-            progress.failed.append(f"{key}: {err.code}")
+            progress.failed.append(f"{self.name(file)}: {err.code}")
         except Exception as exc:  # a load reports every object; one failure must not stop the others
-            progress.failed.append(f"{key}: {exc.__class__.__name__}")
+            progress.failed.append(f"{self.name(file)}: {exc.__class__.__name__}")
         if progress.finished:
             self.settled.set()
 
-    async def read_through(self, key: str) -> None:
-        engine, bucket, progress = self.engine, self.bucket, self.progress
-        opened = await engine.open_object(bucket, key, want=Want())
+    def name(self, file: TableFile) -> str:
+        """A file as `failed` and the plan name it: its key, with its bucket when not the load's."""
+        return file.key if file.bucket == self.request.bucket else f"{file.bucket}/{file.key}"
+
+    async def read_through(self, file: TableFile) -> None:
+        opened = await self.engine.open_object(file.bucket, file.key, want=Want())
         try:
             async with await opened.read() as read:
                 if read.body is not None:
-                    progress.bytes += len(read.body)
+                    self.progress.bytes += len(read.body)
                 else:
                     assert read.chunks is not None
                     async for chunk in read.chunks:
-                        progress.bytes += len(chunk)
+                        self.progress.bytes += len(chunk)
         finally:
             await opened.aclose()
 
+    async def footer(self, file: TableFile) -> None:
+        """The file's tail read as an engine reads it (which loads its last blocks, and more
+        when the footer is longer), then the footer's ranges before that (page indexes). A
+        file neither Parquet nor ORC has no footer: its tail is all that is loaded of it."""
+        size, read_from, found = await find_footer(self.engine, file.bucket, file.key, file.size)
+        for start, end in found.ranges:
+            if start < read_from:
+                await read_bytes(self.engine, file.bucket, file.key, start, min(end, read_from) - 1, limit=end - start)
+                self.progress.bytes += min(end, read_from) - start
+        self.progress.bytes += size - read_from
+
     async def worker(self) -> None:
-        while (key := await self.keys.get()) is not None:
-            await self.load_one(key)
+        while (file := await self.files.get()) is not None:
+            await self.load_one(file)
+
+    async def found(self, file: TableFile) -> None:
+        progress = self.progress
+        progress.objects += 1
+        if self.request.plan:
+            progress.files.append((f"{file.bucket}/{file.key}", file.size))
+            progress.bytes += file.size or 0
+        else:
+            await self.files.put(file)
 
     async def lister(self) -> None:
-        progress, token = self.progress, ""
+        progress, request = self.progress, self.request
         try:
-            while True:
-                query = [("list-type", "2"), ("encoding-type", "url"), ("prefix", self.prefix)]
-                if token:
-                    query.append(("continuation-token", token))
-                page = parse_list_objects(await self.engine.list_objects(self.bucket, query))
-                for entry in page.contents:
-                    progress.objects += 1
-                    await self.keys.put(entry.key)
-                if not page.is_truncated or not page.next_continuation_token:
-                    break
-                token = page.next_continuation_token
+            if request.table is not None:
+                plan = await plan_table(self.engine, request.table, request.bucket, request.prefix,
+                                        snapshot=request.snapshot, filters=request.filters)
+                progress.metadata_files = plan.metadata_files
+                for file in plan.files:
+                    await self.found(file)
+            else:
+                async for key, size in list_objects(self.engine, request.bucket, request.prefix):
+                    if matches(request.filters, key):
+                        await self.found(TableFile(request.bucket, key, size))
             progress.listed = True
-            for _ in range(self.concurrency):
-                await self.keys.put(None)
+            for _ in range(0 if request.plan else self.concurrency):
+                await self.files.put(None)
         finally:
             if progress.finished or not progress.listed:
                 self.settled.set()

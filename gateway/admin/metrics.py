@@ -67,6 +67,15 @@ class NodeCollector(Collector):
                                   "(unreachable, timed out, reset).", value=0 if peers is None else peers.failures)
 
     def _shadow(self) -> Iterator[Metric]:
+        feed = self.node.feed
+        if feed is not None:
+            datagrams = CounterMetricFamily(
+                "gateway_node_feed_datagrams_total", "Of a node of several workers: datagrams of heat and shadow "
+                "samples the other workers sent the first (sent), lost because it could not take them (dropped), "
+                "and the first received (received).", labels=["outcome"])
+            for outcome, count in (("sent", feed.sent), ("dropped", feed.dropped), ("received", feed.received)):
+                datagrams.add_metric([outcome], count)
+            yield datagrams
         shadow = self.node.shadow
         if shadow is None:
             return
@@ -189,6 +198,11 @@ class NodeCollector(Collector):
         yield GaugeMetricFamily("gateway_hot_objects", "Objects with more owners than cluster.replicas, as this "
                                 "node last read them from the replication controller.",
                                 value=len(fleet.hot) if (fleet := self.node.engine.fleet) is not None else 0)
+        members = self.node.membership
+        yield GaugeMetricFamily("gateway_fleet_members", "Members of the fleet in this node's view (1 alone); a node "
+                                "of several workers shows the largest of its workers' views, so it falls only "
+                                "once every worker stopped routing to a departed member.",
+                                value=1 if members is None else len(members.ids))
         controller = self.node.replication
         yield GaugeMetricFamily("gateway_replication_leader", "1 while this node is the fleet's replication "
                                 "controller.", value=int(controller is not None and controller.stats.leader))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from gateway.admin.nodefeed import NodeFeed
 from gateway.advisor.shadow import ShadowAdvisor
 from gateway.cluster.membership import Membership
 from gateway.cluster.pins import RuntimePins
@@ -27,6 +28,7 @@ class Node:
     membership: Membership | None = None  # in a fleet
     shadow: ShadowAdvisor | None = None  # what 2x and 4x the quotas would have hit (cache.shadow_rate)
     replication: Replication | None = None  # in a fleet with cluster.hot_replication
+    feed: NodeFeed | None = None  # in a node of several workers: heat and shadow gathered in the first
 
     @property
     def uptime(self) -> float:

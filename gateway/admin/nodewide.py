@@ -42,7 +42,7 @@ _COUNTING = frozenset({"counter", "histogram", "summary"})
 
 # Gauges of something every worker sees alike (the fleet's hot objects, the controller's
 # leadership, held by one worker): the node's value is the largest, not the sum.
-_SHARED_GAUGES = frozenset({"gateway_hot_objects", "gateway_replication_leader"})
+_SHARED_GAUGES = frozenset({"gateway_hot_objects", "gateway_replication_leader", "gateway_fleet_members"})
 _SHADOW_RATIO = "gateway_shadow_hit_ratio"
 
 
@@ -104,8 +104,9 @@ def _tiers(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _hottest(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The hottest objects of the node: each worker counts the GETs it served (it sends more
-    of its hottest than are shown, so an object warm on every worker still ranks)."""
+    """The hottest objects of the node: its first worker counts every worker's GETs (the others
+    send it theirs, admin.nodefeed, and show none themselves); summed, so that the GETs of a
+    worker of the release before, which counted only its own, still count."""
     hits: Counter[tuple[str, str]] = Counter()
     for document in documents:
         for hot in document["hot_objects"]:
@@ -114,9 +115,10 @@ def _hottest(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def node_shadow(estimates: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:
-    """The shadow estimates of the workers together (ShadowAdvisor.estimates): GETs and
-    bytes summed, ratios weighted by the GETs behind them (the byte hit ratio too: close
-    enough while the workers see alike traffic). None when no worker runs one."""
+    """The shadow estimates of the workers together (ShadowAdvisor.estimates). In a node of
+    this release only its first worker has one, fed every worker's sample (admin.nodefeed):
+    that is the node's. Several (workers of the release before, each over its own share): GETs
+    and bytes summed, ratios weighted by the GETs behind them. None when no worker runs one."""
     found = [estimate for estimate in estimates if estimate is not None]
     if not found:
         return None

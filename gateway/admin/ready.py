@@ -14,7 +14,7 @@ from gateway.node.workers import WorkerSet
 from gateway.origin import Origin
 
 ORIGIN_TIMEOUT = 2.0  # seconds; a probe must answer well within a load balancer's own timeout
-SIBLINGS_TIMEOUT = 60.0  # seconds a starting worker waits for its siblings (the supervisor's START_TIMEOUT)
+SIBLINGS_TIMEOUT = 60.0  # seconds a starting worker waits for its siblings (server.worker_start_timeout's default)
 SIBLINGS_POLL = 0.05  # seconds between looks while it waits
 
 

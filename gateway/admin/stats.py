@@ -15,7 +15,8 @@ def stats_document(node: Node, hot: int = HOT_OBJECTS) -> dict[str, Any]:
     "tiers", "hot_objects", "members", "pinned", "shadow", "replication"}; hits and misses count
     block reads; each tier's "notes_dropped" counts the hits of other workers' blocks whose note
     to their owner was lost to a full ring (store.hitnotes); "shadow" is the estimate of the hit ratio at 1x, 2x and 4x the quotas (None
-    when off); "replication" is the hot-object replication controller (None outside a fleet).
+    when off, and on a worker of a node of several other than the first, which sends its
+    sample there: admin.nodefeed; "hot_objects" there are empty likewise); "replication" is the hot-object replication controller (None outside a fleet).
     `hot`: how many of the hottest objects to name."""
     counts = stats_counts(node)
     hits, misses = counts["hits"], counts["misses"]

@@ -22,8 +22,11 @@ the `gateway.access` logger as a handler.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import threading
+import time
 from collections.abc import Generator, Mapping
 from typing import Any
 
@@ -33,11 +36,15 @@ from gateway.advisor.simulate import BlockNames, Counters, StoreSpec, replayer, 
 from gateway.advisor.trace import _RANGE, _WRITES, Read
 from gateway.lru import LRU
 
+# The fields of an access log entry the replay reads: what a worker sends of a sampled request.
+_SENT = ("operation", "status", "bucket", "key", "bytes", "cache", "size", "range")
+
 
 class ShadowAdvisor(logging.Handler):
     """Shadow stores by name, fed from access log records; `estimates()` reads them."""
 
-    def __init__(self, specs: Mapping[str, StoreSpec], *, rate: float = 0.01, max_objects: int = 100_000) -> None:
+    def __init__(self, specs: Mapping[str, StoreSpec], *, rate: float = 0.01, max_objects: int = 100_000,
+                 sends: bool = False, delay: float = 0.0) -> None:
         super().__init__(logging.INFO)
         if not specs:
             raise ValueError("a shadow advisor needs at least one store to shadow")
@@ -46,8 +53,20 @@ class ShadowAdvisor(logging.Handler):
         self._names = BlockNames()
         self._feeds: dict[str, tuple[Generator[Counters, Any, None], Counters, int]] = {}
         for name, spec in specs.items():
+            if sends:
+                continue
             feed = replayer(spec, rate=rate, names=self._names)
             self._feeds[name] = (feed, next(feed), spec.block_size)
+        # `sends` (a worker that is not its node's first): the sampled requests wait here to be
+        # sent (take_share) to the first worker's shadow, which models the node's store; the
+        # others are only counted here, and sent as counts.
+        self._outbox: list[dict[str, Any]] | None = [] if sends else None
+        # `delay` (the first worker of such a node): the sampled requests, its own and those the
+        # others send, are held that long and replayed in the order they were answered, not in
+        # the order they arrived (another worker's come up to a feed interval late).
+        self.delay = delay
+        self._held: list[tuple[float, int, dict[str, Any]]] = []
+        self._order = itertools.count()
         # (bucket, key) -> [version, exact size or -1, largest end + 1]; sampled objects only
         self._objects: LRU[tuple[str, str], list[int]] = LRU(max_objects)
         self._keep: LRU[tuple[str, str], bool] = LRU(4 * max_objects)  # the oldest decided first out
@@ -84,36 +103,59 @@ class ShadowAdvisor(logging.Handler):
             return
         self.observe_entry(entry)
 
-    def observe_entry(self, entry: dict[str, Any]) -> None:
-        """Feed one request as the access log describes it (the line's fields, as a dict)."""
+    def observe_entry(self, entry: dict[str, Any], at: float | None = None) -> None:
+        """Feed one request as the access log describes it (the line's fields, as a dict);
+        `at`: when it was answered (time.monotonic(), the same clock in every process of the
+        machine), when it comes from another worker (add_share)."""
         operation, status = entry.get("operation"), int(entry.get("status") or 0)
         bucket, key = entry.get("bucket"), entry.get("key")
         if not bucket or not key:
             return
-        if operation in _WRITES and 200 <= status < 300:
-            if self._is_sampled(bucket, key):
-                state = self._state(bucket, key)
-                state[0], state[1], state[2] = state[0] + 1, -1, 0
-            return
+        write = operation in _WRITES and 200 <= status < 300
         sent = int(entry.get("bytes") or 0)
-        if operation != "GetObject" or status not in (200, 206) or sent <= 0:
+        if not write and (operation != "GetObject" or status not in (200, 206) or sent <= 0):
             return
         with self._feed_lock:
-            self.gets += 1
-            self.live_hits += entry.get("cache") in ("hit-mem", "hit-disk")
             if not self._is_sampled(bucket, key):
-                self._count_unsampled(sent)
+                if not write:
+                    self.gets += 1
+                    self.live_hits += entry.get("cache") in ("hit-mem", "hit-disk")
+                    self._count_unsampled(sent)
                 return
-            read = self._read(bucket, key, entry, sent)
-            if read is None:
-                self.skipped += 1
-                return
-            for feed, _, _ in self._feeds.values():
-                feed.send(read)  # counts it in the whole traffic too
+            if self._outbox is not None:
+                self._send(entry, time.monotonic() if at is None else at)
+            elif self.delay:
+                heapq.heappush(self._held, (time.monotonic() if at is None else at, next(self._order), entry))
+                self._replay_due()
+            else:
+                self._replay(entry)
+
+    def _replay(self, entry: dict[str, Any]) -> None:
+        """A sampled request into every shadow (the feed lock held)."""
+        bucket, key = entry["bucket"], entry["key"]
+        if entry["operation"] in _WRITES:
+            state = self._state(bucket, key)
+            state[0], state[1], state[2] = state[0] + 1, -1, 0
+            return
+        self.gets += 1
+        self.live_hits += entry.get("cache") in ("hit-mem", "hit-disk")
+        read = self._read(bucket, key, entry, int(entry["bytes"]))
+        if read is None:
+            self.skipped += 1
+            return
+        for feed, _, _ in self._feeds.values():
+            feed.send(read)  # counts it in the whole traffic too
+
+    def _replay_due(self) -> None:
+        """The held requests answered `delay` seconds ago or more, in the order they were answered."""
+        held, due = self._held, time.monotonic() - self.delay
+        while held and held[0][0] <= due:
+            self._replay(heapq.heappop(held)[2])
 
     def estimates(self) -> dict[str, Any]:
         """{"gets", "live_hit_ratio", "rate", "shadows": {name: {hit ratios, origin bytes}}}."""
         with self._feed_lock:
+            self._replay_due()
             self._settle_unsampled()
             shadows = {
                 name: {
@@ -124,6 +166,42 @@ class ShadowAdvisor(logging.Handler):
             }
             return {"gets": self.gets, "live_hit_ratio": round(self.live_hits / self.gets, 4) if self.gets else None,
                     "rate": self.rate, "skipped": self.skipped, "shadows": shadows}
+
+    # --- a node of several workers (gateway.admin.nodefeed) ------------------------------------
+
+    def take_share(self) -> dict[str, Any]:
+        """What a sending shadow saw since it was last asked: its counts of the requests not
+        sampled, and the sampled ones themselves (fields the replay reads), for `add_share`."""
+        with self._feed_lock:
+            share = {"gets": self.gets, "live_hits": self.live_hits, "reads": self._unsampled_reads,
+                     "bytes": self._unsampled_bytes, "blocks": list(self._unsampled_blocks.items()),
+                     "entries": self._outbox or []}
+            self.gets = self.live_hits = self._unsampled_reads = self._unsampled_bytes = 0
+            self._unsampled_blocks = dict.fromkeys(self._unsampled_blocks, 0)
+            if self._outbox is not None:
+                self._outbox = []
+            return share
+
+    def add_share(self, share: Mapping[str, Any]) -> None:
+        """Another worker's share of the node's traffic (`take_share`), into this shadow."""
+        with self._feed_lock:
+            self.gets += int(share["gets"])
+            self.live_hits += int(share["live_hits"])
+            self._unsampled_reads += int(share["reads"])
+            self._unsampled_bytes += int(share["bytes"])
+            for block_size, blocks in share["blocks"]:
+                if int(block_size) in self._unsampled_blocks:
+                    self._unsampled_blocks[int(block_size)] += int(blocks)
+        for entry in share["entries"]:
+            if isinstance(entry, dict):
+                self.observe_entry(entry, float(entry["t"]))
+
+    def _send(self, entry: dict[str, Any], at: float) -> None:
+        assert self._outbox is not None
+        if len(self._outbox) < self.max_objects:  # (past that, until the next take: lost)
+            sent = {name: entry[name] for name in _SENT if name in entry}
+            sent["t"] = at
+            self._outbox.append(sent)
 
     # --- helpers ------------------------------------------------------------------------------
 

@@ -88,8 +88,14 @@ class ServerSettings:
            "CPU limit). With more than one, a supervisor starts them, restarts one that dies and passes SIGTERM "
            "and SIGHUP on; the memory tier then lives in files on /dev/shm (or the temporary folder), which "
            "must have room for `cache.memory_quota`, and `cache.read_buffer` is shared out among them.")
+    worker_start_timeout: float = setting(
+        60.0, "With several workers: a worker that does not serve this long after it was started is killed "
+              "and started again (after a pause that doubles each time it fails in a row). Raise it where "
+              "a start is slow (a loaded machine, a profiler such as valgrind).")
 
     def __post_init__(self) -> None:
+        if self.worker_start_timeout <= 0:
+            raise ConfigError(f"server.worker_start_timeout: must be positive, got {self.worker_start_timeout}")
         if self.workers < 0:
             raise ConfigError(f"server.workers: 0 (one per core) or more, got {self.workers}")
         if not 0 <= self.port <= 65535:

@@ -126,7 +126,7 @@ class Engine:
         self.replicas: Replicas | None = None
         self.siblings: Siblings | None = None  # the other workers of this node
         # What peers and workers ask here.
-        self.serving = None if self.opens is None else Serving(self.opens, self.metadata.fresh_now)
+        self.serving = None if self.opens is None else Serving(self.opens, self.metadata.fresh_now, self._head_meta)
         if self.opens is not None and workers is not None and not workers.alone:
             self.siblings = self.opens.fetch.siblings = Siblings(workers, cluster or ClusterSettings(), self.opens,
                                                                  self.invalidate)
@@ -343,5 +343,8 @@ class Engine:
 
     async def _describe(self, bucket: str, key: str) -> ObjectMeta:
         return (await self.metadata.head_object(bucket, key)).meta
+
+    async def _head_meta(self, bucket: str, key: str, version_id: str | None) -> ObjectMeta:
+        return (await self.metadata.head_object(bucket, key, version_id=version_id)).meta
 
 

@@ -15,6 +15,8 @@ from gateway.store.blocks import BlockId
 if TYPE_CHECKING:
     from gateway.engine.fetch import BlockFetcher
 
+_TAKEN_OBJECTS = 4096  # objects whose version taken lately is remembered (Lending.taken)
+
 
 class Lending:
     """What this worker lends and takes, for its fetcher. Event loop only.
@@ -29,6 +31,9 @@ class Lending:
         self.stats = stats
         self._lent: OrderedDict[str, tuple[bytes, int]] = OrderedDict()  # name -> (bytes, owners yet to take them)
         self._bytes = 0
+        # The version of each object a block of which was taken lately (its metadata stays with
+        # the giver): what an open another worker asks of this one may find here (Serving).
+        self.taken: OrderedDict[tuple[str, str], ObjectMeta] = OrderedDict()
 
     async def keep(self, block: BlockId, meta: ObjectMeta, data: bytes) -> None:
         """A block a run brought: kept by this node when it is one of the block's owners in the
@@ -95,6 +100,11 @@ class Lending:
         worker of this one owns is taken by that worker (told to, from that node). While it is
         taken, it is on its way here (BlockFetcher.arriving): a read of it waits for it."""
         fetch = self.fetch
+        if not node:
+            self.taken[block.bucket, block.key] = meta
+            self.taken.move_to_end((block.bucket, block.key))
+            if len(self.taken) > _TAKEN_OBJECTS:
+                self.taken.popitem(last=False)
         if block in fetch.store or fetch.fetching(block):
             return
         siblings, peers = fetch.siblings, fetch.peers

@@ -19,15 +19,17 @@ _EPOCH = datetime.fromtimestamp(0, timezone.utc)
 
 Hold = Callable[..., Awaitable[int]]  # Replicas.hold(bucket, key, meta, replicas=...)
 Fresh = Callable[[str, str, "str | None"], "ObjectMeta | None"]  # Metadata.fresh_now(bucket, key, version_id)
+Describe = Callable[[str, str, "str | None"], Awaitable[ObjectMeta]]  # the metadata, from the origin if need be
 
 
 class Serving:
     """The answering side of the peer API. Event loop only."""
 
-    def __init__(self, opens: Opens, fresh: Fresh) -> None:
+    def __init__(self, opens: Opens, fresh: Fresh, describe: Describe) -> None:
         self.fetch = opens.fetch
         self._opens = opens
         self.fresh = fresh  # Metadata.fresh_now: what this worker knows of an object, fresh, without asking
+        self.describe = describe  # Metadata.head_object's metadata: a HEAD of the origin when not known
         self.hold: Hold | None = None  # Replicas.hold, set by the engine in a fleet
 
     async def serve_block(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
@@ -103,14 +105,33 @@ class Serving:
     async def _open_cached(self, bucket: str, key: str, version_id: str, index: int,
                            in_file: bool) -> OpenAnswer | None:
         meta = self.fresh(bucket, key, version_id or None)
+        if meta is None:
+            meta = await self._describe_taken(bucket, key, version_id, index)
         if meta is None or not 0 <= index * self.fetch.settings.block_size < meta.size:
             return None
         block = BlockId(bucket, key, version_of(meta), index)
+        if block not in self.fetch.store:  # not looked for: the asker opens it, and counts the miss then
+            return None
         hit = await self.fetch.store.get(block)  # (counted here, as serve_block counts: the asker does not)
         if hit is None:
             return None
         return OpenAnswer(encode_meta(meta), None if in_file and self.fetch.store.in_shared_memory(block) else hit[0],
                           cached=True)
+
+    async def _describe_taken(self, bucket: str, key: str, version_id: str, index: int) -> ObjectMeta | None:
+        """The metadata of an object whose block `index` another worker read from the origin and
+        lent this one, which holds it now but was not told the rest of its metadata: a HEAD (one
+        origin request, where the asker would otherwise GET the block), so that this worker and
+        every other opening it later answer from the block. None when no such block is here."""
+        taken = self.fetch.lending.taken.get((bucket, key))
+        if taken is None or (version_id and taken.version_id != version_id) or \
+                BlockId(bucket, key, version_of(taken), index) not in self.fetch.store:
+            return None
+        try:
+            meta = await self.describe(bucket, key, version_id or None)
+        except S3Error:
+            return None  # (the asker opens it itself, and gets the origin's answer)
+        return meta if version_of(meta) == version_of(taken) else None
 
     async def serve_held(self, bucket: str, key: str, etag: str, version_id: str, size: int, indexes: list[int],
                          sibling: bool) -> set[int]:

@@ -22,6 +22,7 @@ __all__ = ["IDENTIFIED", "S3Request", "parse_request"]
 _MAX_KEY_BYTES = 1024
 _MAX_HEADER_BYTES = 8192  # S3's limit on the request header section
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_PLAUSIBLE_BUCKET = re.compile(r"[A-Za-z0-9._-]{1,255}")
 # The scope key under which the hit path (s3api.hits) leaves a request it parsed and
 # authenticated and then declined, so that the app does not do that work again.
 IDENTIFIED = "gateway.identified"
@@ -124,4 +125,4 @@ def _bucket_from_host(host: str, domain: str) -> str | None:
 def _plausible_bucket(name: str) -> bool:
     # Existing buckets may predate today's naming rules (upper case, '_', 255 chars in
     # us-east-1); CreateBucket applies the strict rules, everything else only these.
-    return 0 < len(name) <= 255 and all(c.isascii() and (c.isalnum() or c in "._-") for c in name)
+    return _PLAUSIBLE_BUCKET.fullmatch(name) is not None

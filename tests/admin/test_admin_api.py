@@ -83,6 +83,7 @@ def test_metrics_count_requests_hits_bytes_and_tiers(admin_gateway):
     assert value(found, "gateway_redis_errors_total") == 0
     assert value(found, "gateway_invalidation_confirmations_total", outcome="confirmed") == 0  # no Redis
     assert value(found, "gateway_replication_actions_total", action="replicate") == 0
+    assert value(found, "gateway_fleet_members") == 1  # alone
     assert value(found, "gateway_origin_requests_total", method="GET") >= 1
     assert value(found, "gateway_origin_requests_total", method="PUT") == 2  # CreateBucket, PutObject
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.admin.nodewide import node_stats
+from gateway.admin.nodewide import node_metrics, node_stats
 
 
 def own(worker: int, members: list[str]) -> dict[str, Any]:
@@ -25,3 +25,15 @@ def test_workers_that_agree_give_their_members():
     documents = [own(1, ["a:1", "b:2"]), own(0, ["a:1", "b:2"])]
     assert node_stats(documents, 2)["members"] == ["a:1", "b:2"]
     assert node_stats(documents[:1], 2)["members"] == ["a:1", "b:2"]  # worker 0 did not answer
+
+
+def test_the_nodes_fleet_members_gauge_is_its_largest_workers_view():
+    """A member stays in gateway_fleet_members while any worker may still route to it (the stats'
+    members are those every worker sees: what the node can count on)."""
+    def worker(members: int) -> list[Any]:
+        return [["gateway_fleet_members", "", "gauge", [["gateway_fleet_members", {}, float(members)]]]]
+
+    text = node_metrics([worker(2), worker(3)], None, 2).decode()
+    assert "gateway_fleet_members 3.0" in text
+    text = node_metrics([worker(2), worker(2)], None, 2).decode()
+    assert "gateway_fleet_members 2.0" in text

@@ -1,5 +1,5 @@
 """A node of workers hits as one cache: its block hit ratio is the advisor's replay of its own
-access log, with 1 worker or 2 (store.hitnotes: every hit a worker serves from another worker's
+access log, with 1, 2 or 4 workers (store.hitnotes: every hit a worker serves from another worker's
 block reaches that block's owner's eviction policy, and with CACHE_PROMOTE its promotion).
 
 The workers of a node run here as gateways in this process, each on its own port and its unix
@@ -7,8 +7,10 @@ socket, sharing one run folder (tests/integration/test_workers_cache.py); each G
 worker drawn at random, as the kernel hands connections to the workers of `gateway serve`.
 Objects of 64-256 KiB in 256 KiB blocks (one block each), Zipf(0.9) popularity, a budget of a
 third of the objects' bytes (all memory, or a quarter of it over a disk tier); the trace is the
-`gateway.access` lines they logged. With 4 workers the node is still 2-3.5 points below the
-replay (docs/advisor.md, "Against a node of several workers"): not asserted here.
+`gateway.access` lines they logged. With 4 workers, at this scale (some 20 blocks per worker),
+the split into 4 parts itself costs up to 2 points against one store (SPLIT_4); at the issue's
+scale (600 objects, 6,000 GETs, 32 MiB) the node was within 0.5 points of one store
+(docs/advisor.md, "Against a node of several workers").
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ TOLERANCE = 0.005  # within half a point of the replay of the node's parts
 # within 0.013 of one store's for 30 random bucket names (a name moves every block), most within
 # 0.005 (docs/advisor.md); the larger the cache, the closer.
 SPLIT = 0.015
+SPLIT_4 = 0.03  # 4 parts of some 20 blocks each: measured 0.001-0.020 below one store here
 
 
 @contextlib.contextmanager
@@ -75,6 +78,12 @@ def origin_gets(workers: list[RunningGateway]) -> int:
     return sum(worker.server.config.app.s3.engine.origin.requests.get("GET", 0) for worker in workers)
 
 
+def counted(workers: list[RunningGateway]) -> tuple[int, int]:
+    """The node's block hits and misses, as its `stats` sums them over the workers."""
+    nodes = [worker.server.config.app.admin.node for worker in workers]
+    return sum(node.hits for node in nodes), sum(node.misses for node in nodes)
+
+
 def notes(workers: list[RunningGateway]) -> tuple[int, int]:
     """The hits of other workers' blocks noted to their owners, and the notes lost to full rings."""
     sent = dropped = 0
@@ -85,7 +94,7 @@ def notes(workers: list[RunningGateway]) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("policy", ["lru", "s3fifo"])
-@pytest.mark.parametrize("count", [1, 2])
+@pytest.mark.parametrize("count", [1, 2, 4])
 @pytest.mark.parametrize("disk", [False, True], ids=["memory", "memory+disk"])
 def test_a_node_of_workers_hits_as_the_advisor_replays_its_log(
     origin_endpoint: str, clean_origin: str, tmp_path: Path, policy: str, count: int, disk: bool,
@@ -113,7 +122,12 @@ def test_a_node_of_workers_hits_as_the_advisor_replays_its_log(
             assert len(body) == sizes[key]
         sent, dropped = notes(workers)
         fetched = origin_gets(workers)
+        hits, misses = counted(workers)
 
+    # Every block read counted once, as a hit or a miss, and a miss is an origin GET. (Before, an
+    # owner asked for a cold object's block it did not hold counted a miss, and the asker counted
+    # it again when it read the block from the origin: 60 misses too many in 2,500 reads.)
+    assert (hits + misses, misses) == (GETS, fetched)
     gets = [read for read in read_access_log(lines).reads if read.bucket == bucket]
     assert len(gets) == GETS
     # One block per object, fetched with one origin GET when missed: the node's block hit ratio.
@@ -130,4 +144,4 @@ def test_a_node_of_workers_hits_as_the_advisor_replays_its_log(
           f"{answered:.4f}), advisor {one_store:.4f}, the node's parts {in_parts:.4f}; notes {sent} sent, {dropped} dropped")
     assert (sent > 0) == (count > 1) and dropped == 0
     assert abs(live - in_parts) <= TOLERANCE
-    assert abs(live - one_store) <= (TOLERANCE if count == 1 else SPLIT)
+    assert abs(live - one_store) <= {1: TOLERANCE, 2: SPLIT, 4: SPLIT_4}[count]

@@ -415,3 +415,30 @@ def test_a_worker_that_never_comes_up_is_retried_ever_less_often_while_the_other
     # have been soon after its start too, which already counts).
     assert len(pauses) == 4 and pauses[0] in (0.5, 1.0) and all(b == 2 * a for a, b in zip(pauses, pauses[1:])), pauses
     assert "before it served, 4 times in a row" in output and "Error:" not in output
+
+
+def test_a_worker_that_does_not_serve_within_the_start_timeout_is_killed_and_started_again(origin: str):
+    """server.worker_start_timeout: a worker stopped (SIGSTOP) before it served is killed once
+    it is past the timeout, and its successor serves."""
+    with GatewayProcess(origin, workers=2, GATEWAY_SERVER_WORKER_START_TIMEOUT="12",
+                        GATEWAY_CACHE_MEMORY_QUOTA="64MiB") as node:
+        assert node.proc is not None
+        served = pids_said(node, 1, "serves")
+        os.kill(pids_said(node, 1, "started")[-1], signal.SIGKILL)
+        stopped = new_pid(node, 1, "started", pids_said(node, 1, "started"))
+        os.kill(stopped, signal.SIGSTOP)
+        wait_for(lambda: stopped in pids_said(node, 1, "serves") or gone(stopped), "the stopped worker killed",
+                 within=30)
+        if stopped in pids_said(node, 1, "serves"):
+            os.kill(stopped, signal.SIGCONT)
+            pytest.skip("the worker served before the test could stop it")
+        new_pid(node, 1, "serves", [*served, stopped])
+        assert node.proc.poll() is None
+        output = node.stop()
+    assert re.search(rf"worker 1 \(pid {stopped}\) does not serve 12s after starting: killed", output), output
+
+
+def test_the_worker_start_timeout_is_positive():
+    assert load(None, {"GATEWAY_SERVER_WORKER_START_TIMEOUT": "90"}).server.worker_start_timeout == 90
+    with pytest.raises(ConfigError, match="server.worker_start_timeout"):
+        load(None, {"GATEWAY_SERVER_WORKER_START_TIMEOUT": "0"})

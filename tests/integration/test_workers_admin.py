@@ -119,6 +119,9 @@ def test_stats_and_metrics_are_every_workers_figures_together(node):
     client(w1.endpoint).list_objects_v2(Bucket="bkt")
     counted(w0, 1 + 2 * len(KEYS))
     counted(w1, len(KEYS) + 1)
+    # The node's heat is the first worker's, worker 1 sending it its reads (admin.nodefeed).
+    heat = w0.server.config.app.s3.engine.heat
+    wait_for(lambda: sorted(hits for _, _, hits in heat.top()) == [2] * len(KEYS), "worker 1's reads in the heat")
     parts = [own_stats(w0), own_stats(w1)]
     for asked in (w0, w1):
         stats = admin(asked, "GET", "/stats").json()

@@ -157,11 +157,11 @@ def steps(s3app: Any, next_scope: Callable[[], dict[str, Any]], calls: int) -> N
     scope = next_scope()
 
     def parsed() -> Any:
-        return parse_request(next_scope(), _no_body, "0000000000000000", s3app.settings.server.domain)
+        return parse_request(next_scope(), _no_body, "0000000000000000", s3app.services.server.domain)
 
     def identified() -> Any:
         req = parsed()
-        s3app.identify(req)
+        s3app.authenticator.identify(req)
         return req
 
     req = identified()
@@ -174,7 +174,7 @@ def steps(s3app: Any, next_scope: Callable[[], dict[str, Any]], calls: int) -> N
     figures = {
         "parse_request": parse,
         "identify (signature, user, operation)": cpu_per_call(calls, identified) - parse,
-        "authorize (Context.check)": cpu_per_call(calls, lambda: Context(req, s3app).check()),
+        "authorize (Context.check)": cpu_per_call(calls, lambda: Context(req, s3app.services).check()),
         "overrides, personal headers": cpu_per_call(
             calls, lambda: (reads.response_overrides(req), hdrs.personal_read_headers(req.headers))),
         "metadata (fresh_now)": cpu_per_call(calls, lambda: engine.fresh_now(req.bucket, req.key, version_id=None,

@@ -111,7 +111,7 @@ class GatewayApp:
             self._tasks.append(asyncio.create_task(pins.run(), name="gateway-pins"))
         self.s3 = S3App(self.settings, engine)
         if self.settings.server.hit_path:
-            self.hits = HitPath(self.s3)
+            self.hits = HitPath(self.s3.services, self.s3.authenticator, self.s3.accounts)
         if shared is not None and self.fleet is not None and cluster.hot_replication and self.workers.first:
             self.replication = Replication(cluster, shared.redis, self.fleet, engine.heat, engine.rebalance)
             self._tasks.append(asyncio.create_task(self.replication.run(), name="gateway-replication"))

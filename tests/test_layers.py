@@ -18,22 +18,22 @@ BASE = {"config", "errors", "log"}
 ALLOWED: dict[str, set[str]] = {
     "config": set(), "errors": set(), "log": set(),
     "signing": set(), "bytebudget": set(), "heat": set(), "gcpauses": set(), "tls": {"log"},
-    "retry": set(), "periodic": {"log"},
+    "retry": set(), "periodic": {"log"}, "lru": set(),
     "objects": {"errors"},
-    "store": BASE,
+    "store": BASE | {"lru"},
     "node": BASE,
     "rangeclient": set(),
     "origin": BASE | {"signing", "rangeclient", "retry"},
     "events": BASE | {"signing", "retry"},
-    "cluster": BASE | {"heat", "store", "signing", "objects", "rangeclient", "periodic", "retry"},
-    "engine": BASE | {"bytebudget", "cluster", "heat", "node", "objects", "origin", "store"},
-    "s3api": BASE | {"engine", "signing"},
+    "cluster": BASE | {"heat", "lru", "store", "signing", "objects", "rangeclient", "periodic", "retry"},
+    "engine": BASE | {"bytebudget", "cluster", "heat", "lru", "node", "objects", "origin", "store"},
+    "s3api": BASE | {"engine", "lru", "signing"},
     "transport_errors": BASE,
     "hitanswers": set(),
     "requesthead": set(),
     "connlimits": BASE | {"transport_errors"},
     "httpserver": BASE | {"transport_errors", "hitanswers", "requesthead", "connlimits"},
-    "advisor": BASE | {"store"},
+    "advisor": BASE | {"lru", "store"},
     "configdoc": {"config"},
     "tables": BASE,  # table formats for `gateway load --table`: pure, the bytes come from admin.tableplan
     "admin": BASE | {"advisor", "cluster", "engine", "events", "gcpauses", "httpserver", "node", "origin", "s3api",
@@ -104,3 +104,97 @@ def test_every_module_imports_alone():
     done = subprocess.run([sys.executable, "-W", "error", "-c", script], cwd=PACKAGE.parent,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def module_name(path: Path) -> str:
+    return ".".join(("gateway", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
+
+
+NAMES = {module_name(p): p for p in MODULES}
+# Edges the import-cycle test lets pass for now, each with its reason; none may be added.
+# TEMPORARY (issue 35, the engine's half): engine/fetch.py names Peers and Siblings, and
+# engine/lending.py the BlockFetcher, under TYPE_CHECKING, because engine.py wires them into
+# each other after construction. The block sources behind one protocol handed to the fetcher
+# when it is built remove these edges; then remove them here.
+CYCLE_EXCEPTIONS = {
+    ("gateway.engine.fetch", "gateway.engine.peers"),
+    ("gateway.engine.fetch", "gateway.engine.siblings"),
+    ("gateway.engine.lending", "gateway.engine.fetch"),
+}
+
+
+def _module_of(name: str) -> str | None:
+    """The module of the package that importing `name` runs (a name within one: that module)."""
+    while name and name not in NAMES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def module_imports(path: Path) -> set[str]:
+    """The modules of the package that `path` imports anywhere in it: at module level, in a
+    function, under TYPE_CHECKING (a cycle there is a cycle of the design, even if Python never
+    runs it). `from gateway.s3api import cors` imports the module gateway.s3api.cors."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str | None] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(_module_of(alias.name) for alias in node.names if alias.name.startswith("gateway."))
+        elif isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            source = (f"{base}.{node.module}" if node.module else base) if node.level else (node.module or "")
+            if source == "gateway" or source.startswith("gateway."):
+                found.update(f"{source}.{a.name}" if f"{source}.{a.name}" in NAMES else _module_of(source)
+                             for a in node.names)
+    return {target for target in found if target is not None and target != name}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of `graph` (its modules in import order, the first again at the end), or None."""
+    done: set[str] = set()
+    for start in sorted(graph):
+        if start in done:
+            continue
+        path, on_path = [start], {start}
+        stack = [iter(sorted(graph[start]))]
+        while stack:
+            target = next(stack[-1], None)
+            if target is None:
+                stack.pop()
+                finished = path.pop()
+                on_path.discard(finished)
+                done.add(finished)
+                continue
+            if target in on_path:
+                return path[path.index(target):] + [target]
+            if target not in done:
+                path.append(target)
+                on_path.add(target)
+                stack.append(iter(sorted(graph[target])))
+    return None
+
+
+def test_find_cycle_finds_one_and_only_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None  # a diamond is no cycle
+
+
+def test_no_import_cycle():
+    """The modules' import graph, with imports in functions and under TYPE_CHECKING, has no cycle:
+    each module can be read, and changed, knowing only what it imports."""
+    graph = {name: module_imports(path) for name, path in NAMES.items()}
+    for source, target in CYCLE_EXCEPTIONS:
+        assert target in graph[source], f"{source} no longer imports {target}: remove it from CYCLE_EXCEPTIONS"
+        graph[source].discard(target)
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_hit_path_does_not_import_the_asgi_app():
+    """The hit path and the kept requests are given the endpoint's services (s3api.context), its
+    Authenticator and Accounts, never the app: what they depend on is what they are handed."""
+    for name in ("gateway.s3api.hits", "gateway.s3api.replays"):
+        assert "gateway.s3api.server" not in module_imports(NAMES[name]), name

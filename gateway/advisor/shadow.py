@@ -27,7 +27,6 @@ import itertools
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Generator, Mapping
 from typing import Any
 
@@ -35,6 +34,7 @@ import orjson
 
 from gateway.advisor.simulate import BlockNames, Counters, StoreSpec, replayer, sampled
 from gateway.advisor.trace import _RANGE, _WRITES, Read
+from gateway.lru import LRU
 
 # The fields of an access log entry the replay reads: what a worker sends of a sampled request.
 _SENT = ("operation", "status", "bucket", "key", "bytes", "cache", "size", "range")
@@ -68,8 +68,8 @@ class ShadowAdvisor(logging.Handler):
         self._held: list[tuple[float, int, dict[str, Any]]] = []
         self._order = itertools.count()
         # (bucket, key) -> [version, exact size or -1, largest end + 1]; sampled objects only
-        self._objects: OrderedDict[tuple[str, str], list[int]] = OrderedDict()
-        self._keep: OrderedDict[tuple[str, str], bool] = OrderedDict()
+        self._objects: LRU[tuple[str, str], list[int]] = LRU(max_objects)
+        self._keep: LRU[tuple[str, str], bool] = LRU(4 * max_objects)  # the oldest decided first out
         self._feed_lock = threading.Lock()
         # The GETs not sampled since estimates() last read the shadows: every shadow counts
         # them in the whole traffic (Counters.all_*), and is given them all at once then, not
@@ -211,9 +211,8 @@ class ShadowAdvisor(logging.Handler):
         ident = (bucket, key)
         pick = self._keep.get(ident)
         if pick is None:
-            pick = self._keep[ident] = sampled(bucket, key, self.rate)
-            if len(self._keep) > 4 * self.max_objects:
-                self._keep.popitem(last=False)
+            pick = sampled(bucket, key, self.rate)
+            self._keep.put(ident, pick)
         return pick
 
     def _count_unsampled(self, sent: int) -> None:
@@ -236,13 +235,10 @@ class ShadowAdvisor(logging.Handler):
 
     def _state(self, bucket: str, key: str) -> list[int]:
         ident = (bucket, key)
-        state = self._objects.get(ident)
+        state = self._objects.use(ident)
         if state is None:
-            state = self._objects[ident] = [0, -1, 0]
-            if len(self._objects) > self.max_objects:
-                self._objects.popitem(last=False)
-        else:
-            self._objects.move_to_end(ident)
+            state = [0, -1, 0]
+            self._objects.put(ident, state)
         return state
 
     def _read(self, bucket: str, key: str, entry: dict[str, Any], sent: int) -> Read | None:

@@ -38,12 +38,12 @@ Ratios come straight from the sample; totals are scaled back by 1/R.
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.config import CacheSettings
+from gateway.lru import LRU
 from gateway.store.blocks import BlockId, block_span
 from gateway.store.policy import EvictionPolicy, make_policy
 
@@ -277,7 +277,7 @@ def replayer(
     top = levels[0] if levels and levels[0].medium == "memory" else None
     block_size = spec.block_size
     readahead = spec.readahead
-    read_ends: OrderedDict[tuple[str, str, int], int] = OrderedDict()
+    read_ends: LRU[tuple[str, str, int], int] = LRU(_SEQUENTIAL_READERS)
     keep: dict[tuple[str, str], bool] = {}
     block_names = BlockNames() if names is None else names
     origin_level = len(levels)
@@ -361,10 +361,7 @@ def replayer(
                     elif fetched:
                         break
                 counters.origin_requests += fetched
-            read_ends[stream] = end
-            read_ends.move_to_end(stream)
-            if len(read_ends) > _SEQUENTIAL_READERS:
-                read_ends.popitem(last=False)
+            read_ends.put(stream, end)
 
 
 def tiers_for(memory: int, ssd: int, hdd: int = 0) -> tuple[TierSpec, ...]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from gateway.cluster.membership import Member, Membership
 from gateway.cluster.peers import PeerClient
 from gateway.cluster.placement import owners, placement_name
 from gateway.config import ClusterSettings
+from gateway.lru import LRU
 
 __all__ = ["Fleet", "Route"]
 
@@ -40,7 +40,7 @@ class Fleet:
         self.hot: dict[tuple[str, str], int] = {}
         # Routes worked out lately (rendezvous hashing costs a digest per member), for the members
         # they were worked out for: a change of membership makes a new `ids`, and forgets them.
-        self._routes: OrderedDict[tuple[str, str, int, int], Route] = OrderedDict()
+        self._routes: LRU[tuple[str, str, int, int], Route] = LRU(_ROUTES_KEPT)  # the oldest worked out first out
         self._routes_for: tuple[str, ...] = ()
 
     @property
@@ -84,9 +84,8 @@ class Fleet:
         found = (bucket, key, index, n)
         route = self._routes.get(found)
         if route is None:
-            if len(self._routes) >= _ROUTES_KEPT:
-                self._routes.popitem(last=False)
-            route = self._routes[found] = self._work_out(bucket, key, index, n)
+            route = self._work_out(bucket, key, index, n)
+            self._routes.put(found, route)
         return route
 
     def _work_out(self, bucket: str, key: str, index: int, n: int) -> Route:

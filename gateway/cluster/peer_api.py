@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import base64
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
@@ -18,6 +18,7 @@ from gateway import log
 from gateway.cluster.peers import (AUTH_HEADER, BLOCK_HEADER, BLOCK_PATH, CACHED_HEADER, HELD_MAX, HELD_PATH,
                                    HOLD_PATH, META_HEADER, MAX_SKEW, OPEN_PATH, PEER_PREFIX, TAKE_PATH, OpenAnswer,
                                    PeerRefused, decode_query, mask_indexes, refusal, verify)
+from gateway.lru import LRU
 
 __all__ = ["KEPT_REQUESTS", "KeptBlock", "PeerApp"]
 
@@ -86,7 +87,7 @@ class PeerApp:
         self._serve_held = serve_held
         self._serve_held_now = serve_held_now
         self.served: Counter[str] = Counter()
-        self._kept: OrderedDict[bytes, KeptBlock] = OrderedDict()
+        self._kept: LRU[bytes, KeptBlock] = LRU(KEPT_REQUESTS)
 
     @staticmethod
     def handles(path: str) -> bool:
@@ -109,8 +110,7 @@ class PeerApp:
             if path in (TAKE_PATH, HELD_PATH) or params.get("lent") == "1":
                 return await self._lending(send, path, params, sibling)
             if path == BLOCK_PATH:
-                data = await self._serve_block(params["bucket"], params["key"], params["etag"], params["vid"],
-                                               int(params["size"]), int(params["index"]), peers, in_file)
+                data = await self._serve_block(*_block_asked(params), peers, in_file)
                 self.served["block"] += 1
                 if data is None:
                     return await _answer(send, 200, b"", b"application/octet-stream", _IN_FILE)
@@ -147,15 +147,14 @@ class PeerApp:
     async def _lending(self, send: Send, path: str, params: dict[str, str], sibling: bool) -> None:
         """Which blocks this node holds (`held`); a block lent to its owner, by another worker of
         this node or another node: the owner told to take it (`take`), the giver asked for it (`lent`)."""
-        described = (params["bucket"], params["key"], params["etag"], params["vid"], int(params["size"]))
         if path == HELD_PATH:
-            first, mask = _held_question(params)
+            described, first, mask = _held_question(params)
             if self._serve_held is None:
                 raise LookupError("this worker keeps no blocks")
             held = await self._serve_held(*described, mask_indexes(first, mask), sibling)
             self.served["held"] += 1
             return await _answer(send, 200, _held_answer(first, mask, held))
-        block = (*described, int(params["index"]))
+        block = _block_asked(params)
         if path == TAKE_PATH:
             node = params.get("node", "")  # (a worker of this node passes on what another node offered)
             if not (sibling or node):
@@ -192,8 +191,7 @@ class PeerApp:
         if params.get("file") == "1" or params.get("lent") == "1":  # __call__ says (a file, a lent block)
             return None
         try:
-            block = (params["bucket"], params["key"], params["etag"], params["vid"], int(params["size"]),
-                     int(params["index"]))
+            block = _block_asked(params)
         except (KeyError, ValueError):
             return None
         data = self._serve_block_now(*block)
@@ -209,8 +207,7 @@ class PeerApp:
         """answer_now's answer to a `held` question this worker answers without an await (never
         kept: the answer changes as blocks come and go)."""
         try:
-            described = (params["bucket"], params["key"], params["etag"], params["vid"], int(params["size"]))
-            first, mask = _held_question(params)
+            described, first, mask = _held_question(params)
             held = None if self._serve_held_now is None else \
                 self._serve_held_now(*described, mask_indexes(first, mask), sibling)
         except (KeyError, ValueError):
@@ -227,10 +224,7 @@ class PeerApp:
         of no block, signed at no time, is not kept)."""
         if len(request) > _MAX_KEPT_BYTES or kept.signed_at <= 0:
             return
-        self._kept[request] = kept
-        self._kept.move_to_end(request)
-        if len(self._kept) > KEPT_REQUESTS:
-            self._kept.popitem(last=False)
+        self._kept.put(request, kept)
 
     def replay(self, request: bytes) -> tuple[list[tuple[bytes, bytes]], bytes | memoryview, bool] | None:
         """(headers, body, keep-alive) of the answer to a block request kept before and sent again
@@ -241,7 +235,7 @@ class PeerApp:
         if kept is None:
             return None
         if abs(time.time() - kept.signed_at) > MAX_SKEW:
-            del self._kept[request]
+            self._kept.pop(request)
             return None
         assert self._serve_block_now is not None  # only answer_now keeps
         data = self._serve_block_now(*kept.block)
@@ -262,12 +256,27 @@ class PeerApp:
         return min(checked, default=(401, False))
 
 
-def _held_question(params: dict[str, str]) -> tuple[int, int]:
-    """(first, mask) of a `held` question; ValueError when it names no blocks, or too many."""
+_Described = tuple[str, str, str, str, int]  # bucket, key, etag, version id or "", object size
+
+
+def _described(params: dict[str, str]) -> _Described:
+    """The object a peer request names; KeyError or ValueError when it does not."""
+    return params["bucket"], params["key"], params["etag"], params["vid"], int(params["size"])
+
+
+def _block_asked(params: dict[str, str]) -> tuple[str, str, str, str, int, int]:
+    """(the object, the block's index) a block, take or lent request names."""
+    return *_described(params), int(params["index"])
+
+
+def _held_question(params: dict[str, str]) -> tuple[_Described, int, int]:
+    """(the object, first, mask) of a `held` question; KeyError or ValueError when it names no
+    object, no blocks, or too many."""
+    described = _described(params)
     first, mask = int(params["first"]), int(params["mask"], 16)
     if first < 0 or mask <= 0 or mask.bit_length() > HELD_MAX:
         raise ValueError("a held question of no blocks, or of too many")
-    return first, mask
+    return described, first, mask
 
 
 def _held_answer(first: int, mask: int, held: set[int]) -> bytes:

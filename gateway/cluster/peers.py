@@ -46,7 +46,6 @@ import hashlib
 import hmac
 import ssl
 import time
-from collections import OrderedDict
 from typing import NamedTuple, Protocol
 from urllib.parse import parse_qsl, quote, urlencode
 
@@ -55,6 +54,7 @@ import orjson
 from gateway.cluster.membership import Member
 from gateway.config import ClusterSettings
 from gateway.errors import S3Error
+from gateway.lru import LRU
 from gateway.rangeclient import RangeClient
 
 __all__ = ["PEER_PREFIX", "OpenAnswer", "PeerClient", "PeerError", "PeerRefused", "sign", "verify"]
@@ -167,7 +167,7 @@ class PeerClient:
         self.requests = 0
         self.failures = 0
         # (path, *parameters) -> (minute, query string, signature), the oldest made first out
-        self._made: OrderedDict[tuple[object, ...], tuple[int, str, str]] = OrderedDict()
+        self._made: LRU[tuple[object, ...], tuple[int, str, str]] = LRU(_SIGNED_KEPT)
 
     def _client(self, scheme: str) -> RangeClient:
         client = self._clients.get(scheme)
@@ -310,10 +310,7 @@ class PeerClient:
         if made is None or made[0] != minute:
             query = encode_query(params)
             made = (minute, query, sign(self._secret, "GET", path, query, minute))
-            self._made[name] = made
-            self._made.move_to_end(name)
-            if len(self._made) > _SIGNED_KEPT:
-                self._made.popitem(last=False)
+            self._made.put(name, made)
         return made[1], made[2]
 
     async def _get(self, peer: Member, path: str, params: list[tuple[str, str]], limit: int,

@@ -14,11 +14,13 @@ from typing import Any
 
 import orjson
 
+from starlette.types import Message, Send
+
 from gateway import log
 from gateway.s3api.request import S3Request
 from gateway.s3api.stats import RequestStats
 
-__all__ = ["Accounts", "Answered", "access_entry", "answered_for", "note_answer"]
+__all__ = ["Accounts", "Answered", "Sending", "access_entry", "answered_for", "note_answer"]
 
 
 class Accounts:
@@ -42,6 +44,45 @@ class Accounts:
         logged = log.access.isEnabledFor(logging.INFO)
         if logged or self.observers:
             _access_log(dict(entry), request_id, sent, cache, seconds, self.observers, logged)
+
+
+class Sending:
+    """One answer of the ASGI app on its way out: its status, headers and bytes noted as they go
+    to the server (`send`), and recorded once (Accounts.record), as its last bytes go, or at the
+    end (`done`) when they never did (an error mid-stream). `req` is set once it was parsed."""
+
+    __slots__ = ("accounts", "method", "request_id", "started", "req", "outcome", "_send", "_recorded")
+
+    def __init__(self, accounts: Accounts, method: str, request_id: str, send: Send,
+                 req: S3Request | None = None) -> None:
+        self.accounts, self.method, self.request_id, self.req = accounts, method, request_id, req
+        self.started = time.perf_counter()
+        self.outcome: dict[str, Any] = {"status": 500, "bytes": 0, "cache": None}
+        self._send = send
+        self._recorded = False
+
+    async def send(self, message: Message) -> None:
+        outcome = self.outcome
+        if message["type"] == "http.response.start":
+            note_answer(outcome, message["status"], message.get("headers", ()))
+        elif message["type"] == "http.response.body":
+            outcome["bytes"] += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                # Recorded as its last bytes go to the server, as the hit path records its own:
+                # they let the connection's next request start (pipelined, at once; else once
+                # the client has read them), which the hit path answers and logs there and then,
+                # while this task still closes what the answer held. Logged after that, a
+                # connection's lines would not be in the order it was answered in.
+                self.done()
+        await self._send(message)
+
+    def done(self) -> None:
+        """Record the answer, unless it was already."""
+        if not self._recorded:
+            self._recorded = True
+            outcome = self.outcome
+            self.accounts.record(answered_for(self.req, self.method, outcome), self.request_id, outcome["bytes"],
+                                 outcome["cache"], time.perf_counter() - self.started)
 
 
 def note_answer(outcome: dict[str, Any], status: int, headers: Iterable[tuple[bytes, bytes]]) -> None:

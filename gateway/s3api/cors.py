@@ -45,10 +45,10 @@ async def preflight(ctx: Context) -> Response:
         raise S3Error("BadRequest", f"Invalid Access-Control-Request-Method: {(method or 'null')[:64]}")
     asked = [h.strip().lower() for h in req.headers.get("access-control-request-headers", "").split(",") if h.strip()]
     bucket = req.bucket or ""
-    served = ctx.app.policy.serves(bucket) if bucket else False
+    served = ctx.services.policy.serves(bucket) if bucket else False
     # A bucket no user may reach has no rules to apply: the origin is not asked (see the module
     # docstring); one only an admin or a `*` grant reaches is looked up within a rate limit.
-    rules = () if served is False else _rules(await ctx.app.engine.bucket_cors(bucket, known=served is True))
+    rules = () if served is False else _rules(await ctx.services.engine.bucket_cors(bucket, known=served is True))
     resource = {"Method": method, "ResourceType": "OBJECT" if req.key else "BUCKET"}
     if not rules:
         raise S3Error("AccessForbidden", "CORSResponse: CORS is not enabled for this bucket.", extra=resource)
@@ -63,15 +63,15 @@ async def add_headers(ctx: Context, response: Response) -> None:
     """The Access-Control-* headers of the rule that matches a request's Origin and method, on
     its answer (error answers too: an expired presigned URL's 403, for the page to see). Rules
     that cannot be read now add nothing: the browser then does not show the answer to the page."""
-    req, engine, bucket = ctx.req, ctx.app.engine, ctx.req.bucket or ""
-    if req.user is None and not ctx.app.policy.allows(None, "read", bucket):
+    req, engine, bucket = ctx.req, ctx.services.engine, ctx.req.bucket or ""
+    if req.user is None and not ctx.services.policy.allows(None, "read", bucket):
         # Not signed by a known user (a refused request, say): only rules in memory are used, so
         # that unauthenticated requests never make the gateway ask the origin for anything.
         known, document = engine.bucket_cors_now(bucket)
         if not known:
             return
     else:
-        policy = ctx.app.policy
+        policy = ctx.services.policy
         known = policy.serves(bucket) is True or policy.may_see_bucket(req.user, bucket)
         try:  # a name the signer may not use and no grant names: within the rate limit of such names
             document = await engine.bucket_cors(bucket, known=known)

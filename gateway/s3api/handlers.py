@@ -26,10 +26,10 @@ _STRICT_BUCKET_NAME = re.compile(r"^(?!xn--)(?!sthree-)(?!.*-s3alias$)(?!.*--ol-
 
 async def list_buckets(ctx: Context) -> Response:
     ctx.check()
-    response = await ctx.app.engine.forward("GET", None, None, resource="/")
+    response = await ctx.services.engine.forward("GET", None, None, resource="/")
     result = xml.parse_list_buckets(await response.read())
     user = ctx.req.user
-    result.buckets = [b for b in result.buckets if ctx.app.policy.may_see_bucket(user, b.name)]
+    result.buckets = [b for b in result.buckets if ctx.services.policy.may_see_bucket(user, b.name)]
     return xml_response(xml.render_list_buckets(result), ctx.req.request_id)
 
 
@@ -43,8 +43,8 @@ async def create_bucket(ctx: Context) -> Response:
     bucket = ctx.req.bucket or ""
     if not _STRICT_BUCKET_NAME.match(bucket) or ".." in bucket or re.fullmatch(r"\d+\.\d+\.\d+\.\d+", bucket):
         raise S3Error("InvalidBucketName", resource=f"/{bucket}", extra={"BucketName": bucket})
-    _, data = await ctx.app.small_body(ctx.req)
-    xml.parse_create_bucket_configuration(data, limit=ctx.app.settings.server.max_xml_size)
+    _, data = await ctx.services.bodies.small_body(ctx.req)
+    xml.parse_create_bucket_configuration(data, limit=ctx.services.server.max_xml_size)
     headers = hdrs.for_origin_write(ctx.req.headers)
     return await ctx.relay(await ctx.forward_to_bucket("PUT", headers=headers, body=data))
 
@@ -62,8 +62,8 @@ async def list_objects(ctx: Context) -> Response:
     """
     req = ctx.req
     bucket, prefix = req.bucket or "", req.query.get("prefix", "")
-    inside = [] if ctx.app.policy.allows(req.user, "list", bucket, prefix) else \
-        ctx.app.policy.grants_inside(req.user, bucket, prefix)
+    inside = [] if ctx.services.policy.allows(req.user, "list", bucket, prefix) else \
+        ctx.services.policy.grants_inside(req.user, bucket, prefix)
     if not inside:
         ctx.check()
     v2 = req.operation is not None and req.operation.name == "ListObjectsV2"
@@ -77,7 +77,7 @@ async def list_objects(ctx: Context) -> Response:
     if inside:
         page = await _list_inside_grants(ctx, inside, query, max_keys)
     else:
-        page = xml.parse_list_objects(await ctx.app.engine.list_objects(bucket, query))
+        page = xml.parse_list_objects(await ctx.services.engine.list_objects(bucket, query))
     bucket_name, delimiter = req.bucket or "", req.query.get("delimiter")
     if v2:
         body = xml.render_list_objects_v2(
@@ -115,7 +115,7 @@ async def _list_inside_grants(ctx: Context, grants: list[str], query: list[tuple
                 continue
             for grant in under:
                 probe = [("list-type", "2"), ("prefix", grant), ("max-keys", "1"), ("encoding-type", "url")]
-                if xml.parse_list_objects(await ctx.app.engine.list_objects(bucket, probe)).contents:
+                if xml.parse_list_objects(await ctx.services.engine.list_objects(bucket, probe)).contents:
                     shown.append(common_prefix)
                     break
         truncated = len(shown) > max_keys
@@ -126,7 +126,7 @@ async def _list_inside_grants(ctx: Context, grants: list[str], query: list[tuple
     if len(grants) != 1:
         ctx.check()  # raises AccessDenied
     narrowed = [(k, v) for k, v in query if k != "prefix"] + [("prefix", grants[0])]
-    return xml.parse_list_objects(await ctx.app.engine.list_objects(bucket, narrowed))
+    return xml.parse_list_objects(await ctx.services.engine.list_objects(bucket, narrowed))
 
 
 _OWN_TOKEN = "gw1-"  # continuation tokens of listings the gateway put together itself
@@ -149,7 +149,7 @@ async def passthrough(ctx: Context) -> Response:
     req = ctx.req
     body: bytes | None = None
     if req.method in ("PUT", "POST"):
-        verified, body = await ctx.app.small_body(req)
+        verified, body = await ctx.services.bodies.small_body(req)
         headers = hdrs.for_origin_write(req.headers)
         headers.update(verified.checksums)
         if body:
@@ -167,11 +167,11 @@ async def put_object(ctx: Context) -> Response:
     ctx.check()
     req = ctx.req
     hdrs.check_user_metadata(req.headers)
-    body = await ctx.app.body(req)
+    body = await ctx.services.bodies.body(req)
     headers = hdrs.for_origin_write(req.headers)
     headers.update(body.checksums)
     headers["content-md5"] = base64.b64encode(bytes.fromhex(body.md5_hex)).decode()
-    response = await ctx.app.engine.put_object(
+    response = await ctx.services.engine.put_object(
         req.bucket or "", req.key or "", query=ctx.origin_query(), headers=headers, body=body.chunks,
         body_length=body.length, resource=req.resource, personal=bool(hdrs.personal_read_headers(req.headers)))
     return await ctx.relay(response)
@@ -196,20 +196,20 @@ async def delete_object(ctx: Context) -> Response:
 async def delete_objects(ctx: Context) -> Response:
     """DeleteObjects: each key authorised on its own; refused keys are reported, not sent on."""
     req = ctx.req
-    body, data = await ctx.app.small_body(req)
+    body, data = await ctx.services.bodies.small_body(req)
     if "content-md5" not in req.headers and not body.checksums:
         raise S3Error("InvalidRequest", "Missing required header for this request: Content-Md5.")
-    request = xml.parse_delete_objects(data, limit=ctx.app.settings.server.max_xml_size)
+    request = xml.parse_delete_objects(data, limit=ctx.services.server.max_xml_size)
     allowed, denied = [], []
     for key, version_id in request.objects:
-        if ctx.app.policy.allows(req.user, "write", req.bucket, key):
+        if ctx.services.policy.allows(req.user, "write", req.bucket, key):
             allowed.append((key, version_id))
         else:
             denied.append(xml.DeleteErrorEntry(key=key, version_id=version_id, code="AccessDenied", message="Access Denied"))
     result = xml.DeleteResult(deleted=[], errors=[])
     if allowed:
         payload = xml.render_delete_request(xml.DeleteRequest(quiet=request.quiet, objects=allowed, conditions=request.conditions))
-        response = await ctx.app.engine.forward("POST", req.bucket, None, query=[("delete", "")],
+        response = await ctx.services.engine.forward("POST", req.bucket, None, query=[("delete", "")],
                                                 headers=_rewritten_xml_headers(req.headers, payload), body=payload,
                                                 resource=req.resource)
         result = xml.parse_delete_result(await response.read())
@@ -232,15 +232,15 @@ async def complete_multipart_upload(ctx: Context) -> Response:
     check. The origin answers every call, a retry of an upload it just completed too."""
     ctx.check()
     req = ctx.req
-    _, data = await ctx.app.small_body(req, object_checksums=True)
-    parts = xml.parse_complete_multipart(data, limit=ctx.app.settings.server.max_xml_size)
+    _, data = await ctx.services.bodies.small_body(req, object_checksums=True)
+    parts = xml.parse_complete_multipart(data, limit=ctx.services.server.max_xml_size)
     upload_id = req.query.get("uploadId", "")
     if not upload_id:
         raise S3Error("NoSuchUpload", resource=req.resource)
     payload = xml.render_complete_multipart_request(parts)
     headers = _rewritten_xml_headers(req.headers, payload)
     headers.update(hdrs.object_checksums(req.headers))
-    response = await ctx.app.engine.complete_upload(req.bucket or "", req.key or "", upload_id, query=ctx.origin_query(),
+    response = await ctx.services.engine.complete_upload(req.bucket or "", req.key or "", upload_id, query=ctx.origin_query(),
                                                     headers=headers, body=payload, resource=req.resource)
     out = hdrs.from_origin(response.header_items)
     data = await response.read()

@@ -3,13 +3,13 @@ and whose bytes one block holds that a tier reads at once (the memory tier; a di
 when the page cache holds the block) is answered inside the HTTP protocol's callback, with
 no ASGI cycle, task or response object run.
 
-It takes the same steps as the ASGI path, with the same functions (parse_request, the
-app's `identify`, the policy, reads.object_answer, cors.answer_headers, the responses
+It takes the same steps as the ASGI path, with the same functions and services (parse_request,
+the app's Authenticator, the policy, reads.object_answer, cors.answer_headers, the responses
 module), and counts and logs the same way (s3api.accounting). At the first doubt (a body, a
 write, a sub-resource, a personal read, an Origin whose bucket's CORS rules are not in
 memory, a miss, any S3 error such as a failed signature or a 304) it answers None, having
 counted nothing, and the ASGI app takes the request; one that got as far as being
-authenticated is handed over parsed (server.IDENTIFIED), so a miss or a disk hit does not
+authenticated is handed over parsed (request.IDENTIFIED), so a miss or a disk hit does not
 pay for parsing and the signature twice.
 
 In a fleet, a GET of one block another node owns gets a later answer: the steps above, then
@@ -28,13 +28,13 @@ from typing import Any
 from gateway.engine import ObjectMeta, OneBlock
 from gateway.errors import S3Error
 from gateway.s3api import cors, reads
-from gateway.s3api.context import Context
 from gateway.s3api import headers as hdrs
+from gateway.s3api.accounting import Accounts, answered_for, note_answer
+from gateway.s3api.context import Context, Services
+from gateway.s3api.identify import Authenticator
 from gateway.s3api.replays import Keeper, Replay, Replays, keepable
-from gateway.s3api.responses import new_request_id, raw_headers
-from gateway.s3api.accounting import answered_for, note_answer
 from gateway.s3api.request import IDENTIFIED, S3Request, parse_request
-from gateway.s3api.server import S3App
+from gateway.s3api.responses import new_request_id, raw_headers
 
 # (keep-alive) -> the whole answer, made once the block of a GET another node owns came.
 _Make = Callable[[bool], list[bytes | memoryview]]
@@ -67,12 +67,13 @@ def _closing(keep_alive: bool) -> bytes:
 
 
 class HitPath:
-    """Answers cache hits for an S3App from the HTTP protocol (gateway.httpserver.Hits)."""
+    """Answers cache hits from the HTTP protocol (gateway.httpserver.Hits), with the services,
+    authenticator and accounts of the ASGI app (s3api.server.S3App) it answers for."""
 
-    def __init__(self, app: S3App) -> None:
-        self.app = app
-        self._domain = app.settings.server.domain
-        self.replays = Replays(app)
+    def __init__(self, services: Services, authenticator: Authenticator, accounts: Accounts) -> None:
+        self.services, self.authenticator, self.accounts = services, authenticator, accounts
+        self._domain = services.server.domain
+        self.replays = Replays(services, accounts)
 
     def answer(self, scope: dict[str, Any], default_headers: list[tuple[bytes, bytes]], keep_alive: bool,
                ) -> tuple[list[bytes | memoryview], Keeper] | _Later | None:
@@ -90,15 +91,15 @@ class HitPath:
                 return None
         started = time.perf_counter()
         request_id = new_request_id()
-        app = self.app
-        engine = app.engine
+        services = self.services
+        engine = services.engine
         try:
             req = parse_request(scope, _no_body, request_id, self._domain)
-            app.identify(req)
+            self.authenticator.identify(req)
             scope[IDENTIFIED] = req  # declined from here on, the app takes it as it is
             if req.operation is None or req.operation.name not in _READS or "partNumber" in req.query:
                 return None
-            Context(req, app).check()
+            Context(req, services).check()
             overrides = reads.response_overrides(req)
             if hdrs.personal_read_headers(req.headers):
                 return None
@@ -139,7 +140,7 @@ class HitPath:
         moment, what keeping the request takes once it was made); None (nothing counted) when
         the read fails: the app answers, and says why."""
         try:
-            got = await self.app.engine.read_block(read, meta)
+            got = await self.services.engine.read_block(read, meta)
         except S3Error:  # ObjectChanged too: the app reads the object as it is now
             return None
         async with got:
@@ -157,7 +158,7 @@ class HitPath:
         head = http_head(answer.status, made.default_headers, lines, keep_alive)
         made.outcome = {"bytes": len(body), "cache": None}
         note_answer(made.outcome, answer.status, lines)
-        accounts = self.app.accounts
+        accounts = self.accounts
         accounts.record(answered_for(made.req, made.scope["method"], made.outcome), request_id, len(body),
                         made.outcome["cache"], time.perf_counter() - made.started)
         accounts.stats.below_asgi += 1
@@ -169,7 +170,7 @@ class HitPath:
         req = made.req
         identity = req.identity
         assert identity is not None
-        secret = self.app.policy.secret_for(identity.access_key) if identity.access_key is not None else None
+        secret = self.services.policy.secret_for(identity.access_key) if identity.access_key is not None else None
         times = keepable(req, identity, secret)
         if times is None:
             return None

@@ -38,19 +38,19 @@ _TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz")
 
 
 async def post_object(ctx: Context) -> Response:
-    req, app = ctx.req, ctx.app
+    req, services = ctx.req, ctx.services
     bucket = req.bucket or ""
-    form = app.form(req)
+    form = services.bodies.form(req)
     fields, file = await form.fields()
     if file is None:
         raise S3Error("IncorrectNumberOfFilesInPostRequest")
-    policy = verify_post_policy(fields, app.policy.secret_for, now=datetime.now(timezone.utc))
+    policy = verify_post_policy(fields, services.policy.secret_for, now=datetime.now(timezone.utc))
     policy.check_fields(fields, bucket)
     req.key = key = _key(fields, file)  # from here the object the request names (errors, the access log)
-    req.user = app.policy.user(policy.access_key)
-    app.policy.check(req.user, "write", bucket, key)
+    req.user = services.policy.user(policy.access_key)
+    services.policy.check(req.user, "write", bucket, key)
     headers, promised = _object_headers(fields, file)
-    server = app.settings.server
+    server = services.server
     largest = min(server.max_object_size, policy.size_range[1]) if policy.size_range else server.max_object_size
     body = await receive_verified_body(form.file_chunks(), promised, PayloadCheck("unsigned"), max_size=largest,
                                        spool_memory=server.spool_memory, spool_dir=server.spool_dir or None)
@@ -61,9 +61,9 @@ async def post_object(ctx: Context) -> Response:
         for name in body.checksums:  # the algorithm beside its value, as SDKs send it (some origins need it)
             headers["x-amz-sdk-checksum-algorithm"] = name[len("x-amz-checksum-"):].upper()
         headers["content-md5"] = base64.b64encode(bytes.fromhex(body.md5_hex)).decode()
-        answer = await app.engine.put_object(bucket, key, headers=headers, body=body.chunks, body_length=body.length,
-                                             resource=req.resource,
-                                             personal=bool(hdrs.personal_read_headers(headers)))
+        answer = await services.engine.put_object(bucket, key, headers=headers, body=body.chunks,
+                                                  body_length=body.length, resource=req.resource,
+                                                  personal=bool(hdrs.personal_read_headers(headers)))
         await answer.aclose()
     return _answer(ctx, fields, bucket, key, answer.headers)
 
@@ -113,7 +113,7 @@ def _object_headers(fields: dict[str, str], file: FilePart) -> tuple[dict[str, s
 def _answer(ctx: Context, fields: dict[str, str], bucket: str, key: str, origin: dict[str, str]) -> Response:
     """S3's answer to a stored upload: a redirect, or the status the form asked for."""
     etag = origin.get("etag", "")
-    scheme = "https" if ctx.app.settings.server.tls_cert_file else "http"
+    scheme = "https" if ctx.services.server.tls_cert_file else "http"
     path = quote(key, safe="/") if ctx.req.host_bucket else f"{quote(bucket)}/{quote(key, safe='/')}"
     location = f"{scheme}://{ctx.req.headers.get('host', '')}/{path}"
     out = {"etag": etag, "location": location}

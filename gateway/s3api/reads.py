@@ -37,7 +37,7 @@ async def get_object(ctx: Context) -> Response:
         # A part is its own byte range with its own answer headers; the origin knows them.
         response = await ctx.forward(req.method, headers=hdrs.for_origin_read(req.headers, conditionals=True))
         return await ctx.relay(response, headers=_override_headers(overrides))
-    return await ctx.app.engine.get_object(
+    return await ctx.services.engine.get_object(
         req.bucket or "", req.key or "", lambda opened: _answer_get(ctx, opened, overrides),
         version_id=req.query.get("versionId"), headers=hdrs.personal_read_headers(req.headers),
         checksums=wants_whole_checksums(req),

@@ -43,18 +43,18 @@ from __future__ import annotations
 
 import functools
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from gateway.engine import ObjectMeta, OneBlock
 from gateway.errors import S3Error
+from gateway.lru import LRU
 from gateway.s3api.auth import Identity
 from gateway.s3api.auth.memo import KNOWN_REQUEST_MAX, SDK_INVOCATION_ID, kept_size
-from gateway.s3api.responses import new_request_id
-from gateway.s3api.accounting import Answered
+from gateway.s3api.accounting import Accounts, Answered
+from gateway.s3api.context import Services
 from gateway.s3api.request import S3Request
-from gateway.s3api.server import S3App
+from gateway.s3api.responses import new_request_id
 
 # A request is kept only without these: their answer depends on the clock, not only on the
 # request and the object (ranges.evaluate_preconditions ignores a date in the future).
@@ -62,7 +62,7 @@ CLOCK_HEADERS = ("if-modified-since", "if-unmodified-since")
 MAX_REQUEST_BYTES = 4096  # larger requests are answered the whole way; and, as the signature memo,
 # those whose kept_size (their headers counted at what each holds once parsed) is above KNOWN_REQUEST_MAX
 MAX_KEPT = 2048  # requests kept per process, the oldest dropped first (each ~3 KB besides its request)
-SEEN = 4 * MAX_KEPT  # requests whose arrivals are counted (by hash), the first seen forgotten first
+SEEN = 4 * MAX_KEPT  # requests whose arrivals are counted (by hash), the least recently seen forgotten first
 _RID = b"x-amz-request-id"
 _XCACHE = b"x-cache"
 
@@ -141,11 +141,11 @@ class Replays:
     """The kept requests of one process, by their bytes (at most MAX_KEPT, the oldest first
     out). Event loop only."""
 
-    def __init__(self, app: S3App, size: int = MAX_KEPT) -> None:
-        self.app = app
+    def __init__(self, services: Services, accounts: Accounts, size: int = MAX_KEPT) -> None:
+        self.services, self.accounts = services, accounts
         self.size = size
-        self._kept: OrderedDict[bytes, Replay] = OrderedDict()  # oldest out in O(1)
-        self._arrivals: OrderedDict[int, int] = OrderedDict()  # hash of a request's bytes: times seen
+        self._kept: LRU[bytes, Replay] = LRU(size)  # the oldest kept first out
+        self._arrivals: LRU[int, int] = LRU(SEEN)  # hash of a request's bytes: times seen
         self._defaults: tuple[list[tuple[bytes, bytes]] | None, bytes] = (None, b"")
 
     def kept(self) -> list[bytes]:
@@ -154,18 +154,14 @@ class Replays:
 
     def keep(self, request: bytes, keeper: Keeper) -> None:
         """Keep `request`, just answered by the hit path, if its bytes arrived before."""
-        if len(request) > MAX_REQUEST_BYTES or self.size <= 0 or self._arrivals.get(hash(request), 0) < 2:
+        if len(request) > MAX_REQUEST_BYTES or self.size <= 0 or (self._arrivals.get(hash(request)) or 0) < 2:
             return
         if kept_size(len(request), request.count(b"\n")) > KNOWN_REQUEST_MAX:  # many headers: large once parsed
             return
         replay = keeper()
         if replay is None:
             return
-        kept = self._kept
-        kept.pop(request, None)
-        if len(kept) >= self.size:
-            kept.popitem(last=False)
-        kept[request] = replay
+        self._kept.put(request, replay)
 
     def answer(self, request: bytes, default_headers: list[tuple[bytes, bytes]],
                ) -> tuple[list[bytes | memoryview], bool] | LaterReplay | None:
@@ -179,10 +175,10 @@ class Replays:
             return None
         started = time.perf_counter()
         if not self._still_holds(replay):
-            del self._kept[request]
+            self._kept.pop(request)
             self._arrived(request, again=True)  # sent again before: kept anew once answered
             return None
-        engine = self.app.engine
+        engine = self.services.engine
         if replay.read is None:  # a HEAD
             engine.head_answered_now()
             return self._answered(replay, b"", "hit-mem", started, default_headers)
@@ -200,7 +196,7 @@ class Replays:
         had: the request goes the whole way, and the app says why."""
         assert replay.read is not None  # a GET's
         try:
-            got = await self.app.engine.read_block(replay.read, replay.meta)
+            got = await self.services.engine.read_block(replay.read, replay.meta)
         except S3Error:  # ObjectChanged too
             return None
         async with got:
@@ -219,7 +215,7 @@ class Replays:
         first, second = (rid, label) if replay.rid_first else (label, rid)
         head = b"".join((replay.status_line, self._default_lines(default_headers), segments[0], first, segments[1],
                          second, segments[2]))
-        accounts = self.app.accounts
+        accounts = self.accounts
         accounts.record(replay.answered, request_id, len(body), source, time.perf_counter() - started)
         stats = accounts.stats
         stats.below_asgi += 1
@@ -230,19 +226,17 @@ class Replays:
         """Count an arrival of `request` (`again`: it is known to have come before); counts
         stop at 2, all `keep` asks, and at most SEEN requests are counted."""
         arrivals, name = self._arrivals, hash(request)
-        if name not in arrivals and len(arrivals) >= SEEN:
-            arrivals.popitem(last=False)
-        arrivals[name] = 2 if again or name in arrivals else 1
+        arrivals.put(name, 2 if again or name in arrivals else 1)
 
     def _still_holds(self, replay: Replay) -> bool:
         """Whether what the kept answer depended on still holds: the signature's time window,
         its key's secret, and the very metadata the answer was built from, fresh."""
         if not replay.after <= time.time() <= replay.until:
             return False
-        if replay.access_key is not None and self.app.policy.secret_for(replay.access_key) != replay.secret:
+        if replay.access_key is not None and self.services.policy.secret_for(replay.access_key) != replay.secret:
             return False
         req = replay.req
-        engine = self.app.engine
+        engine = self.services.engine
         if "origin" in req.headers and engine.bucket_cors_now(req.bucket or "") != (True, replay.cors):
             return False  # the CORS rules changed, or are not in memory: their headers are made anew
         meta = engine.fresh_now(req.bucket or "", req.key or "", version_id=replay.version_id,

@@ -1,4 +1,5 @@
-"""The advisor reads only the store's pure modules and the config: never s3api, cluster or engine."""
+"""The advisor reads only the store's pure modules, the bounded LRU and the config: never s3api, cluster
+or engine."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import ast
 from pathlib import Path
 
 ADVISOR = Path(__file__).resolve().parents[2] / "gateway" / "advisor"
-ALLOWED = ("gateway.advisor", "gateway.store.blocks", "gateway.store.policy", "gateway.config")
+ALLOWED = ("gateway.advisor", "gateway.store.blocks", "gateway.store.policy", "gateway.config", "gateway.lru")
 
 
 def test_advisor_imports_only_store_policy_blocks_and_config() -> None:

@@ -10,7 +10,7 @@ to compare with the one the gateway logged (`cache`). Stated tolerances:
   (observed: all 200 agree, S3-FIFO in 29 runs of 29, LRU in 11 of 11; instrumented, the
   gateway's tiers held after every request exactly what the simulator's did, and no disk
   write was still pending when the next GET was sent). Before the gateway logged a GET as
-  its answer's last bytes went out (gateway.s3api.server), S3-FIFO had 5 differ in 4 runs
+  its answer's last bytes went out (gateway.s3api.accounting.Sending), S3-FIFO had 5 differ in 4 runs
   of 19 and LRU 1 in 3 of 6: the line of a GET the app streamed (more than one block) was
   written once its task had closed the read, after the client had read the answer and sent
   its next GET, which the hit path answered and logged first. The 4 failing runs had 3 to 6

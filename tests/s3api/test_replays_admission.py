@@ -33,7 +33,7 @@ def arrive(replays: Replays, request: bytes, made: Made) -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=30), max_size=120))
 def test_a_request_is_kept_from_its_second_arrival_and_made_only_then(arrivals: list[int]) -> None:
-    replays, made = Replays(app=None, size=1000), Made()  # type: ignore[arg-type]
+    replays, made = Replays(None, None, size=1000), Made()  # type: ignore[arg-type]
     seen: dict[bytes, int] = {}
     for number in arrivals:
         request = b"GET /bkt/k%d HTTP/1.1\r\n\r\n" % number
@@ -46,7 +46,7 @@ def test_a_request_is_kept_from_its_second_arrival_and_made_only_then(arrivals: 
 
 
 def test_requests_sent_once_do_not_push_out_one_sent_again() -> None:
-    replays, made = Replays(app=None, size=4), Made()  # type: ignore[arg-type]
+    replays, made = Replays(None, None, size=4), Made()  # type: ignore[arg-type]
     again = b"GET /bkt/dashboard.png?X-Amz-Signature=1 HTTP/1.1\r\n\r\n"
     for _ in range(2):
         arrive(replays, again, made)
@@ -57,7 +57,7 @@ def test_requests_sent_once_do_not_push_out_one_sent_again() -> None:
 
 
 def test_no_more_than_seen_requests_are_counted() -> None:
-    replays = Replays(app=None, size=4)  # type: ignore[arg-type]
+    replays = Replays(None, None, size=4)  # type: ignore[arg-type]
     for number in range(2 * SEEN):  # first arrivals, and kept ones found stale (counted as sent again)
         request = b"GET /bkt/k%d HTTP/1.1\r\n\r\n" % number
         assert replays.answer(request, []) is None
@@ -68,7 +68,7 @@ def test_no_more_than_seen_requests_are_counted() -> None:
 def test_a_request_of_many_tiny_headers_is_not_kept() -> None:
     """Under MAX_REQUEST_BYTES, but 600 headers: ~100 KiB once parsed (loadtests/hostile_memory.py
     grew the gateway by ~90 MB with such requests sent twice each); a browser's 14 are kept."""
-    replays, made = Replays(app=None, size=10), Made()  # type: ignore[arg-type]
+    replays, made = Replays(None, None, size=10), Made()  # type: ignore[arg-type]
     many = b"GET /bkt/k?X-Amz-Signature=1 HTTP/1.1\r\n" + b"a: b\r\n" * 600 + b"\r\n"
     browser = (b"GET /bkt/k?X-Amz-Signature=1 HTTP/1.1\r\n"
                + b"".join(b"sec-header-%d: %s\r\n" % (n, b"v" * 60) for n in range(14)) + b"\r\n")

@@ -26,10 +26,10 @@ for byte, and keeping it cost such a request 12% of its check (37,000 of 303,000
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Hashable
 from datetime import datetime
 
+from gateway.lru import LRU
 from gateway.s3api.auth.model import Identity, SecretLookup
 
 __all__ = ["HEADER_COST", "KNOWN_REQUEST_MAX", "SDK_INVOCATION_ID", "VerifiedSignatures", "kept_size"]
@@ -58,9 +58,8 @@ class VerifiedSignatures:
 
     def __init__(self, size: int = 4096) -> None:
         self.size = size
-        # OrderedDicts: a dict emptied from its front is scanned past every slot deleted there.
-        self._verified: OrderedDict[Hashable, tuple[bytes, str]] = OrderedDict()
-        self._requests: OrderedDict[Hashable, tuple[Identity, str]] = OrderedDict()
+        self._verified: LRU[Hashable, tuple[bytes, str]] = LRU(size)  # the oldest checked first out
+        self._requests: LRU[Hashable, tuple[Identity, str]] = LRU(size)
         self.hits = 0
 
     def known(self, request: Hashable, secret_for: SecretLookup, now: datetime) -> Identity | None:
@@ -76,11 +75,7 @@ class VerifiedSignatures:
         return identity
 
     def know(self, request: Hashable, identity: Identity, secret: str) -> None:
-        if self.size <= 0:
-            return
-        if len(self._requests) >= self.size:
-            self._requests.popitem(last=False)
-        self._requests[request] = identity, secret
+        self._requests.put(request, (identity, secret))
 
     def get(self, key: Hashable) -> tuple[bytes, str] | None:
         """(signing key, signature) of a check that passed with exactly these inputs, or None."""
@@ -90,8 +85,4 @@ class VerifiedSignatures:
         return found
 
     def put(self, key: Hashable, verified: tuple[bytes, str]) -> None:
-        if self.size <= 0:
-            return
-        if len(self._verified) >= self.size:
-            self._verified.popitem(last=False)
-        self._verified[key] = verified
+        self._verified.put(key, verified)

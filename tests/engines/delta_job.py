@@ -1,5 +1,5 @@
 """A Spark job writing a Delta table through an S3 endpoint (run as its own process by
-tests/engines/test_table_load.py: `python delta_job.py SPEC.json`, as tests/engines/spark_job.py runs).
+tests/engines/test_tables_engines.py: `python delta_job.py SPEC.json`, as tests/engines/spark_job.py runs).
 
 The table, partitioned by `day`, gets five appends, then one day's partition replaced (its files
 removed, one added) if this Spark can: no delta-spark is built for Spark 4.3 (pyspark 4.3.0), and 4.4.0,

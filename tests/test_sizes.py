@@ -69,3 +69,11 @@ def test_a_reason_is_read_on_or_above_the_def():
     lines = source.splitlines()
     found = {n.name: _has_reason(lines, n) for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef)}
     assert found == {"above": True, "on": True, "decorated": True, "none": False}
+
+
+def test_test_modules_have_names_of_their_own():
+    """tests/ has no packages: pytest imports each test module by its file name, and refuses a run
+    (every test of it) in which two folders hold a module of the same name."""
+    tests = Path(__file__).resolve().parent
+    names = [path.name for path in tests.rglob("test_*.py")]
+    assert sorted({name for name in names if names.count(name) > 1}) == []

@@ -28,7 +28,7 @@ from collections import deque
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from tests.engines.jvm import CACHE, FETCH_TIMEOUT, START_TIMEOUT, EngineUnavailable, maven_artifact
+from tests.engines.jvm import CACHE, FETCH_TIMEOUT, START_TIMEOUT, EngineUnavailable, maven_artifact, stop_process
 from tests.engines.support import BUCKET, S3A_JARS, SPARK_JAVA_HOME, s3_catalog
 from tests.servers import free_port
 from tests.waiting import wait_for
@@ -231,20 +231,7 @@ class HiveMetastore:
         return "".join(list(self.output)[-lines:])
 
     def stop(self) -> None:
-        proc = self.proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=30)
-        if self._reader is not None:
-            self._reader.join(timeout=10)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        stop_process(self.proc, self._reader)
 
     def __enter__(self) -> HiveMetastore:
         return self.start()

@@ -244,20 +244,7 @@ class TrinoServer:
     def stop(self) -> None:
         """Stop the server (if it still runs) and close the pipe its output came through."""
         self.http.close()
-        proc = self.proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=30)
-        if self._reader is not None:
-            self._reader.join(timeout=10)  # the rest of the output, up to the end of the pipe
-        if proc.stdout is not None:
-            proc.stdout.close()
+        stop_process(self.proc, self._reader)
 
     def __enter__(self) -> TrinoServer:
         return self.start()
@@ -319,6 +306,24 @@ class TrinoServer:
         rows = self.query(sql, **kwargs)
         assert len(rows) == 1 and len(rows[0]) == 1, rows
         return rows[0][0]
+
+
+def stop_process(proc: subprocess.Popen[str] | None, reader: threading.Thread | None) -> None:
+    """Stop a server's process (if it still runs: SIGTERM, then SIGKILL after 60 s), let `reader`
+    take the rest of its output, up to the end of the pipe, and close that pipe."""
+    if proc is None:
+        return
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+    if reader is not None:
+        reader.join(timeout=10)
+    if proc.stdout is not None:
+        proc.stdout.close()
 
 
 def sorted_rows(rows: Iterable[list[Any]]) -> list[tuple[Any, ...]]:

@@ -19,7 +19,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from tests.engines.spark_job import s3a_conf  # (the runner puts the repository on PYTHONPATH)
+from tests.engines.spark_job import local_builder  # (the runner puts the repository on PYTHONPATH)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -44,21 +44,7 @@ def hive_conf(spec: dict[str, Any]) -> dict[str, str]:
 
 
 def session(spec: dict[str, Any]) -> SparkSession:
-    from pyspark.sql import SparkSession  # here: the module's settings are read without pyspark installed
-
-    builder = (SparkSession.builder.master("local[2]").appName("s3gw-engine-test-hms")
-               .config("spark.jars", ",".join(spec["jars"]))
-               .config("spark.driver.memory", "1g")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "4")
-               .config("spark.task.maxFailures", "1")
-               .config("spark.hadoop.fs.s3a.attempts.maximum", "2")
-               .config("spark.hadoop.fs.s3a.retry.limit", "2"))
-    for key, value in {**s3a_conf(spec), **hive_conf(spec)}.items():
-        builder = builder.config(key, value)
-    return builder.enableHiveSupport().getOrCreate()
+    return local_builder(spec, "s3gw-engine-test-hms", hive_conf(spec)).enableHiveSupport().getOrCreate()
 
 
 def orders(spark: SparkSession, first: int, count: int, priority: str | None = None) -> Any:

@@ -38,24 +38,25 @@ def s3a_conf(spec: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def session(spec: dict[str, Any]) -> SparkSession:
+def local_builder(spec: dict[str, Any], app: str, conf: dict[str, str]) -> SparkSession.Builder:
+    """A local Spark of two threads with the tests' settings, the spec's jars and S3A, and `conf` on top."""
     from pyspark.sql import SparkSession  # here: the module's settings are read without pyspark installed
 
-    builder = (SparkSession.builder.master("local[2]").appName("s3gw-engine-test")
-               .config("spark.jars", ",".join(spec["jars"]))
-               .config("spark.driver.memory", "1g")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "4")
-               .config("spark.sql.catalogImplementation", "in-memory")
-               # the S3A task retry of a refused write is not what the read-only test waits for
-               .config("spark.task.maxFailures", "1")
-               .config("spark.hadoop.fs.s3a.attempts.maximum", "2")
-               .config("spark.hadoop.fs.s3a.retry.limit", "2"))
-    for key, value in s3a_conf(spec).items():
+    settings = {
+        "spark.jars": ",".join(spec["jars"]), "spark.driver.memory": "1g", "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1", "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4",
+        # the S3A task retry of a refused write is not what the read-only tests wait for
+        "spark.task.maxFailures": "1", "spark.hadoop.fs.s3a.attempts.maximum": "2",
+        "spark.hadoop.fs.s3a.retry.limit": "2", **s3a_conf(spec), **conf,
+    }
+    builder = SparkSession.builder.master("local[2]").appName(app)
+    for key, value in settings.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    return builder
+
+
+def session(spec: dict[str, Any]) -> SparkSession:
+    return local_builder(spec, "s3gw-engine-test", {"spark.sql.catalogImplementation": "in-memory"}).getOrCreate()
 
 
 def declare(spark: SparkSession, base: str) -> None:

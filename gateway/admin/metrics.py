@@ -160,6 +160,14 @@ class NodeCollector(Collector):
             "GET answers cut after their headers: a block its owner said it held was lost before it was read, "
             "and the object changed at the origin meanwhile (engine/holders.py).",
             value=self.node.engine.stats.get("read_cut_changed", 0))
+        events = CounterMetricFamily(
+            "gateway_engine_events_total",
+            "The engine's own counters, by name: what its parts did (origin block fetches, blocks lent to and "
+            "taken by their owners, peer and worker exchanges and their failures, ...). For diagnosis: the "
+            "names follow the code and may change between releases.", labels=["event"])
+        for event, count in sorted(self.node.engine.stats.items()):
+            events.add_metric([event], count)
+        yield events
         yield GaugeMetricFamily("gateway_metadata_cache_entries",
                                 "Object metadata entries (404s included) in this node's metadata cache.",
                                 value=len(self.node.engine.meta_cache))

@@ -79,6 +79,7 @@ def test_metrics_count_requests_hits_bytes_and_tiers(admin_gateway):
     assert value(found, "gateway_cache_bad_blocks_total", tier="memory") == 0
     assert value(found, "gateway_metadata_cache_entries") >= 1
     assert value(found, "gateway_singleflight_waits_total") == 0
+    assert value(found, "gateway_engine_events_total", event="origin_block_fetch") == 1  # the one cold block
     assert value(found, "gateway_origin_errors_total") == 0
     assert value(found, "gateway_redis_errors_total") == 0
     assert value(found, "gateway_invalidation_confirmations_total", outcome="confirmed") == 0  # no Redis

@@ -64,10 +64,13 @@ async def _read(engine: Engine, bucket: str, key: str, want: Want, limit: int) -
 
 
 async def list_objects(engine: Engine, bucket: str, prefix: str) -> AsyncIterator[tuple[str, int]]:
-    """(key, size) of every object under `prefix`, page by page, through the listing cache."""
+    """(key, size) of every object under `prefix`, page by page, through the listing cache: asked
+    as the S3 API asks the engine for a client's ListObjectsV2 of the prefix (s3api.handlers: url
+    encoding, 1,000 keys a page), so that an engine listing the prefix within `listing.ttl` of a
+    load is answered by the load's pages."""
     token = ""
     while True:
-        query = [("list-type", "2"), ("encoding-type", "url"), ("prefix", prefix)]
+        query = [("list-type", "2"), ("prefix", prefix), ("encoding-type", "url"), ("max-keys", "1000")]
         if token:
             query.append(("continuation-token", token))
         page = parse_list_objects(await engine.list_objects(bucket, query))

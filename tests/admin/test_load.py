@@ -51,6 +51,17 @@ def test_load_makes_every_object_under_the_prefix_a_hit(gateway):
     assert x_cache(gateway, "other/outside.bin") == "miss"
 
 
+def test_a_listing_of_the_loaded_prefix_is_answered_by_the_loads_pages(gateway):
+    """Engines list a table's folder before they read it (Trino: ListObjectsV2 of the prefix); the
+    load's own listing is that page, within listing.ttl."""
+    assert cli("load", "s3://bkt/data/", "--url", gateway.endpoint, "--token", TOKEN).exit_code == 0
+    stats = gateway.server.config.app.s3.engine.stats
+    misses = stats["list_miss"]
+    page = client(gateway.endpoint).list_objects_v2(Bucket="bkt", Prefix="data/")
+    assert [entry["Key"] for entry in page["Contents"]] == sorted(OBJECTS)
+    assert gateway.server.config.app.s3.engine.stats["list_miss"] == misses  # no LIST asked of the origin
+
+
 def test_the_admin_route_streams_progress_and_ends_with_done(gateway):
     url = f"{gateway.endpoint}/_gateway/load"
     with httpx.stream("POST", url, params={"bucket": "bkt", "prefix": "data/"},

@@ -435,7 +435,8 @@ def main(argv: list[str] | None = None) -> int:
                 gw.stop()
                 gw.start()
                 loaded = preload(gw.endpoint, moto, origin, plan[name], footers=mode == "footers")
-                seconds, answers, counts, _ = run_pass(trino, "gw", {name: plan[name]}, origin)[name]
+                seconds, answers, counts, seqs = run_pass(trino, "gw", {name: plan[name]}, origin)[name]
+                phases.append((name, f"after {mode} load", *seqs))
                 if not same(answers, direct[name][1]):
                     raise SystemExit(f"{name}: the gateway's answer after a {mode} load differs from the origin's")
                 assert counts is not None

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 
 import click
 from click.testing import CliRunner
 
+from gateway.admin.ready import REDIS_START_TIMEOUT
 from gateway.cli import main
 from tests.servers import free_port
 
@@ -70,3 +73,20 @@ def test_serve_names_a_redis_that_does_not_answer(origin_endpoint):
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert f"Redis at redis://user:***@127.0.0.1:{closed}/0 does not answer" in result.stderr
     assert "hunter2" not in result.stderr and "origin" not in result.stderr.split("Redis")[0]
+
+
+def test_serve_waits_for_a_slow_redis_at_start_and_says_how_long(origin_endpoint):
+    """The start check is one PING, given REDIS_START_TIMEOUT (not redis.socket_timeout, a data-path
+    budget): a Redis that takes its time on a busy machine is waited for; one that never answers is
+    named with how long it was given (no bare exception name or empty reason)."""
+    with socket.socket() as silent:  # accepts the connection, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        env = {"GATEWAY_ORIGIN_ENDPOINT": origin_endpoint, "GATEWAY_SERVER_PORT": "0",
+               "GATEWAY_REDIS_URL": f"redis://127.0.0.1:{port}/0", "GATEWAY_REDIS_SOCKET_TIMEOUT": "0.1"}
+        started = time.monotonic()
+        result = run("serve", env=env)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"does not answer: no answer within {REDIS_START_TIMEOUT:g} s" in result.stderr, result.stderr
+    assert time.monotonic() - started >= REDIS_START_TIMEOUT  # not the 0.1 s of the data path

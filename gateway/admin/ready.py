@@ -5,6 +5,9 @@ before it listens)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+
+from redis.exceptions import TimeoutError as RedisTimeout
 
 from gateway.cluster.connection import redis_client
 from gateway.config import Settings, redacted_url
@@ -14,6 +17,10 @@ from gateway.node.workers import WorkerSet
 from gateway.origin import Origin
 
 ORIGIN_TIMEOUT = 2.0  # seconds; a probe must answer well within a load balancer's own timeout
+# Seconds `gateway serve` gives Redis to answer its first PING, connection and AUTH included: a
+# question asked once, at start, on a machine that may be busy starting much else (several nodes,
+# their workers), not a call of the data path (redis.socket_timeout), which may be far shorter.
+REDIS_START_TIMEOUT = 5.0
 SIBLINGS_TIMEOUT = 60.0  # seconds a starting worker waits for its siblings (server.worker_start_timeout's default)
 SIBLINGS_POLL = 0.05  # seconds between looks while it waits
 
@@ -94,13 +101,24 @@ async def startup_problems(settings: Settings) -> list[str]:
     finally:
         await origin.aclose()
     if settings.redis.url:
-        client = redis_client(settings.redis)
-        try:
-            async with asyncio.timeout(settings.redis.socket_timeout):
-                await client.ping()
-        except Exception as exc:  # refused, unresolvable, timed out, auth: all mean "not usable"
-            problems.append(f"Redis at {redacted_url(settings.redis.url)} does not answer: "
-                            f"{exc or exc.__class__.__name__}")
-        finally:
-            await client.aclose()
+        problem = await _redis_at_start(settings)
+        if problem:
+            problems.append(f"Redis at {redacted_url(settings.redis.url)} does not answer: {problem}")
     return problems
+
+
+async def _redis_at_start(settings: Settings) -> str:
+    """Why Redis cannot be used, or "" when it answers PING within REDIS_START_TIMEOUT (or the
+    configured redis.socket_timeout, if longer)."""
+    timeout = max(settings.redis.socket_timeout, REDIS_START_TIMEOUT)
+    client = redis_client(dataclasses.replace(settings.redis, socket_timeout=timeout))
+    try:
+        async with asyncio.timeout(timeout):
+            await client.ping()
+    except (TimeoutError, RedisTimeout):  # asyncio's, or the client's own socket timeout
+        return f"no answer within {timeout:g} s"
+    except Exception as exc:  # refused, unresolvable, auth: all mean "not usable"
+        return str(exc) or exc.__class__.__name__
+    finally:
+        await client.aclose()
+    return ""

@@ -24,8 +24,8 @@ from gateway.s3api.auth.common import _parse_query
 from gateway.s3api.auth.fastpath import presigned_fast
 from gateway.s3api.auth.sigv4check import _decode, _encode, canonical_query
 from gateway.s3api.auth.sigv4 import _canonical_uris
-from gateway.signing import (UNSIGNED_PAYLOAD, canonical_headers, canonical_query_string, canonical_request,
-                             derive_signing_key, signature_hex, string_to_sign)
+from gateway.signing import (EMPTY_SHA256, UNSIGNED_PAYLOAD, canonical_headers, canonical_query_string,
+                             canonical_request, derive_signing_key, signature_hex, string_to_sign)
 from tests.s3api.test_auth_fastpath import HOST, NOW, SECRETS, SKEW, _clock, general, outcome
 
 Mutation = Callable[[RequestView], RequestView]
@@ -127,6 +127,9 @@ MUTATIONS: list[Mutation] = [
     _header("x-amz-meta-a", "  spaced   out "),
     _header("x-amz-meta-a", "é"),
     _header("range", "bytes=0-9"),
+    # x-amz-content-sha256 signed: the general path's identity then checks the body against it.
+    lambda view: _header("x-amz-content-sha256", EMPTY_SHA256)(
+        _edit("X-Amz-SignedHeaders=host", "X-Amz-SignedHeaders=host%3Bx-amz-content-sha256")(view)),
     _header("host", HOST),
     lambda view: replace(view, method=view.method.lower()),
     lambda view: replace(view, method="HEAD" if view.method == "GET" else "GET"),

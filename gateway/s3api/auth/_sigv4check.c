@@ -38,12 +38,13 @@ static void sha_final(sha_t *s, unsigned char out[32]) { SHA256_Final(out, s); }
 static const char HEX_LOWER[] = "0123456789abcdef";
 static const char HEX_UPPER[] = "0123456789ABCDEF";
 
+/* The two lowercase hex digits of each byte. */
+static char HEX_PAIRS[256][2];
+
 static void hex64(const unsigned char digest[32], char out[64])
 {
-    for (int i = 0; i < 32; i++) {
-        out[2 * i] = HEX_LOWER[digest[i] >> 4];
-        out[2 * i + 1] = HEX_LOWER[digest[i] & 15];
-    }
+    for (int i = 0; i < 32; i++)
+        memcpy(out + 2 * i, HEX_PAIRS[digest[i]], 2);
 }
 
 /* ------------------------------------------------------------------------------------ buffers */
@@ -115,6 +116,12 @@ static int blank(unsigned char c) { return c == ' ' || (c >= 9 && c <= 13) || (c
 
 static int put_trimmed(buf_t *b, const char *p, Py_ssize_t n)
 {
+    /* Most values have nothing to trim: no blank but single spaces between other characters. */
+    int plain = n == 0 || (p[0] != ' ' && p[n - 1] != ' ');
+    for (Py_ssize_t j = 0; j < n && plain; j++)
+        plain = (unsigned char)p[j] > ' ' || (p[j] == ' ' && p[j + 1] != ' ');
+    if (plain)
+        return put(b, p, (size_t)n);
     Py_ssize_t i = 0;
     int first = 1;
     while (i < n) {
@@ -132,11 +139,10 @@ static int put_trimmed(buf_t *b, const char *p, Py_ssize_t n)
     return 0;
 }
 
-static int unreserved(unsigned char c, int keep_slash)
-{
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_'
-           || c == '.' || c == '~' || (keep_slash && c == '/');
-}
+/* 1 for the bytes uri_encode keeps (A-Z a-z 0-9 - _ . ~), 2 for "/", kept when asked; made at import. */
+static unsigned char KEPT[256];
+
+static inline int unreserved(unsigned char c, int keep_slash) { return KEPT[c] == 1 || (keep_slash && KEPT[c] == 2); }
 
 static int hex_value(unsigned char c)
 {
@@ -152,15 +158,19 @@ static int hex_value(unsigned char c)
 /* %XX-decode wire bytes (an invalid escape kept as it is), as common._percent_decode. */
 static int percent_decode(buf_t *out, const unsigned char *p, size_t n)
 {
+    if (buf_room(out, n) < 0)
+        return -1;
+    unsigned char *o = (unsigned char *)out->p + out->n;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = p[i];
-        if (c == '%' && i + 2 < n && hex_value(p[i + 1]) >= 0 && hex_value(p[i + 2]) >= 0) {
-            c = (unsigned char)(hex_value(p[i + 1]) * 16 + hex_value(p[i + 2]));
+        int high, low;
+        if (c == '%' && i + 2 < n && (high = hex_value(p[i + 1])) >= 0 && (low = hex_value(p[i + 2])) >= 0) {
+            c = (unsigned char)(high * 16 + low);
             i += 2;
         }
-        if (put_byte(out, (char)c) < 0)
-            return -1;
+        *o++ = c;
     }
+    out->n = (size_t)(o - (unsigned char *)out->p);
     return 0;
 }
 
@@ -187,6 +197,8 @@ static int percent_encode(buf_t *out, const unsigned char *p, size_t n, int keep
 /* uri_encode(_percent_decode(text)) of wire bytes: the decoded bytes, encoded. */
 static int recode(buf_t *out, const unsigned char *p, size_t n, int keep_slash)
 {
+    if (memchr(p, '%', n) == NULL)  /* nothing to decode */
+        return percent_encode(out, p, n, keep_slash);
     buf_t decoded;
     buf_init(&decoded);
     int failed = percent_decode(&decoded, p, n) < 0
@@ -274,6 +286,7 @@ static const char *const AUTH_PARAMS[] = {"X-Amz-Algorithm", "X-Amz-Credential",
                                           "X-Amz-SignedHeaders", "X-Amz-Signature", "AWSAccessKeyId", "Signature"};
 #define N_AUTH_PARAMS 8
 #define SIGNATURE_PARAM 5
+static PyObject *AUTH_KEYS[N_AUTH_PARAMS];  /* the names as str, made once at import */
 
 typedef struct {
     size_t name, name_n, value, value_n;  /* offsets into the encoded bytes, then */
@@ -318,16 +331,17 @@ static int query_pair(const unsigned char *p, size_t n, buf_t *encoded, pair_t *
         goto done;
     int which = auth_param(decoded.p, decoded.n);
     if (which >= 0) {
-        PyObject *key = PyUnicode_FromString(AUTH_PARAMS[which]);
-        int seen = key == NULL ? -1 : PyDict_Contains(found, key);
+        PyObject *key = AUTH_KEYS[which];
+        int seen = PyDict_Contains(found, key);
         PyObject *text = NULL;
         if (seen == 0) {
-            decoded.n = 0;
-            if (percent_decode(&decoded, value, value_n) == 0)
-                text = PyUnicode_DecodeUTF8(decoded.p, (Py_ssize_t)decoded.n, "surrogateescape");
+            buf_t value_decoded;
+            buf_init(&value_decoded);
+            if (percent_decode(&value_decoded, value, value_n) == 0)
+                text = PyUnicode_DecodeUTF8(value_decoded.p, (Py_ssize_t)value_decoded.n, "surrogateescape");
+            buf_free(&value_decoded);
             seen = text == NULL || PyDict_SetItem(found, key, text) < 0 ? -1 : 0;
         }
-        Py_XDECREF(key);
         Py_XDECREF(text);
         if (seen != 0 || which == SIGNATURE_PARAM) {
             result = seen;
@@ -335,7 +349,7 @@ static int query_pair(const unsigned char *p, size_t n, buf_t *encoded, pair_t *
         }
     }
     pair->name = encoded->n;
-    if (recode(encoded, p, name_n, 0) < 0)
+    if (percent_encode(encoded, (const unsigned char *)decoded.p, decoded.n, 0) < 0)  /* the name, decoded above */
         goto done;
     pair->name_n = encoded->n - pair->name;
     pair->value = encoded->n;
@@ -664,4 +678,16 @@ static struct PyModuleDef module = {
     methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__sigv4check(void) { return PyModuleDef_Init(&module); }
+PyMODINIT_FUNC PyInit__sigv4check(void)
+{
+    for (int i = 0; i < 256; i++) {
+        HEX_PAIRS[i][0] = HEX_LOWER[i >> 4];
+        HEX_PAIRS[i][1] = HEX_LOWER[i & 15];
+        KEPT[i] = (i >= 'A' && i <= 'Z') || (i >= 'a' && i <= 'z') || (i >= '0' && i <= '9') || i == '-' || i == '_'
+                  || i == '.' || i == '~' ? 1 : i == '/' ? 2 : 0;
+    }
+    for (int i = 0; i < N_AUTH_PARAMS; i++)
+        if ((AUTH_KEYS[i] = PyUnicode_InternFromString(AUTH_PARAMS[i])) == NULL)
+            return NULL;
+    return PyModuleDef_Init(&module);
+}

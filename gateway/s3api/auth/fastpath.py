@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import ModuleType
 
@@ -80,6 +80,7 @@ class _Checked:
     date: str
     region: str
     names: tuple[str, ...]  # the signed headers' names, in their order
+    keyed: dict[str, object] = field(default_factory=dict)  # _check.keyed() of its signing key, by secret
 
 
 def _scope(credential: str) -> tuple[str, str, str] | None:
@@ -143,13 +144,17 @@ def _presigned(credential: str, signed_text: str, amz_date: str, expires: str, m
     return _checked(credential, signed_text, amz_date, _UNSIGNED, (max_skew, timedelta(seconds=int(expires))))
 
 
-@functools.lru_cache(maxsize=1024)
-def _keyed(secret: str, amz_date: str, date: str, region: str) -> object:
+def _keyed(secret: str, amz_date: str, checked: _Checked) -> object:
     """HMAC-SHA256 with the signing key of (secret, date, region, s3) and the string to sign's
-    first part (x-amz-date and the scope) taken in, made by the check in use (its keyed()). A
-    function of its arguments: the requests of one second by one key share it."""
-    return _check.keyed(derive_signing_key(secret, date, region, SERVICE),
-                        f"{ALGORITHM}\n{amz_date}\n{date}/{region}/{SERVICE}/{_TERMINAL}\n")
+    first part (x-amz-date and the scope) taken in, made by the check in use (its keyed()): kept
+    with `checked`, which the requests of one second by one key share (an access key has one
+    secret, two while it is rotated)."""
+    keyed = checked.keyed.get(secret)
+    if keyed is None:
+        keyed = checked.keyed[secret] = _check.keyed(
+            derive_signing_key(secret, checked.date, checked.region, SERVICE),
+            f"{ALGORITHM}\n{amz_date}\n{checked.date}/{checked.region}/{SERVICE}/{_TERMINAL}\n")
+    return keyed
 
 
 # long: every SDK-signed hit runs it; one frame of straight-line checks, each a call less (instructions counted)
@@ -185,7 +190,7 @@ def sigv4_fast(view: RequestView, secret_for: SecretLookup, now: datetime, max_s
     secret = secret_for(checked.access_key)
     if secret is None:
         return None
-    keyed = _keyed(secret, amz_date, checked.date, checked.region)
+    keyed = _keyed(secret, amz_date, checked)
     if _verify(method, view.raw_path, query, view.headers, checked.names, signed_text, payload_hash, keyed, provided):
         return checked.identity
     return None
@@ -225,7 +230,7 @@ def presigned_fast(view: RequestView, secret_for: SecretLookup, now: datetime, m
     secret = secret_for(checked.access_key)
     if secret is None:
         return None
-    keyed = _keyed(secret, amz_date, checked.date, checked.region)
+    keyed = _keyed(secret, amz_date, checked)
     if _verify(method, view.raw_path, query, view.headers, checked.names, signed_text, UNSIGNED_PAYLOAD, keyed,
                params["X-Amz-Signature"]):
         return checked.identity

@@ -179,13 +179,13 @@ def canonical(method: str, raw_path: str, canonical_query: str, headers: tuple[t
     inner, outer, to_sign = keyed
     forms = []
     for uri in (raw_path,) if _PLAIN_PATH.fullmatch(raw_path) else _canonical_uris(raw_path):
-        request = _SHA256.copy()
-        request.update(f"{method}\n{uri}\n{canonical_query}\n{block}\n{signed_text}\n{payload_hash}".encode())
-        request_hash = request.hexdigest()
+        request = f"{method}\n{uri}\n{canonical_query}\n{block}\n{signed_text}\n{payload_hash}"
+        digest = _SHA256.copy()  # (a copy costs less than a new hash: no look-up of the algorithm)
+        digest.update(request.encode())
+        request_hash = digest.hexdigest()
         mac = inner.copy()
         mac.update(request_hash.encode())
         signature = outer.copy()
         signature.update(mac.digest())
-        forms.append((f"{method}\n{uri}\n{canonical_query}\n{block}\n{signed_text}\n{payload_hash}",
-                      to_sign + request_hash, signature.hexdigest()))
+        forms.append((request, to_sign + request_hash, signature.hexdigest()))
     return tuple(forms)

@@ -253,7 +253,7 @@ static PyObject *header_parts(PyObject *module, PyObject *headers)
     }
     if (authorization == Py_None)
         return PyTuple_Pack(5, Py_None, Py_None, Py_None, amz_date, payload_hash);
-    Py_ssize_t n;
+    Py_ssize_t n = 0;
     const char *p = ascii(authorization, &n), *end = p + n;
     size_t prefix = sizeof PREFIX - 1, signed_sep = sizeof SIGNED_HEADERS - 1, signature_sep = sizeof SIGNATURE - 1;
     if (p == NULL || (size_t)n < prefix || memcmp(p, PREFIX, prefix) != 0)

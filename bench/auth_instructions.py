@@ -10,7 +10,9 @@ each code tree given, and prints the difference per request.
 The requests are what an SDK sends for a GetObject: SigV4 in the Authorization header, as
 botocore signs it, each with its own amz-sdk-invocation-id (so its own signature), checked with
 the memo of verified signatures the gateway runs with (auth.memo). `--presigned`: presigned
-GETs instead, each its own URL.
+GETs instead, each its own URL. The work tree is counted twice when its compiled SigV4 check
+(gateway/s3api/auth/_sigv4check.c, built by `pip install -e .`) is there: with it, and with its
+pure-Python twin (auth.sigv4check) in its place.
 
     .venv/bin/python bench/auth_instructions.py --baseline HEAD~1          # the work tree against it
     .venv/bin/python bench/auth_instructions.py --baseline 5fed3b3 --presigned
@@ -42,19 +44,23 @@ ENDPOINT = "http://127.0.0.1:8080"
 USER_AGENT = ("Boto3/1.35.0 md/Botocore#1.35.0 ua/2.0 os/linux#6.18 md/arch#x86_64 lang/python#3.11.7 "
               "md/pyimpl#CPython cfg/retry-mode#legacy Botocore/1.35.0")
 
-# Run under valgrind in a fresh process: `python - CODE_ROOT REQUESTS_PICKLE COUNT`.
+# Run under valgrind in a fresh process: `python - CODE_ROOT REQUESTS_PICKLE COUNT [twin]`; "twin": the
+# compiled check made unimportable, so that auth.fastpath takes its pure-Python twin.
 _CHILD = """
 import pickle, sys
 from datetime import datetime, timedelta, timezone
 sys.path.insert(0, sys.argv[1])
+if sys.argv[4:] == ["twin"]:
+    sys.modules["gateway.s3api.auth._sigv4check"] = None
 from gateway.s3api.auth import RequestView, VerifiedSignatures, authenticate
 views, when, key = pickle.load(open(sys.argv[2], "rb"))
 views = [RequestView(*v) for v in views]
 memo = VerifiedSignatures()
 secret_for = {key[0]: key[1]}.get
-authenticate(views[-1], secret_for, now=when, max_skew=timedelta(minutes=15), verified=memo)
+skew = timedelta(minutes=15)  # made once, as s3api.identify holds it
+authenticate(views[-1], secret_for, now=when, max_skew=skew, verified=memo)
 for view in views[:int(sys.argv[3])]:
-    authenticate(view, secret_for, now=when, max_skew=timedelta(minutes=15), verified=memo)
+    authenticate(view, secret_for, now=when, max_skew=skew, verified=memo)
 """
 
 
@@ -76,13 +82,20 @@ def requests(count: int, presigned: bool) -> list[tuple[str, str, str, tuple[tup
     return made
 
 
-def instructions(code: Path, views: Path, count: int) -> int:
+def instructions(code: Path, views: Path, count: int, twin: bool) -> int:
     run = subprocess.run(["valgrind", "--tool=lackey", "--basic-counts=yes", sys.executable, "-", str(code),
-                          str(views), str(count)], input=_CHILD, capture_output=True, text=True, check=True)
+                          str(views), str(count), *(["twin"] if twin else [])],
+                         input=_CHILD, capture_output=True, text=True, check=True)
     found = re.search(r"guest instrs:\s+([\d,]+)", run.stderr)
     if found is None:
         raise SystemExit(f"no instruction count from valgrind: {run.stderr[-500:]}")
     return int(found.group(1).replace(",", ""))
+
+
+def compiled(code: Path) -> bool:
+    """Whether the tree's compiled SigV4 check is built (and so what auth.fastpath uses)."""
+    probe = f"import sys; sys.path.insert(0, {str(code)!r}); import gateway.s3api.auth._sigv4check"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,15 +108,17 @@ def main(argv: list[str] | None = None) -> int:
         views = Path(tmp) / "requests.pickle"
         with views.open("wb") as out:
             pickle.dump((requests(args.count + 1, args.presigned), datetime.now(timezone.utc), KEY), out)
-        trees = {"work tree": ROOT}
+        trees = {"work tree": (ROOT, False)}
+        if compiled(ROOT):
+            trees = {"work tree, pure-Python twin": (ROOT, True), "work tree, compiled": (ROOT, False)}
         if args.baseline:
             described = fl.snapshot(args.baseline, Path(tmp) / "baseline")
-            trees = {described: Path(tmp) / "baseline", **trees}
+            trees = {described: (Path(tmp) / "baseline", False), **trees}
         kind = "presigned" if args.presigned else "header-signed (SDK)"
         print(f"bench/auth_instructions.py {' '.join(argv if argv is not None else sys.argv[1:])}")
         print(f"{args.count} {kind} GETs, each signed on its own, authenticated with the memo on")
-        for name, code in trees.items():
-            per_request = (instructions(code, views, args.count) - instructions(code, views, 0)) / args.count
+        for name, (code, twin) in trees.items():
+            per_request = (instructions(code, views, args.count, twin) - instructions(code, views, 0, twin)) / args.count
             print(f"  {name}: {per_request:,.0f} instructions per authentication")
     return 0
 

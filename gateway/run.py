@@ -29,6 +29,7 @@ from gateway.config import ConfigError, Settings
 from gateway.httpserver import uvicorn_options
 from gateway.node.listening import listen
 from gateway.node.workers import WorkerSet
+from gateway.s3api.auth.fastpath import IMPLEMENTATION as SIGV4_CHECK
 from gateway.s3api.responses import error_page
 from gateway.tls import reload_on_sighup
 
@@ -64,6 +65,8 @@ def _config(settings: Settings, workers: WorkerSet | None) -> uvicorn.Config:
     tls = {"ssl_certfile": server.tls_cert_file, "ssl_keyfile": server.tls_key_file} if server.tls_cert_file else {}
     raise_open_files_limit(server.max_connections)
     keep_large_allocations()
+    if workers is None or workers.index == 0:
+        log.s3api.info("SigV4 check: %s", SIGV4_CHECK)  # once a node: which one the hit path runs
     app = create_app(settings, workers)
     gcpauses.collect_less_often()  # what exists now lives as long as the process
     config = uvicorn.Config(

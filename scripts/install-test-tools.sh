@@ -29,6 +29,12 @@ need() {
 }
 
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || packages+=(python3-venv)  # make's .venv
+# The compiled SigV4 check, which `pip install` builds (gateway/s3api/auth/_sigv4check.c) and `make test`
+# requires: a C compiler, the headers of the Python that makes the .venv, OpenSSL's libcrypto headers.
+need gcc gcc
+python3 -c 'import os, sysconfig; raise SystemExit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' \
+    >/dev/null 2>&1 || packages+=(python3-dev)
+[ -e /usr/include/openssl/sha.h ] || packages+=(libssl-dev)
 need redis-server redis-server     # shared metadata, fleets, Sentinel and Cluster (tests/redis_fixtures.py)
 need redis-cli redis-tools         # creating the Redis Cluster of tests/redis_fixtures.py
 need rclone rclone                 # client tests (tests/integration/test_clients.py, test_docs_clients.py)

@@ -37,7 +37,7 @@ def test_without_root_it_names_the_command_and_stops(tmp_path: Path) -> None:
         return
     packages = command.group(1).split()
     for wanted in ("redis-server", "redis-tools", "rclone", "s3cmd", "wrk", "openssl", "curl", "systemd", "nodejs",
-                   "npm", "maven", "default-jdk-headless"):
+                   "npm", "maven", "default-jdk-headless", "gcc"):
         assert wanted in packages, (wanted, lines[0])
     # Looked for where the tests look: chromium and its driver at /usr/bin, nginx in /usr/sbin too.
     for paths, package in ((("/usr/bin/chromium",), "chromium"), (("/usr/bin/chromedriver",), "chromium-driver"),

@@ -52,6 +52,8 @@ def _parse_http_date(value: str) -> datetime | None:
 
 
 def _utc(value: datetime) -> datetime:
+    if value.tzinfo is timezone.utc:
+        return value  # what the gateway passes (datetime.now(timezone.utc)): nothing to make
     return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
 
 

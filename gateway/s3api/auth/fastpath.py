@@ -22,22 +22,38 @@ notebook's `generate_presigned_url` per file, each URL its own (tests/s3api/test
 from __future__ import annotations
 
 import functools
-import hashlib
-import hmac
-import re
-from collections.abc import Callable
-from dataclasses import dataclass
+import importlib
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from operator import itemgetter
+from types import ModuleType
 
-from gateway.s3api.auth.common import _percent_decode, _parse_amz_date, _parse_query
+from gateway.s3api.auth.common import _parse_amz_date
 from gateway.s3api.auth.model import Identity, PayloadCheck, RequestView, SecretLookup
 from gateway.s3api.auth.payload import _HEX64
 from gateway.s3api.auth.presigned import MAX_PRESIGN_EXPIRES
-from gateway.s3api.auth.sigv4 import SERVICE, _canonical_uris
-from gateway.signing import ALGORITHM, UNSIGNED_PAYLOAD, canonical_query_string, derive_signing_key, uri_encode
+from gateway.s3api.auth.sigv4 import SERVICE
+from gateway.signing import ALGORITHM, UNSIGNED_PAYLOAD, derive_signing_key
 
-__all__ = ["fast_identity", "presigned_fast", "sigv4_fast"]
+__all__ = ["COMPILED", "IMPLEMENTATION", "fast_identity", "presigned_fast", "sigv4_fast"]
+
+
+def _implementation() -> ModuleType:
+    """The compiled _sigv4check when `pip install` built it, else its pure-Python twin sigv4check:
+    the same functions with the same answers (tests/s3api/test_sigv4check_twin.py)."""
+    try:
+        return importlib.import_module("gateway.s3api.auth._sigv4check")
+    except ImportError:
+        return importlib.import_module("gateway.s3api.auth.sigv4check")
+
+
+_check = _implementation()
+COMPILED = _check.__name__.endswith("._sigv4check")
+IMPLEMENTATION = ("compiled (gateway/s3api/auth/_sigv4check.c)" if COMPILED else
+                  "pure Python (auth.sigv4check): _sigv4check.c was not built; `pip install` builds it with gcc, "
+                  "python3-dev and libssl-dev there")
+_header_parts = _check.header_parts
+_canonical_query = _check.canonical_query
+_verify = _check.verify
 
 
 def fast_identity(view: RequestView, secret_for: SecretLookup, now: datetime, max_skew: timedelta) -> Identity | None:
@@ -47,19 +63,26 @@ def fast_identity(view: RequestView, secret_for: SecretLookup, now: datetime, ma
         return presigned_fast(view, secret_for, now, max_skew)
     return sigv4_fast(view, secret_for, now, max_skew)
 
-_PREFIX = ALGORITHM + " Credential="
-_SIGNED_HEADERS = ", SignedHeaders="
-_SIGNATURE = ", Signature="
+
 _TERMINAL = "aws4_request"
-# Query parameters that name a signing mechanism: with one, the general path refuses the request.
-_MECHANISM_PARAMS = frozenset(("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Signature", "AWSAccessKeyId", "Signature"))
-# A path that signing.uri_encode keeps as it is: the one canonical URI the general path tries.
-_PLAIN_PATH = re.compile(r"/[A-Za-z0-9_.~/-]*")
 _UNSIGNED = PayloadCheck("unsigned")
-_SHA256 = hashlib.sha256()
+_PRESIGN_PARAMS = frozenset(("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
+                             "X-Amz-SignedHeaders", "X-Amz-Signature"))
 
 
-@functools.lru_cache(maxsize=256)
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    """What a request's credential, signed headers and date make, once their checks passed."""
+
+    time: datetime  # x-amz-date (X-Amz-Date)
+    identity: Identity  # what the request answers with
+    access_key: str
+    date: str
+    region: str
+    names: tuple[str, ...]  # the signed headers' names, in their order
+    keyed: dict[str, object] = field(default_factory=dict)  # _check.keyed() of its signing key, by secret
+
+
 def _scope(credential: str) -> tuple[str, str, str] | None:
     """(access key, date, region) of a Credential as sigv4._parse_credential reads it, when it
     has nothing to strip and no "/" in its key (its rsplit("/", 4)); else None."""
@@ -73,61 +96,65 @@ def _scope(credential: str) -> tuple[str, str, str] | None:
     return access_key, date, region
 
 
-@dataclass(frozen=True, slots=True)
-class _Signed:
-    """What a SignedHeaders list makes of a request's headers."""
-
-    values: Callable[[dict[str, str]], tuple[str, ...]]  # the names' values in their order (KeyError: one absent)
-    block: str  # "name:%s\n" for each name: with the values, the canonical header block
-    amz: int  # how many of the names start with x-amz-
-
-
-@functools.lru_cache(maxsize=256)
-def _signed(signed_text: str) -> _Signed | None:
+def _signed(signed_text: str) -> tuple[str, ...] | None:
     """SignedHeaders as the general path reads it, when its names are lowercase, each once,
     host among them, and nothing to strip."""
     names = signed_text.split(";")
     if (signed_text != signed_text.strip() or signed_text != signed_text.lower() or "" in names
             or "host" not in names or len(set(names)) != len(names)):
         return None
-    values = itemgetter(*names) if len(names) > 1 else _only(names[0])  # (itemgetter of one name: no tuple)
-    return _Signed(values, "".join(f"{name.replace('%', '%%')}:%s\n" for name in names),
-                   sum(name.startswith("x-amz-") for name in names))
+    return tuple(names)
 
 
-def _only(name: str) -> Callable[[dict[str, str]], tuple[str, ...]]:
-    return lambda headers: (headers[name],)
+def _checked(credential: str, signed_text: str, amz_date: str, payload: PayloadCheck,
+             valid: tuple[timedelta, timedelta]) -> _Checked | None:
+    """The scope, signed headers and date checks of a request; `valid`: its window around its
+    date (less, more)."""
+    scope = _scope(credential)
+    names = _signed(signed_text)
+    request_time = _parse_amz_date(amz_date)
+    if scope is None or names is None or request_time is None or amz_date[:8] != scope[1]:
+        return None
+    access_key, date, region = scope
+    identity = Identity(access_key, payload, valid_from=request_time - valid[0], valid_until=request_time + valid[1])
+    return _Checked(request_time, identity, access_key, date, region, names)
 
 
 @functools.lru_cache(maxsize=256)
-def _dated(amz_date: str, access_key: str, payload_hash: str, max_skew: timedelta) -> tuple[datetime, Identity] | None:
-    """The time of x-amz-date and the identity a request of it answers with, once its checks
-    pass; None if x-amz-date is not valid, or x-amz-content-sha256 is not UNSIGNED-PAYLOAD or a
-    sha256. A function of its arguments alone (Identity is immutable): the requests of one
-    second by one key share it, and an Identity costs as much as the rest of this module."""
-    request_time = _parse_amz_date(amz_date)
-    if request_time is None:
-        return None
+def _header_signed(credential: str, signed_text: str, amz_date: str, payload_hash: str,
+                   max_skew: timedelta) -> _Checked | None:
+    """_checked for a header signature: x-amz-content-sha256 UNSIGNED-PAYLOAD or a sha256, the
+    window `max_skew` either side of x-amz-date. A function of its arguments alone (Identity is
+    immutable): the requests of one second by one key share it."""
     if payload_hash == UNSIGNED_PAYLOAD:
         payload = _UNSIGNED
     elif _HEX64.fullmatch(payload_hash):
         payload = PayloadCheck("sha256", expected_sha256=payload_hash.lower())
     else:
         return None
-    return request_time, Identity(access_key, payload, valid_from=request_time - max_skew,
-                                  valid_until=request_time + max_skew)
+    return _checked(credential, signed_text, amz_date, payload, (max_skew, max_skew))
 
 
-@functools.lru_cache(maxsize=1024)
-def _keyed(secret: str, date: str, region: str) -> tuple[hashlib._Hash, hashlib._Hash]:
-    """HMAC-SHA256 with the signing key of (secret, date, region, s3), as its two hashes with
-    the padded key already taken in (RFC 2104): only ever copied, never updated themselves.
-    Cached as signing.derive_signing_key is: a key serves a whole day."""
-    key = derive_signing_key(secret, date, region, SERVICE).ljust(64, b"\0")
-    inner, outer = _SHA256.copy(), _SHA256.copy()
-    inner.update(bytes(b ^ 0x36 for b in key))
-    outer.update(bytes(b ^ 0x5C for b in key))
-    return inner, outer
+@functools.lru_cache(maxsize=256)
+def _presigned(credential: str, signed_text: str, amz_date: str, expires: str, max_skew: timedelta) -> _Checked | None:
+    """_checked for a presigned URL: X-Amz-Expires digits of at most a week, the window from
+    X-Amz-Date less `max_skew` to X-Amz-Date plus X-Amz-Expires."""
+    if not expires.isascii() or not expires.isdigit() or len(expires) > 12 or int(expires) > MAX_PRESIGN_EXPIRES:
+        return None
+    return _checked(credential, signed_text, amz_date, _UNSIGNED, (max_skew, timedelta(seconds=int(expires))))
+
+
+def _keyed(secret: str, amz_date: str, checked: _Checked) -> object:
+    """HMAC-SHA256 with the signing key of (secret, date, region, s3) and the string to sign's
+    first part (x-amz-date and the scope) taken in, made by the check in use (its keyed()): kept
+    with `checked`, which the requests of one second by one key share (an access key has one
+    secret, two while it is rotated)."""
+    keyed = checked.keyed.get(secret)
+    if keyed is None:
+        keyed = checked.keyed[secret] = _check.keyed(
+            derive_signing_key(secret, checked.date, checked.region, SERVICE),
+            f"{ALGORITHM}\n{amz_date}\n{checked.date}/{checked.region}/{SERVICE}/{_TERMINAL}\n")
+    return keyed
 
 
 # long: every SDK-signed hit runs it; one frame of straight-line checks, each a call less (instructions counted)
@@ -139,130 +166,36 @@ def sigv4_fast(view: RequestView, secret_for: SecretLookup, now: datetime, max_s
     parameter in the query); Credential, SignedHeaders and Signature once each; the scope's
     date, service s3 and terminal; host signed; x-amz-date valid, the scope's date its own, the
     clock within `max_skew` of it; x-amz-content-sha256 present and UNSIGNED-PAYLOAD or a
-    sha256; the access key known; every x-amz-* header signed; the signature of the canonical
-    request matched in constant time.
+    sha256; the access key known; every x-amz-* header signed (_check.verify); the signature of
+    the canonical request matched in constant time (_check.verify).
     """
     method = view.method
     if method != "GET" and method != "HEAD" or "Signature=" in view.query_string:
         return None  # presigned (SigV4 or SigV2) most likely: left before it costs
-    headers = dict(view.headers)
-    if len(headers) != len(view.headers):
-        return None  # a repeated header: joined with "," by the general path
-    authorization = headers.get("authorization")
-    # "AWS4-HMAC-SHA256 Credential=K/D/R/s3/aws4_request, SignedHeaders=a;b, Signature=hex", as
-    # every SDK writes it: two commas, so the general path's split(",") finds the same three parts.
-    if authorization is None or not authorization.startswith(_PREFIX) or authorization.count(",") != 2:
+    parts = _header_parts(view.headers)
+    if parts is None:
         return None
-    credential, found, rest = authorization[len(_PREFIX):].partition(_SIGNED_HEADERS)
-    signed_text, found_too, provided = rest.partition(_SIGNATURE)
-    # The signature is compared as given: it matches only as lowercase hex, which the general
-    # path's strip() and lower() leave as it is.
-    if not found or not found_too or len(provided) != 64 or not provided.isascii():
+    credential, signed_text, provided, amz_date, payload_hash = parts
+    if credential is None or amz_date is None or payload_hash is None:
         return None
-    scope = _scope(credential)
-    signed = _signed(signed_text)
-    if scope is None or signed is None:
+    checked = _header_signed(credential, signed_text, amz_date, payload_hash, max_skew)
+    if checked is None or abs(now - checked.time) > max_skew:
         return None
-    access_key, date, region = scope
-    amz_date = headers.get("x-amz-date")
-    payload_hash = headers.get("x-amz-content-sha256")
-    if amz_date is None or payload_hash is None or amz_date[:8] != date:
-        return None
-    dated = _dated(amz_date, access_key, payload_hash, max_skew)
-    if dated is None:
-        return None
-    request_time, identity = dated
-    if abs(now - request_time) > max_skew:
-        return None
-    if view.query_string:
-        pairs = _parse_query(view.query_string)
-        if any(name in _MECHANISM_PARAMS for name, _ in pairs):
-            return None
-        canonical_query = canonical_query_string(pairs)
-    else:
-        canonical_query = ""
-    secret = secret_for(access_key)
+    query = view.query_string
+    if query:
+        canonical = _canonical_query(query)
+        if canonical is None or canonical[1]:
+            return None  # a signing parameter in the query (or one twice): the general path refuses it
+        query = canonical[0]
+    secret = secret_for(checked.access_key)
     if secret is None:
         return None
-    # Every x-amz-* header signed: the signed ones are all present (below), so as many names
-    # that start with it (or more: a name with "\nx-amz-" inside) as signed means no other.
-    if ("\n" + "\n".join(headers)).count("\nx-amz-") != signed.amz:
-        return None
-    header_block = _header_block(signed, headers)
-    if header_block is None:
-        return None
-    signing = (secret, date, region, amz_date)
-    return identity if _signed_so(view, canonical_query, header_block, signed_text, payload_hash, signing, provided) else None
+    keyed = _keyed(secret, amz_date, checked)
+    if _verify(method, view.raw_path, query, view.headers, checked.names, signed_text, payload_hash, keyed, provided):
+        return checked.identity
+    return None
 
 
-def _header_block(signed: _Signed, headers: dict[str, str]) -> str | None:
-    """The canonical header block of the signed headers, as the general path builds it; None
-    when a signed header is absent (the general path signs it as empty) or a value is not ASCII
-    (the general path reads it as UTF-8: _wire_text)."""
-    try:
-        values: tuple[str, ...] = signed.values(headers)
-    except KeyError:
-        return None
-    joined = " ".join(values)
-    if not joined.isascii():
-        return None
-    if not joined.isprintable() or "  " in joined or joined[:1] == " " or joined[-1:] == " ":
-        # Some value to trim (canonical_headers): printable ASCII without two spaces in a row
-        # nor one at either end (seen next to the joining space) is what trimming leaves as it is.
-        values = tuple(" ".join(value.split()) for value in values)
-    return signed.block % values
-
-
-def _signed_so(view: RequestView, canonical_query: str, header_block: str, signed_text: str, payload_hash: str,
-               signing: tuple[str, str, str, str], provided: str) -> bool:
-    """Whether `provided` is the signature of the request's canonical form (each canonical URI
-    the general path tries), with the signing key of signing = (secret, date, region, amz_date);
-    compared in constant time."""
-    secret, date, region, amz_date = signing
-    raw_path = view.raw_path
-    canonical_uris = (raw_path,) if _PLAIN_PATH.fullmatch(raw_path) else _canonical_uris(raw_path)
-    inner, outer = _keyed(secret, date, region)
-    prefix = f"{ALGORITHM}\n{amz_date}\n{date}/{region}/{SERVICE}/{_TERMINAL}\n"
-    for canonical_uri in canonical_uris:
-        request = _SHA256.copy()
-        request.update(f"{view.method}\n{canonical_uri}\n{canonical_query}\n{header_block}\n{signed_text}\n"
-                       f"{payload_hash}".encode("utf-8", "surrogateescape"))
-        mac = inner.copy()
-        mac.update(f"{prefix}{request.hexdigest()}".encode("utf-8", "surrogateescape"))
-        signature = outer.copy()
-        signature.update(mac.digest())
-        if hmac.compare_digest(signature.hexdigest(), provided):
-            return True
-    return False
-
-
-_PRESIGN_PARAMS = frozenset(("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
-                             "X-Amz-SignedHeaders", "X-Amz-Signature"))
-_V2_PARAMS = frozenset(("AWSAccessKeyId", "Signature"))
-
-
-# Query names and values (the same ones come again and again) as _parse_query decodes them and
-# canonical_query_string encodes them, remembered up to 128 characters: made-up long ones cannot fill memory.
-_REMEMBERED = 128
-_decode = functools.lru_cache(maxsize=4096)(_percent_decode)
-_encode = functools.lru_cache(maxsize=4096)(functools.partial(uri_encode, keep_slash=False))
-
-
-@functools.lru_cache(maxsize=256)
-def _window(amz_date: str, access_key: str, expires: str, max_skew: timedelta) -> tuple[datetime, Identity] | None:
-    """The time of X-Amz-Date and the identity a presigned URL of it answers with, when X-Amz-Date
-    is valid and X-Amz-Expires digits of at most a week; else None (as _dated, for presigned URLs)."""
-    request_time = _parse_amz_date(amz_date)
-    if request_time is None or not expires.isascii() or not expires.isdigit() or len(expires) > 12:
-        return None
-    seconds = int(expires)
-    if seconds > MAX_PRESIGN_EXPIRES:
-        return None
-    return request_time, Identity(access_key, _UNSIGNED, valid_from=request_time - max_skew,
-                                  valid_until=request_time + timedelta(seconds=seconds))
-
-
-# long: every presigned hit runs it; one frame of straight-line checks, as sigv4_fast
 def presigned_fast(view: RequestView, secret_for: SecretLookup, now: datetime, max_skew: timedelta) -> Identity | None:
     """The identity the general check (presigned._sigv4_query) gives this presigned GET or HEAD,
     or None: not of the usual shape, or some check failed; the general path answers it then.
@@ -278,55 +211,27 @@ def presigned_fast(view: RequestView, secret_for: SecretLookup, now: datetime, m
     method = view.method
     if method != "GET" and method != "HEAD" or "X-Amz-Signature=" not in view.query_string:
         return None
-    headers = dict(view.headers)
-    if len(headers) != len(view.headers) or "authorization" in headers or "x-amz-content-sha256" in headers:
+    parts = _header_parts(view.headers)
+    if parts is None or parts[0] is not None or parts[4] is not None:
+        return None  # an Authorization header, or x-amz-content-sha256
+    canonical = _canonical_query(view.query_string)
+    if canonical is None:
         return None
-    params: dict[str, str] = {}
-    pairs: list[tuple[str, str]] = []
-    for part in view.query_string.split("&"):
-        if not part:
-            continue
-        raw_name, _, raw_value = part.partition("=")
-        # (_decoded and _encoded, written out: a call less for each of a dozen names and values)
-        name = _decode(raw_name) if len(raw_name) <= _REMEMBERED else _percent_decode(raw_name)
-        value = _decode(raw_value) if len(raw_value) <= _REMEMBERED else _percent_decode(raw_value)
-        if name in _PRESIGN_PARAMS:
-            if name in params:
-                return None
-            params[name] = value
-            if name == "X-Amz-Signature":
-                continue
-        elif name in _V2_PARAMS:
-            return None
-        pairs.append((_encode(name) if len(name) <= _REMEMBERED else uri_encode(name, keep_slash=False),
-                      _encode(value) if len(value) <= _REMEMBERED else uri_encode(value, keep_slash=False)))
-    if len(params) != len(_PRESIGN_PARAMS) or params["X-Amz-Algorithm"] != ALGORITHM:
+    query, params = canonical
+    if params.keys() != _PRESIGN_PARAMS or params["X-Amz-Algorithm"] != ALGORITHM:
+        return None  # one missing, or a SigV2 one too
+    signed_text, amz_date = params["X-Amz-SignedHeaders"], params["X-Amz-Date"]
+    checked = _presigned(params["X-Amz-Credential"], signed_text, amz_date, params["X-Amz-Expires"], max_skew)
+    if checked is None:
         return None
-    provided = params["X-Amz-Signature"]
-    scope = _scope(params["X-Amz-Credential"])
-    signed_text = params["X-Amz-SignedHeaders"]
-    signed = _signed(signed_text)
-    if len(provided) != 64 or not provided.isascii() or scope is None or signed is None:
+    assert checked.identity.valid_until is not None
+    if checked.time - now > max_skew or now > checked.identity.valid_until:
         return None
-    access_key, date, region = scope
-    amz_date = params["X-Amz-Date"]
-    window = _window(amz_date, access_key, params["X-Amz-Expires"], max_skew) if amz_date[:8] == date else None
-    if window is None:
-        return None
-    request_time, identity = window
-    assert identity.valid_until is not None
-    if request_time - now > max_skew or now > identity.valid_until:
-        return None
-    secret = secret_for(access_key)
+    secret = secret_for(checked.access_key)
     if secret is None:
         return None
-    if ("\n" + "\n".join(headers)).count("\nx-amz-") != signed.amz:
-        return None  # an x-amz-* header not signed (see sigv4_fast)
-    header_block = _header_block(signed, headers)
-    if header_block is None:
-        return None
-    pairs.sort()
-    canonical_query = "&".join(f"{name}={value}" for name, value in pairs)
-    signing = (secret, date, region, amz_date)
-    return identity if _signed_so(view, canonical_query, header_block, signed_text, UNSIGNED_PAYLOAD, signing,
-                                  provided) else None
+    keyed = _keyed(secret, amz_date, checked)
+    if _verify(method, view.raw_path, query, view.headers, checked.names, signed_text, UNSIGNED_PAYLOAD, keyed,
+               params["X-Amz-Signature"]):
+        return checked.identity
+    return None

@@ -1,0 +1,191 @@
+"""The SigV4 fast path's pure work in Python: the twin of the compiled _sigv4check.c, answer for answer.
+
+auth.fastpath uses the compiled module when it was built (`pip install` with a C compiler and
+Python's headers) and this one otherwise; tests/s3api/test_sigv4check_twin.py gives both the
+same requests and compares what they build, byte for byte. Each function answers None for a
+request outside the shapes built here (a character above U+00FF in the path or query, a header
+name or signed value that is not ASCII, a header twice, a signed header absent, an x-amz-*
+header not signed): auth.fastpath then leaves it to the general path. The checks of scopes,
+dates, keys and windows are auth.fastpath's.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from operator import itemgetter
+
+from gateway.s3api.auth.common import _percent_decode
+from gateway.s3api.auth.sigv4 import _canonical_uris
+from gateway.signing import ALGORITHM, uri_encode
+
+__all__ = ["canonical", "canonical_query", "header_parts", "keyed", "verify"]
+
+Keyed = tuple["hashlib._Hash", "hashlib._Hash", str]  # inner, outer, the string to sign's first part
+Parts = tuple["str | None", "str | None", "str | None", "str | None", "str | None"]
+
+_PREFIX = ALGORITHM + " Credential="
+_SIGNED_HEADERS = ", SignedHeaders="
+_SIGNATURE = ", Signature="
+_AUTH_PARAMS = frozenset(("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires", "X-Amz-SignedHeaders",
+                          "X-Amz-Signature", "AWSAccessKeyId", "Signature"))
+_SHA256 = hashlib.sha256()
+# A path that signing.uri_encode keeps as it is: the one canonical URI the general path tries.
+_PLAIN_PATH = re.compile(r"/[A-Za-z0-9_.~/-]*")
+# Query names and values (the same ones come again and again) as they decode and encode, remembered
+# up to 128 characters: made-up long ones cannot fill memory.
+_REMEMBERED = 128
+_decode = functools.lru_cache(maxsize=4096)(_percent_decode)
+_encode = functools.lru_cache(maxsize=4096)(functools.partial(uri_encode, keep_slash=False))
+
+
+def header_parts(headers: tuple[tuple[str, str], ...]) -> Parts | None:
+    """(Credential, SignedHeaders, Signature, x-amz-date, x-amz-content-sha256) of the request,
+    each None when absent (the last of a name counts); None when the Authorization header is not
+    "AWS4-HMAC-SHA256 Credential=..., SignedHeaders=..., Signature=<64 characters>" as every SDK
+    writes it, in ASCII, with those two commas only."""
+    by_name = dict(headers)
+    authorization = by_name.get("authorization")
+    amz_date, payload_hash = by_name.get("x-amz-date"), by_name.get("x-amz-content-sha256")
+    if authorization is None:
+        return None, None, None, amz_date, payload_hash
+    if not authorization.isascii() or not authorization.startswith(_PREFIX) or authorization.count(",") != 2:
+        return None
+    credential, found, rest = authorization[len(_PREFIX):].partition(_SIGNED_HEADERS)
+    signed_text, found_too, provided = rest.partition(_SIGNATURE)
+    if not found or not found_too or len(provided) != 64:
+        return None
+    return credential, signed_text, provided, amz_date, payload_hash
+
+
+def canonical_query(query_string: str) -> tuple[str, dict[str, str]] | None:
+    """The canonical query string of every parameter but X-Amz-Signature, and the decoded values
+    of the parameters that name a signing mechanism; None when one of those comes twice."""
+    try:
+        query_string.encode("latin-1")
+    except UnicodeEncodeError:
+        return None
+    found: dict[str, str] = {}
+    pairs = []
+    for part in query_string.split("&"):
+        if not part:
+            continue
+        raw_name, _, raw_value = part.partition("=")
+        name = _decode(raw_name) if len(raw_name) <= _REMEMBERED else _percent_decode(raw_name)
+        value = _decode(raw_value) if len(raw_value) <= _REMEMBERED else _percent_decode(raw_value)
+        if name in _AUTH_PARAMS:
+            if name in found:
+                return None
+            found[name] = value
+            if name == "X-Amz-Signature":
+                continue
+        pairs.append((_encode(name) if len(name) <= _REMEMBERED else uri_encode(name, keep_slash=False),
+                      _encode(value) if len(value) <= _REMEMBERED else uri_encode(value, keep_slash=False)))
+    pairs.sort()
+    return "&".join(f"{name}={value}" for name, value in pairs), found
+
+
+def keyed(key: bytes, to_sign: str) -> Keyed:
+    """HMAC-SHA256 with `key` as its two hashes, the padded key already taken in (RFC 2104) and in
+    the inner one also `to_sign`, the string to sign's first part ("AWS4-HMAC-SHA256\\n<x-amz-date>\\n
+    <scope>\\n"), which the requests of one second share: only ever copied, never updated themselves."""
+    if len(key) > 64 or not to_sign.isascii():
+        raise ValueError("keyed(signing key: at most 64 bytes, string to sign's first part: ASCII)")
+    padded = key.ljust(64, b"\0")
+    inner, outer = _SHA256.copy(), _SHA256.copy()
+    inner.update(bytes(b ^ 0x36 for b in padded))
+    inner.update(to_sign.encode())
+    outer.update(bytes(b ^ 0x5C for b in padded))
+    return inner, outer, to_sign
+
+
+def verify(method: str, raw_path: str, canonical_query: str, headers: tuple[tuple[str, str], ...],
+           names: tuple[str, ...], signed_text: str, payload_hash: str, keyed: Keyed, provided: str) -> bool | None:
+    """Whether `provided` is the signature of one of the request's canonical forms (compared in
+    constant time); None when the request is not of a shape built here."""
+    forms = canonical(method, raw_path, canonical_query, headers, names, signed_text, payload_hash, keyed)
+    if forms is None:
+        return None
+    if len(provided) != 64 or not provided.isascii():
+        return False
+    matched = False
+    for _, _, signature in forms:
+        matched |= hmac.compare_digest(signature, provided)
+    return matched
+
+
+@dataclass(frozen=True, slots=True)
+class _Signed:
+    """What a list of signed headers makes of a request's headers."""
+
+    values: Callable[[dict[str, str]], tuple[str, ...]]  # the names' values in their order (KeyError: one absent)
+    block: str  # "name:%s\n" for each name: with the values, the canonical header block
+    amz: int  # how many different names start with x-amz-
+    ascii: bool  # whether every name is ASCII
+
+
+@functools.lru_cache(maxsize=256)
+def _signed(names: tuple[str, ...]) -> _Signed:
+    values = itemgetter(*names) if len(names) > 1 else lambda headers: tuple(headers[name] for name in names)
+    return _Signed(values, "".join(f"{name.replace('%', '%%')}:%s\n" for name in names),  # type: ignore[arg-type]
+                   len({name for name in names if name.startswith("x-amz-")}), "".join(names).isascii())
+
+
+def _header_block(names: tuple[str, ...], headers: tuple[tuple[str, str], ...]) -> str | None:
+    """The canonical header block of the signed `names`, or None: a header name twice or not
+    ASCII, an x-amz-* header not signed, a signed header absent or its value not ASCII."""
+    by_name = dict(headers)
+    joined = "\n".join(by_name)
+    signed = _signed(names)
+    if len(by_name) != len(headers) or not joined.isascii() or not signed.ascii:
+        return None
+    if joined.count("\n") == len(by_name) - 1:  # no name with a newline: each x-amz-* name counted once
+        if ("\n" + joined).count("\nx-amz-") != signed.amz:
+            return None  # more x-amz-* headers than signed ones (when one signed is absent: None below)
+    elif not frozenset(names).issuperset(name for name in by_name if name.startswith("x-amz-")):
+        return None
+    try:
+        values: tuple[str, ...] = signed.values(by_name)
+    except KeyError:
+        return None
+    text = " ".join(values)
+    if not text.isascii():
+        return None
+    if not text.isprintable() or "  " in text or text[:1] == " " or text[-1:] == " ":
+        # Some value to trim: printable ASCII without two spaces in a row nor one at either end
+        # (seen next to the joining space) is what trimming leaves as it is.
+        values = tuple(" ".join(value.split()) for value in values)
+    return signed.block % values
+
+
+def canonical(method: str, raw_path: str, canonical_query: str, headers: tuple[tuple[str, str], ...],
+              names: tuple[str, ...], signed_text: str, payload_hash: str,
+              keyed: Keyed) -> tuple[tuple[str, str, str], ...] | None:
+    """(canonical request, string to sign, signature) for each canonical URI the general path
+    tries (sigv4._canonical_uris); None when the request is not of a shape built here."""
+    if not (method + canonical_query + signed_text + payload_hash).isascii():
+        return None
+    try:
+        raw_path.encode("latin-1")
+    except UnicodeEncodeError:
+        return None
+    block = _header_block(names, headers)
+    if block is None:
+        return None
+    inner, outer, to_sign = keyed
+    forms = []
+    for uri in (raw_path,) if _PLAIN_PATH.fullmatch(raw_path) else _canonical_uris(raw_path):
+        request = f"{method}\n{uri}\n{canonical_query}\n{block}\n{signed_text}\n{payload_hash}"
+        digest = _SHA256.copy()  # (a copy costs less than a new hash: no look-up of the algorithm)
+        digest.update(request.encode())
+        request_hash = digest.hexdigest()
+        mac = inner.copy()
+        mac.update(request_hash.encode())
+        signature = outer.copy()
+        signature.update(mac.digest())
+        forms.append((request, to_sign + request_hash, signature.hexdigest()))
+    return tuple(forms)

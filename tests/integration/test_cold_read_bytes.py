@@ -21,9 +21,11 @@ from hypothesis import strategies as st
 
 from gateway.config import CacheSettings
 from gateway.engine.runs import GRANULE
-from gateway.node.workers import WorkerSet
+from gateway.node.workers import WorkerSet, placement
+from gateway.store.blocks import BlockId
 from tests.servers import free_port, stop_process, wait_serving
 from tests.support import RunningGateway, base_settings, client
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -247,6 +249,35 @@ def test_a_read_on_another_worker_of_what_a_piece_lacks_after_an_overwrite_answe
         assert read(second, "bytes=%d-%d" % wider, key) == newer[wider[0]:wider[1] + 1]
         assert read(second, f"bytes={a}-{a + 999}", key) == newer[a:a + 1000]
         assert read(first, f"bytes={a}-{a + 999}", key) == newer[a:a + 1000]
+
+
+def test_a_sequential_reader_is_read_ahead_for_by_the_worker_owning_the_next_block(
+        origin_endpoint, clean_origin, counted, tmp_path):
+    # An engine reads a stream through several connections, each perhaps on another worker: only
+    # the owner of the first block ahead reads ahead, so that two workers never both fetch it.
+    origin = client(origin_endpoint, ("origin-key", "origin-secret"))
+    origin.create_bucket(Bucket="bkt")
+    etag = origin.put_object(Bucket="bkt", Key="k", Body=DATA)["ETag"]  # (what names its blocks)
+    run, secret = tmp_path / "run", secrets.token_bytes(32)
+    run.mkdir()
+    base = _settings(counted)
+    base = dataclasses.replace(base, cache=dataclasses.replace(base.cache, readahead_blocks=1))
+    nodes = [RunningGateway(base, workers=WorkerSet(i, 2, str(run), secret)).__enter__() for i in range(2)]
+    try:
+        s3 = client(nodes[0].endpoint)
+        fetch = nodes[0].server.config.app.s3.engine.reads.fetch
+        owners = [placement("bkt", "k", index) % 2 for index in range(5)]
+        assert set(owners[1:]) == {0, 1}  # (both kinds of next block below)
+        for index in range(4):  # three consecutive reads at the end of block `index`: a sequential reader
+            for n in (3, 2, 1):
+                a = (index + 1) * MiB - n * 100_000
+                assert read(s3, f"bytes={a}-{a + 99_999}") == DATA[a:a + 100_000]
+            wait_for(lambda: fetch.background == 0, "the readahead ends")
+            after = BlockId("bkt", "k", etag, index + 1)
+            assert (after in fetch.store) == (owners[index + 1] == 0), (index, owners)
+    finally:
+        for node in nodes:
+            node.__exit__()
 
 
 _READS = st.one_of(

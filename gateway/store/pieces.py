@@ -27,6 +27,11 @@ def piece_id(block: BlockId) -> BlockId:
     return BlockId(block.bucket, block.key, block.version + PIECE_MARK, block.index)
 
 
+def block_of(piece: BlockId) -> BlockId:
+    """The block a piece (piece_id) is part of."""
+    return BlockId(piece.bucket, piece.key, piece.version.removesuffix(PIECE_MARK), piece.index)
+
+
 def is_piece(block: BlockId) -> bool:
     """Whether `block` names a piece (piece_id), not a block."""
     return block.version.endswith(PIECE_MARK)

@@ -327,6 +327,9 @@ class SharedTier:
             return
         if not pieces.is_piece(piece) or not self.owns(piece) or length == size:
             return
+        if pieces.block_of(piece) in self.own:  # whole here since: the piece is of no more use
+            await self.own.in_thread(lambda _: self._unlink_quiet(path), piece)
+            return
         raw = self._read_piece(piece)
         if raw is not None:
             await self._keep_own_piece(piece, raw)

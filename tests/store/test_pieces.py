@@ -64,7 +64,7 @@ def test_a_piece_kept_as_a_block_of_its_own_reads_back_and_is_named_apart(span: 
                                                                           index: int) -> None:
     block = bid("k", index, version=version)
     piece = pieces.piece_id(block)
-    assert pieces.is_piece(piece) and not pieces.is_piece(block)
+    assert pieces.is_piece(piece) and not pieces.is_piece(block) and pieces.block_of(piece) == block
     assert piece.name != block.name and (piece.bucket, piece.key, piece.index) == (block.bucket, block.key, index)
     lo, hi = span
     assert pieces.decoded(pieces.encoded(lo, BLOCK[lo:hi])) == (lo, BLOCK[lo:hi])

@@ -95,3 +95,19 @@ async def test_pieces_are_evicted_under_pressure_as_blocks_are_and_never_demoted
     finally:
         await a.aclose()
         await b.aclose()
+
+
+async def test_a_piece_written_for_an_owner_that_holds_the_block_whole_by_then_is_deleted(tmp_path: Path) -> None:
+    a, b = workers(tmp_path, 10 * BLOCK)
+    await a.open()
+    await b.open()
+    try:
+        block = bid("k", 1)  # b's
+        data = payload(block, BLOCK)
+        assert (await a.put_piece(block, 0, data[:4096]))[0] == (0, data[:4096])  # written by a, for b
+        await b.put(block, data)  # before b took the piece in
+        await eventually(lambda: b.piece(block) is None, what="b deletes the piece it has no use for")
+        assert b.used == BLOCK and pieces.piece_id(block) not in b
+    finally:
+        await a.aclose()
+        await b.aclose()

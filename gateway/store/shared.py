@@ -27,7 +27,8 @@ brought part of a block another worker owns writes the piece's file itself (a te
 as every block file) and notes it to the owner, which takes it into its part (index, quota,
 policy: `_adopt`) when it takes its notes: the bytes cross no socket, and only the owner ever
 indexes, counts or evicts a piece. Until then (at most NOTES_EVERY) the file is counted in no
-quota; a piece rewritten meanwhile by two workers is one of their two pieces, whole (a rename).
+quota; one whose note is lost (a full ring) is deleted at once; a piece rewritten meanwhile by two
+workers is one of their two pieces, whole (a rename): never bytes of another version or place.
 """
 
 from __future__ import annotations
@@ -236,7 +237,7 @@ class SharedTier:
         victims = await self.own.put_demoting(block_id, data)
         if block_id in self.own and (piece := pieces.piece_id(block_id)) in self.own:
             await self.own.remove(piece)
-        return [(victim, None if pieces.is_piece(victim) else data) for victim, data in victims]
+        return [(victim, None if pieces.is_piece(victim) else kept) for victim, kept in victims]
 
     # --- parts of blocks (store.pieces), on tmpfs --------------------------------------------
 
@@ -282,10 +283,13 @@ class SharedTier:
         joined = pieces.join(None if held is None else (held[0], bytes(held[1])), lo, bytes(data))
         piece, raw = pieces.piece_id(block_id), pieces.encoded(*joined)
         if not self.owns(block_id):
-            written = await self.own.in_thread(lambda b: self._write_for_owner(b, raw), piece)
-            if not written:
+            if self.notes is None or not await self.own.in_thread(lambda b: self._write_for_owner(b, raw), piece):
                 return (lo, b""), []
-            self._noted(piece)
+            if not self.notes.note(piece):  # its owner would never count it: not left in the folder
+                self.stats.notes_dropped += 1
+                await self.own.in_thread(lambda b: self._unlink_quiet(self.own.block_path(b.name)), piece)
+                return (lo, b""), []
+            self.stats.notes_sent += 1
             return joined, []
         victims = await self._keep_own_piece(piece, raw)
         return (joined if piece in self.own else (lo, b"")), victims
@@ -294,7 +298,7 @@ class SharedTier:
         """The piece (`encoded` bytes) in this worker's part, in place of the one held before."""
         await self.own.remove(piece)  # (its index entry and file: the new file is the piece now)
         victims = await self.own.put_demoting(piece, raw)
-        return [(victim, None if pieces.is_piece(victim) else data) for victim, data in victims]
+        return [(victim, None if pieces.is_piece(victim) else kept) for victim, kept in victims]
 
     def _write_for_owner(self, piece: BlockId, raw: bytes) -> bool:
         """In the own part's threads: the piece's file, for the worker that owns it to take in."""

@@ -244,9 +244,9 @@ class TieredStore:
         victims: list[tuple[BlockId, bytes]] | list[tuple[BlockId, bytes | None]]
         if isinstance(held, MemoryTier):
             kept, victims = held.put_piece(block_id, lo, data)
-        else:  # (a block another worker owns: written for it, and kept by it)
+        else:  # the node's shared tier: kept by the block's owner worker (store.shared)
             kept, victims = await held.put_piece(block_id, lo, data)
-        if kept[1]:
+        if kept[1] and self.owns(block_id):  # (as `put` notes only the blocks this worker keeps)
             self._note_object(block_id)
         await self._send_down(0, victims)
         return kept
@@ -310,7 +310,7 @@ class TieredStore:
             await self._remove_everywhere(block_id)
         if isinstance(self.pieces, MemoryTier):  # (a shared tier's pieces are blocks of their own: gone above)
             self.pieces.drop_pieces(bucket, prefix)
-        return len(targets)
+        return sum(1 for block_id in targets.values() if not pieces.is_piece(block_id))
 
     def stats(self) -> dict[str, Any]:
         tiers: dict[str, dict[str, Any]] = {}

@@ -65,14 +65,14 @@ async def test_a_piece_of_another_workers_block_is_written_for_it_and_counted_in
         assert await store.put_piece(block, 0, data[:4096], BLOCK) == (0, data[:4096])
         assert a.used == 0 and a.piece_hit(block, 10, 20) == data[10:20]  # written by a, for b
         assert b.piece(block) == (0, data[:4096])
-        await eventually(lambda: b.used == 4096 + 8, what="b takes the piece in")
-        assert pieces.piece_id(block) in b and a.used == 0
+        await eventually(lambda: b.used == 4096 + 8 and pieces.piece_id(block) in b, what="b takes the piece in")
+        assert a.used == 0
         await store.put_piece(block, 4096, data[4096:8192], BLOCK)  # joined on a, taken in again by b
-        await eventually(lambda: b.used == 8192 + 8, what="b counts the piece grown")
+        await eventually(lambda: b.used == 8192 + 8 and pieces.piece_id(block) in b, what="b counts the piece grown")
         assert b.piece_hit(block, 0, 8192) == data[:8192]
         # A piece a makes whole is still b's to keep (as a piece: b keeps the block whole when it fetches it).
         assert await store.put_piece(block, 8192, data[8192:], BLOCK) == (0, data)
-        await eventually(lambda: b.used == BLOCK + 8, what="b counts the whole piece")
+        await eventually(lambda: b.used == BLOCK + 8 and pieces.piece_id(block) in b, what="b counts the whole piece")
         assert block not in b and a.piece_hit(block, 0, BLOCK) == data
     finally:
         await a.aclose()

@@ -22,11 +22,11 @@ arithmetic (`gateway.store.blocks`):
   not reach the object's last block has that block (its footer) fetched.
 
 Not modelled: pins and TTLs, the metadata cache, concurrency (reads are applied in trace
-order, one at a time), a fleet's peers (one node), and the parts of blocks a worker with a
-memory tier of its own keeps (gateway.store.pieces): there a read of part of a block larger than
-64 KiB fetches its bytes rounded out to 64 KiB and keeps them as the block's piece, where the
-model fetches and keeps the whole block. With blocks of 64 KiB (or a node of several workers,
-which keeps whole blocks only) the two are the same; with larger blocks the model's origin bytes
+order, one at a time), a fleet's peers (one node), and the parts of blocks a memory tier keeps
+(gateway.store.pieces; a lone worker's, or one a node's workers share on tmpfs): there a read of
+part of a block larger than 64 KiB fetches its bytes rounded out to 64 KiB and keeps them as the
+block's piece, where the model fetches and keeps the whole block. With blocks of 64 KiB (or no
+memory tier) the two are the same; with larger blocks the model's origin bytes
 are an upper bound, and a later read of another part of such a block is a hit in the model
 where the gateway fetches what the piece lacks.
 

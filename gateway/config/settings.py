@@ -189,8 +189,9 @@ class CacheSettings:
     promote: bool = setting(True, "CACHE_PROMOTE (true): a hit in a lower tier is copied up to memory; "
                                   "CACHE (false): it is served from where it is.")
     memory_quota: int = setting(1024**3, "Bytes of blocks kept in memory; 0 and no disk tiers: no block cache. "
-                                "With one worker, the parts of blocks cold reads bring (a read's bytes rounded "
-                                "out to 64 KiB, when blocks are larger) are kept in it too.")
+                                "The parts of blocks cold reads bring (a read's bytes rounded out to 64 KiB, "
+                                "when blocks are larger) are kept in it too (with several workers, by the "
+                                "block's owner worker).")
     disk: tuple[DiskTierSettings, ...] = setting(
         (), "Disk tiers below memory, in order; evictions demote downwards. In an env var as a JSON list.")
     readahead_blocks: int = setting(16, "Blocks after a sequential reader's last range that are fetched ahead, "

@@ -189,9 +189,10 @@ class BlockFetcher:
         return GRANULE if self.store.keeps_pieces and self.settings.block_size > GRANULE else None
 
     def keeps_part(self, block: BlockId) -> bool:
-        """Whether part of the block may be kept here: the store keeps pieces (a lone worker's
-        memory tier) and no other node owns the block. A piece is never lent, offered or served
-        to another node: for them, this one does not hold the block."""
+        """Whether part of the block may be kept here: the store keeps pieces (its memory tier,
+        a lone worker's or the node's shared one on tmpfs) and no other node owns the block. A
+        piece is never lent, offered or served to another node: for them, this one does not hold
+        the block."""
         return self.store.keeps_pieces and self.route(block.bucket, block.key, block.index) is None
 
     async def part(self, block: BlockId, meta: ObjectMeta, lo: int, hi: int) -> tuple[bytes, int]:

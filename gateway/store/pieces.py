@@ -4,9 +4,49 @@ A cold read that needs a few KiB of a 1 MiB block fetches those bytes rounded ou
 granule, not the whole block; what it brought is kept as the block's piece (MemoryTier), a
 later read the piece covers is a hit, and a read that needs more of the block fetches only
 what the piece lacks (one origin request) and the two join.
+
+In a tier the workers of a node share (store.shared) a piece is kept as a block of its own, named
+by `piece_id` (its block's version with PIECE_MARK after it: another name, the same owner worker)
+and holding `encoded` bytes: where the piece starts in its block, then the piece.
 """
 
 from __future__ import annotations
+
+import struct
+
+from gateway.store.blocks import BlockId
+
+# What a piece's version ends with in a shared tier: a block version (an ETag or a version id, as
+# objects.block_version makes it) never holds a NUL.
+PIECE_MARK = "\x00piece"
+_START = struct.Struct(">Q")
+
+
+def piece_id(block: BlockId) -> BlockId:
+    """The name the piece of `block` is kept under in a tier the node's workers share."""
+    return BlockId(block.bucket, block.key, block.version + PIECE_MARK, block.index)
+
+
+def block_of(piece: BlockId) -> BlockId:
+    """The block a piece (piece_id) is part of."""
+    return BlockId(piece.bucket, piece.key, piece.version.removesuffix(PIECE_MARK), piece.index)
+
+
+def is_piece(block: BlockId) -> bool:
+    """Whether `block` names a piece (piece_id), not a block."""
+    return block.version.endswith(PIECE_MARK)
+
+
+def encoded(lo: int, data: bytes) -> bytes:
+    """A piece as kept in a shared tier: its start in the block, then its bytes."""
+    return _START.pack(lo) + data
+
+
+def decoded(raw: bytes | memoryview) -> tuple[int, bytes | memoryview]:
+    """(lo, bytes) of a piece kept as `encoded` made it; ValueError for one too short."""
+    if len(raw) <= _START.size:
+        raise ValueError(f"a piece of {len(raw)} bytes holds no byte of its block")
+    return _START.unpack_from(raw)[0], raw[_START.size:]
 
 
 def rounded(lo: int, hi: int, granule: int, length: int) -> tuple[int, int]:

@@ -19,6 +19,16 @@ ring of names in shared memory per pair of workers), which takes the notes into 
 policy every `NOTES_EVERY` seconds and before it chooses a victim: each owner's policy learns
 recency and frequency from the whole node's traffic, as one worker's would. With CACHE_PROMOTE
 the owner also promotes a block of a lower level that another worker hit (TieredStore).
+
+In memory (tmpfs) the tier keeps parts of blocks too (store.pieces): a block's piece is a block
+of its own (`pieces.piece_id`, owned by the block's owner worker), counted in the owner's quota
+and evicted by its policy like any block, read by every worker from its file. A worker whose read
+brought part of a block another worker owns writes the piece's file itself (a temporary renamed,
+as every block file) and notes it to the owner, which takes it into its part (index, quota,
+policy: `_adopt`) when it takes its notes: the bytes cross no socket, and only the owner ever
+indexes, counts or evicts a piece. Until then (at most NOTES_EVERY) the file is counted in no
+quota; one whose note is lost (a full ring) is deleted at once; a piece rewritten meanwhile by two
+workers is one of their two pieces, whole (a rename): never bytes of another version or place.
 """
 
 from __future__ import annotations
@@ -27,12 +37,12 @@ import asyncio
 import logging
 import os
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
-from gateway.store import blockfile
-from gateway.store.blockfile import BadBlockError
-from gateway.store.blocks import BlockId
+from gateway.lru import LRU
+from gateway.store import blockfile, pieces
+from gateway.store.blockfile import BadBlockError, encode_header
+from gateway.store.blocks import BlockId, checksum
 from gateway.store.disk import WARM, DiskTier
 from gateway.store.hitnotes import HitNotes, NotedPolicy
 from gateway.store.mapped import MappedBlocks
@@ -75,7 +85,8 @@ class SharedTier:
         self.stats: TierStats = self.own.stats
         self._inline = medium == "memory"
         self._clock = time.monotonic
-        self._read_lately: OrderedDict[str, float] = OrderedDict()  # others' files on a disk: name -> when read
+        self._read_lately: LRU[str, float] = LRU(_WARM_FILES)  # others' files on a disk: name -> when read
+        self._adopting: dict[str, asyncio.Task[None]] = {}  # pieces other workers wrote, being taken in
         self._others_open = OpenBlockFiles(recheck=1.0)  # kept, as the own part keeps its own
 
     # --- what the own part answers ----------------------------------------------------------
@@ -124,6 +135,8 @@ class SharedTier:
             self._take_later = asyncio.get_running_loop().call_later(NOTES_EVERY, self._take_periodically)
 
     async def aclose(self) -> None:
+        for task in list(self._adopting.values()):
+            task.cancel()
         self._others_open.close()
         if self._take_later is not None:
             self._take_later.cancel()
@@ -150,11 +163,14 @@ class SharedTier:
             return 0
         policy, taken, promote = self.policy, 0, self.promote_noted
         for name in self.notes.drain():
+            entry = self.own._index.get(name)  # (its own part's index)
             if name in policy:
                 policy.access(name)
                 taken += 1
-                if promote is not None and (entry := self.own._index.get(name)) is not None:  # (its own part's index)
+                if promote is not None and entry is not None:
                     promote(self, entry.block_id)
+            if self._inline and (entry is None or pieces.is_piece(entry.block_id)):
+                self._adopt_later(name, None if entry is None else entry.size)  # a piece another worker wrote?
         self.stats.notes_taken += taken
         return taken
 
@@ -211,10 +227,116 @@ class SharedTier:
         return data
 
     async def put(self, block_id: BlockId, data: bytes) -> list[BlockId]:
-        return await self.own.put(block_id, data) if self.owns(block_id) else []
+        return [victim for victim, _ in await self.put_demoting(block_id, data)]
 
     async def put_demoting(self, block_id: BlockId, data: bytes) -> list[tuple[BlockId, bytes | None]]:
-        return await self.own.put_demoting(block_id, data) if self.owns(block_id) else []
+        """Store a block this worker owns (its piece goes: the block holds its bytes now); the
+        evicted blocks with their bytes, to move down a tier (an evicted piece is freed)."""
+        if not self.owns(block_id):
+            return []
+        victims = await self.own.put_demoting(block_id, data)
+        if block_id in self.own and (piece := pieces.piece_id(block_id)) in self.own:
+            await self.own.remove(piece)
+        return [(victim, None if pieces.is_piece(victim) else kept) for victim, kept in victims]
+
+    # --- parts of blocks (store.pieces), on tmpfs --------------------------------------------
+
+    def piece(self, block_id: BlockId) -> tuple[int, bytes | memoryview] | None:
+        """(lo, bytes) of the block's piece, whichever worker keeps it, uncounted; None when none is."""
+        raw = self._read_piece(pieces.piece_id(block_id)) if self._inline else None
+        return None if raw is None else pieces.decoded(raw)
+
+    def _read_piece(self, piece: BlockId) -> bytes | None:
+        """A piece's file read now (on tmpfs: from memory), never through a mapping kept: a piece
+        grows under its name (a new file renamed over the old one), a block never changes."""
+        try:
+            return blockfile.read_block(self.own.block_path(piece.name), piece)
+        except FileNotFoundError:
+            return None
+        except (BadBlockError, OSError) as exc:  # (its owner deletes a bad one when it next writes the piece)
+            log.info("tier %s: piece %s unreadable: %s", self.name, piece.name, exc)
+            return None
+
+    def piece_hit(self, block_id: BlockId, lo: int, hi: int) -> bytes | memoryview | None:
+        """Bytes [lo, hi) of the block from its piece, counted as a hit (noted to the piece's
+        owner); None, counting nothing, when no piece holds them all."""
+        held = self.piece(block_id)
+        if held is None or not pieces.covers(held[0], held[0] + len(held[1]), lo, hi):
+            return None
+        piece = pieces.piece_id(block_id)
+        if self.owns(piece):
+            if piece.name in self.policy:  # (else written by another worker, not taken in yet)
+                self.policy.access(piece.name)
+        else:
+            self._noted(piece)
+        self.stats.hits += 1
+        return held[1][lo - held[0]:hi - held[0]]
+
+    async def put_piece(self, block_id: BlockId, lo: int, data: bytes
+                        ) -> tuple[tuple[int, bytes], list[tuple[BlockId, bytes | None]]]:
+        """Keep bytes [lo, lo + len(data)) of a block not held whole, joined with its piece: in
+        this worker's part when it owns the block, else written for its owner and noted to it
+        (`_adopt`). The piece now kept ((lo, b"") when none is) and the blocks evicted here."""
+        if not self._inline or not data:
+            return (lo, b""), []
+        held = self.piece(block_id)
+        joined = pieces.join(None if held is None else (held[0], bytes(held[1])), lo, bytes(data))
+        piece, raw = pieces.piece_id(block_id), pieces.encoded(*joined)
+        if not self.owns(block_id):
+            if self.notes is None or not await self.own.in_thread(lambda b: self._write_for_owner(b, raw), piece):
+                return (lo, b""), []
+            if not self.notes.note(piece):  # its owner would never count it: not left in the folder
+                self.stats.notes_dropped += 1
+                await self.own.in_thread(lambda b: self._unlink_quiet(self.own.block_path(b.name)), piece)
+                return (lo, b""), []
+            self.stats.notes_sent += 1
+            return joined, []
+        victims = await self._keep_own_piece(piece, raw)
+        return (joined if piece in self.own else (lo, b"")), victims
+
+    async def _keep_own_piece(self, piece: BlockId, raw: bytes) -> list[tuple[BlockId, bytes | None]]:
+        """The piece (`encoded` bytes) in this worker's part, in place of the one held before."""
+        await self.own.remove(piece)  # (its index entry and file: the new file is the piece now)
+        victims = await self.own.put_demoting(piece, raw)
+        return [(victim, None if pieces.is_piece(victim) else kept) for victim, kept in victims]
+
+    def _write_for_owner(self, piece: BlockId, raw: bytes) -> bool:
+        """In the own part's threads: the piece's file, for the worker that owns it to take in."""
+        try:
+            blockfile.write_file(self.own.block_path(piece.name), encode_header(piece, len(raw), checksum(raw)), raw,
+                                 fsync=False, unlink=self._unlink_quiet)
+        except OSError as exc:
+            log.info("tier %s: piece %s for its owner not written: %s", self.name, piece.name, exc)
+            return False
+        return True
+
+    def _unlink_quiet(self, path: str) -> None:
+        blockfile.unlink_quiet(path, self.name)
+
+    def _adopt_later(self, name: str, size: int | None) -> None:
+        """`_adopt` in a task of its own, one at a time for a name (two at once would each
+        remove the file the other writes)."""
+        if name not in self._adopting:
+            task = self._adopting[name] = asyncio.get_running_loop().create_task(self._adopt(name, size))
+            task.add_done_callback(lambda _: self._adopting.pop(name, None))
+
+    async def _adopt(self, name: str, size: int | None) -> None:
+        """Take into this worker's part the piece another worker wrote under `name` for it (noted
+        to it), unless its part holds that piece already (`size`: the bytes it counts for it): its
+        bytes read from the file, which is then written again as this part's own."""
+        path = self.own.block_path(name)
+        try:
+            piece, length, _ = blockfile.read_entry(path, name)  # (on tmpfs: a read from memory)
+        except (BadBlockError, OSError):  # no file (a hit on a block gone since), or a bad one
+            return
+        if not pieces.is_piece(piece) or not self.owns(piece) or length == size:
+            return
+        if pieces.block_of(piece) in self.own:  # whole here since: the piece is of no more use
+            await self.own.in_thread(lambda _: self._unlink_quiet(path), piece)
+            return
+        raw = self._read_piece(piece)
+        if raw is not None:
+            await self._keep_own_piece(piece, raw)
 
     async def remove(self, block_id: BlockId) -> bool:
         """Remove a block this worker owns (another's is its owner's to remove)."""
@@ -257,10 +379,7 @@ class SharedTier:
         return data
 
     def _note_read(self, name: str) -> None:
-        self._read_lately[name] = self._clock()
-        self._read_lately.move_to_end(name)
-        if len(self._read_lately) > _WARM_FILES:
-            self._read_lately.popitem(last=False)
+        self._read_lately.put(name, self._clock())
 
     def __repr__(self) -> str:
         return f"SharedTier({self.own!r})"

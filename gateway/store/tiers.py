@@ -34,9 +34,10 @@ class TieredStore:
     - Pinned (bucket, key prefix) blocks are never chosen as victims, in any level: the
       store installs its predicate as each tier's `evictable`. Admin purges and TTLs still
       remove them. The configured pins are fixed; `set_pinned` replaces the runtime ones.
-    - Part of a block (a piece, store.pieces) is kept by a memory tier of this worker's own
-      (`keeps_pieces`), never on a disk nor in a tier the node's workers share; a block under a
-      TTL is not kept in part. A piece that makes its block whole is stored as the block.
+    - Part of a block (a piece, store.pieces) is kept in memory (`keeps_pieces`): a memory tier
+      of this worker's own, or the memory tier the node's workers share, where the block's owner
+      worker keeps it (store.shared); never on a disk. A block under a TTL is not kept in part. A
+      piece that makes a block its owner keeps whole is stored as the block.
     - A (bucket, key prefix, seconds) TTL frees blocks that long after they were first
       stored (the most specific prefix wins). Expired blocks are misses on get(), and
       expire() sweeps them. Disk blocks found at start carry their file's age.
@@ -56,10 +57,12 @@ class TieredStore:
         owns: Callable[[BlockId], bool] = lambda block_id: True,
     ) -> None:
         self.memory = memory
-        # Where parts of blocks are kept: a memory tier of this worker's own. Not beside a tier
-        # the node's workers share: a fixed share of its quota set aside for them cost the whole
-        # blocks 1.2-1.4 points of hit ratio (tests/advisor/test_workers_against_advisor.py).
-        self.pieces = memory if isinstance(memory, MemoryTier) else None
+        # Where parts of blocks are kept: the memory tier, this worker's own or the node's (on
+        # tmpfs), in its quota and under its policy, as blocks are. Not in a tier of their own beside
+        # it: a fixed share of the quota set aside for them cost the whole blocks 1.2-1.4 points of
+        # hit ratio (tests/advisor/test_workers_against_advisor.py).
+        self.pieces = memory if isinstance(memory, MemoryTier) or (
+            isinstance(memory, SharedTier) and memory.medium == "memory") else None
         self.owns = owns  # the blocks this worker keeps (store.shared): all of them, alone
         self.disks = list(disks)
         self.levels: list[Tier] = ([memory] if memory is not None else []) + self.disks
@@ -214,17 +217,19 @@ class TieredStore:
 
     @property
     def keeps_pieces(self) -> bool:
-        """Whether parts of blocks can be kept (a memory tier of this worker's own)."""
+        """Whether parts of blocks can be kept (a memory tier, this worker's own or on tmpfs)."""
         return self.pieces is not None and self.pieces.quota > 0
 
     def piece(self, block_id: BlockId) -> tuple[int, bytes] | None:
         """(lo, bytes) of the part of the block kept here, uncounted; None when none is."""
-        return self.pieces.piece(block_id) if self.pieces is not None else None
+        piece = self.pieces.piece(block_id) if self.pieces is not None else None
+        return None if piece is None else (piece[0], bytes(piece[1]))
 
     def piece_hit(self, block_id: BlockId, lo: int, hi: int) -> bytes | None:
         """Bytes [lo, hi) of a block not held whole, from its piece, counted as a memory hit;
         None, counting nothing, when no piece holds them all. No await."""
-        return self.pieces.piece_hit(block_id, lo, hi) if self.pieces is not None else None
+        kept = self.pieces.piece_hit(block_id, lo, hi) if self.pieces is not None else None
+        return None if kept is None else bytes(kept)  # (from a shared tier: a view of the piece's file)
 
     async def put_piece(self, block_id: BlockId, lo: int, data: bytes, length: int) -> tuple[int, bytes]:
         """Keep bytes [lo, lo + len(data)) of a block of `length` bytes, joined with the part of
@@ -232,12 +237,16 @@ class TieredStore:
         held = self.pieces
         if held is None or self.ttl_of(block_id) is not None or block_id in self:
             return lo, b""
-        joined = pieces.join(held.piece(block_id), lo, data)
-        if joined[0] == 0 and len(joined[1]) == length:
+        joined = pieces.join(self.piece(block_id), lo, data)
+        if joined[0] == 0 and len(joined[1]) == length and self.owns(block_id):
             await self.put(block_id, joined[1])
             return joined
-        kept, victims = held.put_piece(block_id, lo, data)
-        if kept[1]:
+        victims: list[tuple[BlockId, bytes]] | list[tuple[BlockId, bytes | None]]
+        if isinstance(held, MemoryTier):
+            kept, victims = held.put_piece(block_id, lo, data)
+        else:  # the node's shared tier: kept by the block's owner worker (store.shared)
+            kept, victims = await held.put_piece(block_id, lo, data)
+        if kept[1] and self.owns(block_id):  # (as `put` notes only the blocks this worker keeps)
             self._note_object(block_id)
         await self._send_down(0, victims)
         return kept
@@ -299,9 +308,9 @@ class TieredStore:
         }
         for block_id in targets.values():
             await self._remove_everywhere(block_id)
-        if self.pieces is not None:
+        if isinstance(self.pieces, MemoryTier):  # (a shared tier's pieces are blocks of their own: gone above)
             self.pieces.drop_pieces(bucket, prefix)
-        return len(targets)
+        return sum(1 for block_id in targets.values() if not pieces.is_piece(block_id))
 
     def stats(self) -> dict[str, Any]:
         tiers: dict[str, dict[str, Any]] = {}

@@ -21,9 +21,11 @@ from hypothesis import strategies as st
 
 from gateway.config import CacheSettings
 from gateway.engine.runs import GRANULE
-from gateway.node.workers import WorkerSet
+from gateway.node.workers import WorkerSet, placement
+from gateway.store.blocks import BlockId
 from tests.servers import free_port, stop_process, wait_serving
 from tests.support import RunningGateway, base_settings, client
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -188,9 +190,10 @@ def test_pieces_count_their_bytes_in_the_memory_quota(start_gateway, clean_origi
     assert memory.pieces == 3 and memory.used == 3 * GRANULE  # the oldest two evicted
 
 
-def test_a_node_of_several_workers_keeps_whole_blocks_only(origin_endpoint, clean_origin, counted, tmp_path):
-    # Parts of blocks are kept in a memory tier of a lone worker's own only: a worker of a node of
-    # several asks for whole blocks, as before, one request, and the read again is a hit.
+@pytest.fixture
+def two_workers(origin_endpoint, clean_origin, counted, tmp_path):  # type: ignore[no-untyped-def]
+    """A node of two workers (a memory tier they share, on tmpfs) in front of the counted origin,
+    which holds bkt/k; a client of each worker."""
     origin = client(origin_endpoint, ("origin-key", "origin-secret"))
     origin.create_bucket(Bucket="bkt")
     origin.put_object(Bucket="bkt", Key="k", Body=DATA)
@@ -198,15 +201,80 @@ def test_a_node_of_several_workers_keeps_whole_blocks_only(origin_endpoint, clea
     run.mkdir()
     nodes = [RunningGateway(_settings(counted), workers=WorkerSet(i, 2, str(run), secret)).__enter__() for i in range(2)]
     try:
-        a = 3 * MiB + 123_456
+        yield nodes, [client(node.endpoint) for node in nodes]
+    finally:
+        for node in nodes:
+            node.__exit__()
+
+
+def test_a_piece_fetched_through_one_worker_answers_a_read_on_the_other(two_workers, counted):
+    # Parts of blocks are kept in the memory tier the workers share, by the block's owner worker:
+    # the blocks here are owned by either worker, and each piece serves the other worker's read.
+    nodes, (first, second) = two_workers
+    assert all(node.server.config.app.s3.engine.reads.fetch.store.keeps_pieces for node in nodes)
+    for s3 in (first, second):  # each worker knows the object's version (a worker that does not opens
+        assert read(s3, "bytes=0-99") == DATA[:100]  # it with the origin: Opens.open asks for whole blocks)
+    for index in range(1, 5):
+        a = index * MiB + 123_456
+        counted.mark()
+        assert read(first, f"bytes={a}-{a + 4095}") == DATA[a:a + 4096]
+        requests, sent = counted.since()
+        assert requests == 1 and sent <= 4096 + 2 * GRANULE, (index, requests, sent)
+        counted.mark()
+        got = second.get_object(Bucket="bkt", Key="k", Range=f"bytes={a + 100}-{a + 3999}")
+        assert got["Body"].read() == DATA[a + 100:a + 4000]
+        assert got["ResponseMetadata"]["HTTPHeaders"]["x-cache"] == "hit-mem"
+        assert counted.since() == (0, 0), index
+        b = a + 3 * GRANULE  # more of the block, through the other worker: what the piece lacks, once
+        assert read(second, f"bytes={a}-{b}") == DATA[a:b + 1]
+        requests, sent = counted.since()
+        assert requests == 1 and sent <= 3 * GRANULE, (index, requests, sent)
+        counted.mark()
+        assert read(first, f"bytes={a}-{b}") == DATA[a:b + 1]
+        assert counted.since() == (0, 0), index
+
+
+def test_a_read_on_another_worker_of_what_a_piece_lacks_after_an_overwrite_answers_the_new_version(
+        two_workers, origin_endpoint, counted):
+    nodes, (first, second) = two_workers
+    for index in range(1, 4):
+        a = index * MiB + 200_000
+        key = f"o{index}"
+        client(origin_endpoint, ("origin-key", "origin-secret")).put_object(Bucket="bkt", Key=key, Body=DATA)
+        assert read(second, "bytes=0-99", key) == DATA[:100]  # the second worker knows the version now
+        assert read(first, f"bytes={a}-{a + 999}", key) == DATA[a:a + 1000]  # its piece, through the first
+        newer = os.urandom(len(DATA))
+        client(origin_endpoint, ("origin-key", "origin-secret")).put_object(Bucket="bkt", Key=key, Body=newer)
+        wider = (a - 150_000, a + 150_000)  # the piece's bytes and more of the same block, asked If-Match
+        assert read(second, "bytes=%d-%d" % wider, key) == newer[wider[0]:wider[1] + 1]
+        assert read(second, f"bytes={a}-{a + 999}", key) == newer[a:a + 1000]
+        assert read(first, f"bytes={a}-{a + 999}", key) == newer[a:a + 1000]
+
+
+def test_a_sequential_reader_is_read_ahead_for_by_the_worker_owning_the_next_block(
+        origin_endpoint, clean_origin, counted, tmp_path):
+    # An engine reads a stream through several connections, each perhaps on another worker: only
+    # the owner of the first block ahead reads ahead, so that two workers never both fetch it.
+    origin = client(origin_endpoint, ("origin-key", "origin-secret"))
+    origin.create_bucket(Bucket="bkt")
+    etag = origin.put_object(Bucket="bkt", Key="k", Body=DATA)["ETag"]  # (what names its blocks)
+    run, secret = tmp_path / "run", secrets.token_bytes(32)
+    run.mkdir()
+    base = _settings(counted)
+    base = dataclasses.replace(base, cache=dataclasses.replace(base.cache, readahead_blocks=1))
+    nodes = [RunningGateway(base, workers=WorkerSet(i, 2, str(run), secret)).__enter__() for i in range(2)]
+    try:
         s3 = client(nodes[0].endpoint)
-        counted.mark()
-        assert read(s3, f"bytes={a}-{a + 4095}") == DATA[a:a + 4096]
-        assert counted.since() == (1, MiB)
-        counted.mark()
-        assert x_cache(s3, f"bytes={a}-{a + 4095}") == "hit-mem"
-        assert counted.since() == (0, 0)
-        assert not nodes[0].server.config.app.s3.engine.reads.fetch.store.keeps_pieces
+        fetch = nodes[0].server.config.app.s3.engine.reads.fetch
+        owners = [placement("bkt", "k", index) % 2 for index in range(5)]
+        assert set(owners[1:]) == {0, 1}  # (both kinds of next block below)
+        for index in range(4):  # three consecutive reads at the end of block `index`: a sequential reader
+            for n in (3, 2, 1):
+                a = (index + 1) * MiB - n * 100_000
+                assert read(s3, f"bytes={a}-{a + 99_999}") == DATA[a:a + 100_000]
+            wait_for(lambda: fetch.background == 0, "the readahead ends")
+            after = BlockId("bkt", "k", etag, index + 1)
+            assert (after in fetch.store) == (owners[index + 1] == 0), (index, owners)
     finally:
         for node in nodes:
             node.__exit__()
@@ -239,6 +307,8 @@ def test_any_reads_answer_the_origins_bytes_with_no_more_requests_than_reads(
     sets = [WorkerSet(i, workers, str(run), secret) for i in range(workers)] if workers > 1 else [None]
     nodes = [RunningGateway(base, workers=w).__enter__() for w in sets]
     try:
+        # With two workers too, parts of blocks are kept (in the memory tier they share).
+        assert all(node.server.config.app.s3.engine.reads.fetch.store.keeps_pieces for node in nodes)
         # A whole GET without x-amz-checksum-mode: one that asks for checksums after a ranged read
         # brought metadata without them costs a HEAD more (not what this file tests).
         clients = [client(node.endpoint, response_checksum_validation="when_required") for node in nodes]

@@ -59,6 +59,19 @@ def test_joins_are_always_one_true_contiguous_piece(arrivals: list[tuple[int, in
             assert pieces.covers(held[0], held[0] + len(held[1]), before[0], before[0] + len(before[1]))
 
 
+@given(spans(), st.text(min_size=1, max_size=40).filter(lambda v: "\x00" not in v), st.integers(0, 10**6))
+def test_a_piece_kept_as_a_block_of_its_own_reads_back_and_is_named_apart(span: tuple[int, int], version: str,
+                                                                          index: int) -> None:
+    block = bid("k", index, version=version)
+    piece = pieces.piece_id(block)
+    assert pieces.is_piece(piece) and not pieces.is_piece(block) and pieces.block_of(piece) == block
+    assert piece.name != block.name and (piece.bucket, piece.key, piece.index) == (block.bucket, block.key, index)
+    lo, hi = span
+    assert pieces.decoded(pieces.encoded(lo, BLOCK[lo:hi])) == (lo, BLOCK[lo:hi])
+    with pytest.raises(ValueError):
+        pieces.decoded(pieces.encoded(lo, b""))
+
+
 def test_bad_spans_are_refused() -> None:
     with pytest.raises(ValueError):
         pieces.rounded(5, 5, 4, 10)

@@ -31,10 +31,10 @@ hit of its blocks, as here.
 
 Not modelled: pins and TTLs, the metadata cache, concurrency (reads are applied in trace
 order, one at a time), a fleet's peers (one node), which worker served a GET (readahead's
-sequential readers are spotted over the whole node here, by each worker alone there), and the parts of blocks a worker with a
-memory tier of its own keeps (gateway.store.pieces): there a read of part of a block larger than
-64 KiB fetches its bytes rounded out to 64 KiB and keeps them as the block's piece, where the
-model fetches and keeps the whole block. With blocks of 64 KiB (or a node of several workers,
+sequential readers are spotted over the whole node here, by each worker alone there), and the
+parts of blocks a worker with a memory tier of its own keeps (gateway.store.pieces): there a
+read of part of a block larger than 64 KiB fetches its bytes rounded out to 64 KiB and keeps
+them as the block's piece, where the model fetches and keeps the whole block. With blocks of 64 KiB (or a node of several workers,
 which keeps whole blocks only) the two are the same; with larger blocks the model's origin bytes
 are an upper bound, and a later read of another part of such a block is a hit in the model
 where the gateway fetches what the piece lacks.
@@ -149,7 +149,8 @@ class SimStore:
         self.levels = [SimTier(tier, spec.policy) for tier in spec.tiers if tier.quota > 0]
         self.promote = spec.promote
         # The memory level's blocks, for the x-cache answer hit-mem (None: no memory level).
-        self.top: dict[str, int] | None = self.levels[0].sizes if self.levels and self.levels[0].medium == "memory" else None
+        top = self.levels[0] if self.levels and self.levels[0].medium == "memory" else None
+        self.top: dict[str, int] | None = None if top is None else top.sizes
         self.promotions = 0
         self.demotions = 0
         self.freed = 0

@@ -22,9 +22,10 @@ __all__ = ["asked", "from_tiers", "in_others_file", "reads_others_disks"]
 def asked(source: str, blocks: list[BlockId], runs: list[Run], *, fetched: bool, node_disks: bool) -> str:
     """The x-cache value once the owners of the blocks were asked: a guessed hit-peer is a miss,
     or partial, when some of them no one held (runs bring them from the origin). In a node whose
-    workers share a disk tier (`node_disks`), a block `Reads._describe` did not find here is held by the
-    node when no run brings it: its owner holds it (engine.holders asked), most often in a file
-    on the disk that this worker reads."""
+    workers share a disk tier (`node_disks`), a block `Reads._describe` did not find here is
+    held by the node when no run brings it: its owner holds it (engine.holders asked), most
+    often in a file on the disk that this worker reads. `fetched`: the first block came from
+    the origin with the object's metadata (a cold open)."""
     if source in ("hit-mem", "hit-disk") or (source == "hit-peer" and not runs):
         return source
     brought = sum(1 for block in blocks if any(block.index in run.indexes for run in runs))

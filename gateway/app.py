@@ -293,12 +293,13 @@ def build_store(cache: CacheSettings, workers: WorkerSet | None = None) -> Tiere
 def build_shadow(cache: CacheSettings, workers: WorkerSet | None = None) -> ShadowAdvisor | None:
     """Shadow models of this node's store at 1x, 2x and 4x its quotas (issue 8's online
     estimate: what more cache would buy), fed a `cache.shadow_rate` sample of the traffic.
-    In a node of several workers the first worker's models are the node's, fed every worker's
-    sample; the others' only send theirs (`sends`, gateway.admin.nodefeed)."""
+    In a node of several workers the first worker's models are the node's (its N stores of 1/N
+    of each quota, as `gateway advise --workers N` models it), fed every worker's sample; the
+    others' only send theirs (`sends`, gateway.admin.nodefeed)."""
     if cache.shadow_rate <= 0:
         return None
-    spec = spec_from_settings(cache)
     workers = workers or WorkerSet()
+    spec = spec_from_settings(cache, workers=workers.count)
     several = not workers.alone
     return ShadowAdvisor({f"{k}x": spec.scaled(k) for k in (1, 2, 4)}, rate=cache.shadow_rate,
                          sends=several and not workers.first, delay=FEED_DELAY if several else 0.0)

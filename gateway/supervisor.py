@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import math
 import os
 import pickle
 import selectors
@@ -49,7 +48,8 @@ from dataclasses import dataclass, field
 from typing import NoReturn
 
 from gateway import log
-from gateway.config import ConfigError, ServerSettings, Settings
+from gateway.config import ConfigError, Settings
+from gateway.node.cores import usable_cores, worker_count
 from gateway.node.listening import listen
 from gateway.node.workers import ENV, WorkerSet
 
@@ -67,37 +67,6 @@ TICK = 0.1  # seconds between looks at the workers and the signals received
 
 class NodeFailed(Exception):
     """The node cannot run: no worker serves, and every one keeps dying as it starts."""
-
-
-def worker_count(server: ServerSettings) -> int:
-    """server.workers, with 0 as one per core this process may use (usable_cores)."""
-    return server.workers or usable_cores()
-
-
-def usable_cores(cgroup: str = "/sys/fs/cgroup") -> int:
-    """The cores this process may run on, bounded by its cgroup's CPU quota (a container's CPU
-    limit: a pod limited to 2 CPUs on a 64-core host gets 2 workers, not 64)."""
-    cores = len(os.sched_getaffinity(0))
-    quota = _cpu_quota(cgroup)
-    return cores if quota is None else max(1, min(cores, math.ceil(quota)))
-
-
-def _cpu_quota(cgroup: str) -> float | None:
-    """CPUs the cgroup may use (cgroup v2 cpu.max, else v1 cfs_quota_us / cfs_period_us); None: no limit."""
-    try:
-        with open(os.path.join(cgroup, "cpu.max")) as fh:
-            quota, period = fh.read().split()[:2]
-        return None if quota == "max" else int(quota) / int(period)
-    except (OSError, ValueError):
-        pass
-    try:
-        with open(os.path.join(cgroup, "cpu", "cpu.cfs_quota_us")) as fh:
-            quota_us = int(fh.read())
-        with open(os.path.join(cgroup, "cpu", "cpu.cfs_period_us")) as fh:
-            period_us = int(fh.read())
-    except (OSError, ValueError):
-        return None
-    return quota_us / period_us if quota_us > 0 and period_us > 0 else None
 
 
 def supervise(settings: Settings, count: int, log_level: str, listening: Callable[[int], None]) -> None:

@@ -33,7 +33,7 @@ ALLOWED: dict[str, set[str]] = {
     "requesthead": set(),
     "connlimits": BASE | {"transport_errors"},
     "httpserver": BASE | {"transport_errors", "hitanswers", "requesthead", "connlimits"},
-    "advisor": BASE | {"lru", "store"},
+    "advisor": BASE | {"lru", "node", "store"},  # node: the workers' placement and count, to model a node
     "configdoc": {"config"},
     "tables": BASE,  # table formats for `gateway load --table`: pure, the bytes come from admin.tableplan
     "admin": BASE | {"advisor", "cluster", "engine", "events", "gcpauses", "httpserver", "node", "origin", "s3api",

@@ -12,7 +12,8 @@ import click
 from gateway.advisor import model as m
 from gateway.advisor.simulate import BlockNames
 from gateway.advisor.trace import Trace, TraceError, open_trace
-from gateway.config import CacheSettings, ConfigError, load, parse_duration, parse_size
+from gateway.config import CacheSettings, ConfigError, Settings, load, parse_duration, parse_size
+from gateway.node.cores import worker_count
 
 
 def _size(text: str, name: str) -> int:
@@ -62,6 +63,9 @@ def human(n: float) -> str:
 @click.option("--readahead", type=click.IntRange(min=0), default=None,
               help="Blocks read ahead for sequential readers (cache.readahead_blocks).  [default: 16 or --config's]")
 @click.option("--no-promote", is_flag=True, help="CACHE instead of CACHE_PROMOTE: lower-tier hits stay where they are.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Model a node of this many workers (server.workers): each keeps the blocks it owns in its "
+                   "share of every quota. [default: the workers --config's node runs here, else 1]")
 @click.option("--sample-rate", type=click.FloatRange(min=0, min_open=True, max=1), default=1.0, show_default=True,
               help="SHARDS sampling: replay only this share of the objects (by hash), into quotas scaled alike.")
 @click.option("--period", default=None, help="How long the trace covers (e.g. 1h), for origin costs per month "
@@ -71,7 +75,7 @@ def human(n: float) -> str:
 def advise(
     log_path: str, csv_format: bool, config_path: str | None, budget: str, hdd: str, memory_shares: str,
     policies: str, prices: str, latency: str, bandwidth: str, block_size: str | None, readahead: int | None,
-    no_promote: bool, sample_rate: float, period: str | None, chart: str | None, as_json: bool,
+    no_promote: bool, workers: int | None, sample_rate: float, period: str | None, chart: str | None, as_json: bool,
 ) -> None:
     """Recommend a memory:SSD split of a cache budget (and a policy) from a recorded trace.
 
@@ -80,8 +84,11 @@ def advise(
     requests and bytes saved, an estimated mean GET latency, the monthly cost and a
     cost-performance figure. See docs/advisor.md.
     """
-    base_model, cache = _model(config_path, prices, latency, bandwidth)
-    plan = _plan(cache, policies, block_size, readahead, no_promote, budget, hdd, memory_shares, sample_rate)
+    base_model, settings = _model(config_path, prices, latency, bandwidth)
+    cache = settings.cache if settings else None
+    # As `gateway serve` resolves server.workers (0: the cores this machine lets it use).
+    node = workers if workers is not None else worker_count(settings.server) if settings else 1
+    plan = _plan(cache, policies, block_size, readahead, no_promote, budget, hdd, memory_shares, sample_rate, node)
     if chart:
         try:
             import matplotlib  # noqa: F401
@@ -122,6 +129,7 @@ class _Plan:
     hdd: int
     shares: list[float]
     sample_rate: float
+    workers: int  # the node's: each keeps its blocks in 1/workers of every quota
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +142,8 @@ class _Result:
     replays: int
 
 
-def _model(config_path: str | None, prices: str, latency: str, bandwidth: str) -> tuple[m.Model, CacheSettings | None]:
-    """The cost and speed model from the options, and the cache settings of --config if given."""
+def _model(config_path: str | None, prices: str, latency: str, bandwidth: str) -> tuple[m.Model, Settings | None]:
+    """The cost and speed model from the options, and the settings of --config if given."""
     try:
         settings = load(config_path) if config_path else None
         model = m.Model(
@@ -146,12 +154,12 @@ def _model(config_path: str | None, prices: str, latency: str, bandwidth: str) -
         )
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
-    return model, settings.cache if settings else None
+    return model, settings
 
 
 def _plan(
     cache: CacheSettings | None, policies: str, block_size: str | None, readahead: int | None, no_promote: bool,
-    budget: str, hdd: str, memory_shares: str, sample_rate: float,
+    budget: str, hdd: str, memory_shares: str, sample_rate: float, workers: int,
 ) -> _Plan:
     names = [p.strip().lower() for p in policies.split(",") if p.strip()]
     unknown = [p for p in names if p not in ("lru", "s3fifo")]
@@ -167,7 +175,7 @@ def _plan(
     shares = _shares(memory_shares)
     if total <= 0:
         raise click.BadParameter("must be more than 0 bytes", param_hint="--budget")
-    return _Plan(names, size_of_block, ahead, promote, total, hdd_bytes, shares, sample_rate)
+    return _Plan(names, size_of_block, ahead, promote, total, hdd_bytes, shares, sample_rate, workers)
 
 
 def _simulate(trace: Trace, plan: _Plan, model: m.Model, *, with_curves: bool) -> _Result:
@@ -175,7 +183,7 @@ def _simulate(trace: Trace, plan: _Plan, model: m.Model, *, with_curves: bool) -
     began = time.perf_counter()
     outcomes = m.sweep(trace.reads, plan.total, policies=plan.policies, fractions=plan.shares, hdd=plan.hdd,
                        block_size=plan.block_size, promote=plan.promote, readahead=plan.readahead,
-                       rate=plan.sample_rate, model=model)
+                       rate=plan.sample_rate, model=model, workers=plan.workers)
     chosen = m.recommend(outcomes)
     best = m.fastest(outcomes)
     curves = {}
@@ -183,7 +191,8 @@ def _simulate(trace: Trace, plan: _Plan, model: m.Model, *, with_curves: bool) -
         sizes = [max(plan.block_size, int(plan.total * 2.0**k)) for k in range(-8, 2)]
         block_names = BlockNames()
         curves = {p: m.miss_ratio_curve(trace.reads, sizes, p, block_size=plan.block_size, readahead=plan.readahead,
-                                        rate=plan.sample_rate, names=block_names) for p in plan.policies}
+                                        rate=plan.sample_rate, names=block_names, workers=plan.workers)
+                  for p in plan.policies}
     elapsed = time.perf_counter() - began
     replays = len(outcomes) + sum(len(curve) for curve in curves.values())
     return _Result(outcomes, chosen, best, curves, elapsed, replays)
@@ -197,7 +206,8 @@ def _as_json(trace: Trace, plan: _Plan, model: m.Model, seconds: float | None, r
                   "sized_by_field": stats.sized_by_field, "sized_by_trace": stats.sized_by_trace,
                   "sized_by_bound": stats.sized_by_bound},
         "settings": {"budget": plan.total, "hdd": plan.hdd, "block_size": plan.block_size, "readahead": plan.readahead,
-                     "promote": plan.promote, "sample_rate": plan.sample_rate, "prices": model.prices,
+                     "promote": plan.promote, "sample_rate": plan.sample_rate, "workers": plan.workers,
+                     "prices": model.prices,
                      "latency": model.latency, "bandwidth": model.bandwidth},
         "outcomes": [o.as_dict() for o in result.outcomes],
         "recommended": result.chosen.as_dict(), "fastest": result.best.as_dict(),
@@ -217,6 +227,8 @@ def _print_report(trace: Trace, plan: _Plan, result: _Result) -> None:
     click.echo(f"budget {human(plan.total)}" + (f" + HDD {human(hdd_bytes)}" if hdd_bytes else "")
                + f", blocks of {human(plan.block_size)}, readahead {plan.readahead}, "
                f"{'CACHE_PROMOTE' if plan.promote else 'CACHE'}"
+               + (f", a node of {plan.workers} workers (each its blocks in 1/{plan.workers} of every quota)"
+                  if plan.workers > 1 else "")
                + (f", sampled at {plan.sample_rate:g}" if plan.sample_rate < 1 else "")
                + f"; {result.replays} replays in {result.elapsed:.1f}s "
                f"({result.replays * stats.reads / result.elapsed:,.0f} GETs/s)")

@@ -165,28 +165,30 @@ DEFAULT_FRACTIONS = (0.0, 1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
 def sweep(
     reads: Sequence, budget: int, *, policies: Sequence[str] = ("lru", "s3fifo"),  # type: ignore[type-arg]
     fractions: Sequence[float] = DEFAULT_FRACTIONS, hdd: int = 0, block_size: int = 1024**2,
-    promote: bool = True, readahead: int = 16, rate: float = 1.0, model: Model | None = None,
+    promote: bool = True, readahead: int = 16, rate: float = 1.0, model: Model | None = None, workers: int = 1,
 ) -> list[Outcome]:
-    """Every (policy, memory:SSD split of `budget`) replayed and evaluated."""
+    """Every (policy, memory:SSD split of `budget`) replayed and evaluated, on a node of `workers`
+    workers (the budget shared out among them as the node does: simulate.SimNode)."""
     model = model or Model()
     names = BlockNames()
     outcomes = []
     for policy in policies:
         for memory, ssd in splits(budget, fractions):
-            spec = StoreSpec(tiers_for(memory, ssd, hdd), policy, block_size, promote, readahead)
+            spec = StoreSpec(tiers_for(memory, ssd, hdd), policy, block_size, promote, readahead, workers)
             outcomes.append(evaluate(replay(reads, spec, rate=rate, names=names), policy, memory, ssd, hdd, model))
     return outcomes
 
 
 def miss_ratio_curve(
     reads: Sequence, sizes: Sequence[int], policy: str, *, block_size: int = 1024**2,  # type: ignore[type-arg]
-    readahead: int = 16, rate: float = 1.0, names: BlockNames | None = None,
+    readahead: int = 16, rate: float = 1.0, names: BlockNames | None = None, workers: int = 1,
 ) -> list[tuple[int, float, float]]:
-    """(cache size, byte miss ratio, GET miss ratio) of a one-tier cache of each size."""
+    """(cache size, byte miss ratio, GET miss ratio) of a one-tier cache of each size (on a node of
+    `workers` workers, each with its share of it)."""
     curve = []
     names = BlockNames() if names is None else names
     for size in sizes:
-        spec = StoreSpec(tiers_for(0, size), policy, block_size, True, readahead)
+        spec = StoreSpec(tiers_for(0, size), policy, block_size, True, readahead, workers)
         c = replay(reads, spec, rate=rate, names=names)
         curve.append((size, 1 - c.byte_hit_ratio, 1 - c.object_hit_ratio))
     return curve

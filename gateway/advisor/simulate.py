@@ -21,12 +21,22 @@ arithmetic (`gateway.store.blocks`):
   among the next `readahead` fetched ahead in one request, and a Parquet/ORC read that does
   not reach the object's last block has that block (its footer) fetched.
 
+A node of several workers (`StoreSpec.workers` N > 1, `server.workers`) is modelled as the node
+is built (gateway.app.build_store): N stores, each with 1/N of every quota (rounded down as the
+workers round it), and each block in the store of the worker that owns it, by the node's own
+placement (`gateway.node.workers.placement`, the function the workers use); a GET's blocks are
+looked up each in its owner's store, and its answer, origin requests and readahead are the
+node's. The node's hits reach their owners' policies (store.hitnotes), so each part sees every
+hit of its blocks, as here.
+
 Not modelled: pins and TTLs, the metadata cache, concurrency (reads are applied in trace
-order, one at a time), a fleet's peers (one node), and the parts of blocks a memory tier keeps
-(gateway.store.pieces; a lone worker's, or one a node's workers share on tmpfs): there a read of
-part of a block larger than 64 KiB fetches its bytes rounded out to 64 KiB and keeps them as the
-block's piece, where the model fetches and keeps the whole block. With blocks of 64 KiB (or no
-memory tier) the two are the same; with larger blocks the model's origin bytes
+order, one at a time), a fleet's peers (one node), which worker served a GET (readahead's
+sequential readers are spotted over the whole node here, by each worker alone there), and the
+parts of blocks a memory tier keeps (gateway.store.pieces; a lone worker's, or one a node's
+workers share on tmpfs): there a read of part of a block larger than 64 KiB fetches its bytes
+rounded out to 64 KiB and keeps them as the block's piece, where the model fetches and keeps the
+whole block. With blocks of 64 KiB (or no memory tier) the two are the same; with larger blocks
+the model's origin bytes
 are an upper bound, and a later read of another part of such a block is a hit in the model
 where the gateway fetches what the piece lacks.
 
@@ -37,6 +47,7 @@ Ratios come straight from the sample; totals are scaled back by 1/R.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
@@ -44,6 +55,7 @@ from typing import Any
 
 from gateway.config import CacheSettings
 from gateway.lru import LRU
+from gateway.node.workers import placement
 from gateway.store.blocks import BlockId, block_span
 from gateway.store.policy import EvictionPolicy, make_policy
 
@@ -71,11 +83,21 @@ class StoreSpec:
     block_size: int = 1024**2
     promote: bool = True
     readahead: int = 16
+    workers: int = 1  # the node's workers: each keeps the blocks it owns in 1/workers of every quota
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError(f"a node has at least one worker, not {self.workers}")
 
     def scaled(self, rate: float) -> StoreSpec:
         """The same store with every quota scaled by `rate` (for a SHARDS sample)."""
         tiers = tuple(TierSpec(t.name, t.medium, int(t.quota * rate)) for t in self.tiers)
-        return StoreSpec(tiers, self.policy, self.block_size, self.promote, self.readahead)
+        return dataclasses.replace(self, tiers=tiers)
+
+    def part(self) -> StoreSpec:
+        """One worker's store: 1/workers of every quota, rounded down as gateway.app.build_store does."""
+        tiers = tuple(TierSpec(t.name, t.medium, t.quota // self.workers) for t in self.tiers)
+        return dataclasses.replace(self, tiers=tiers, workers=1)
 
 
 class SimTier:
@@ -127,6 +149,9 @@ class SimStore:
         self.spec = spec
         self.levels = [SimTier(tier, spec.policy) for tier in spec.tiers if tier.quota > 0]
         self.promote = spec.promote
+        # The memory level's blocks, for the x-cache answer hit-mem (None: no memory level).
+        top = self.levels[0] if self.levels and self.levels[0].medium == "memory" else None
+        self.top: dict[str, int] | None = None if top is None else top.sizes
         self.promotions = 0
         self.demotions = 0
         self.freed = 0
@@ -241,11 +266,51 @@ def sampled(bucket: str, key: str, rate: float) -> bool:
 
 class BlockNames(dict):  # type: ignore[type-arg]
     """BlockId names by (bucket, key, version, index), computed once and shared by the
-    replays of one sweep (computing a name is a third of a replay's time)."""
+    replays of one sweep (computing a name is a third of a replay's time); and the blocks'
+    places among a node's workers (`place`), likewise."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.places: dict[tuple[str, str, int], int] = {}
 
     def __missing__(self, ident: tuple[str, str, str, int]) -> str:
         name = self[ident] = BlockId(*ident).name
         return name
+
+    def place(self, bucket: str, key: str, index: int) -> int:
+        """gateway.node.workers.placement of the block: its owner is this modulo the workers."""
+        place = self.places.get((bucket, key, index))
+        if place is None:
+            place = self.places[(bucket, key, index)] = placement(bucket, key, index)
+        return place
+
+
+class SimNode:
+    """The stores of a node's workers (one store for one worker): each block in its owner's."""
+
+    def __init__(self, spec: StoreSpec) -> None:
+        self.spec = spec
+        self.count = spec.workers
+        self.parts = [SimStore(spec.part()) for _ in range(spec.workers)]
+        self.tiers = [tier for tier in self.parts[0].spec.tiers if tier.quota > 0]
+
+    @property
+    def promotions(self) -> int:
+        return sum(part.promotions for part in self.parts)
+
+    @property
+    def demotions(self) -> int:
+        return sum(part.demotions for part in self.parts)
+
+    def owners(self, bucket: str, key: str, span: range, names: BlockNames) -> list[SimStore]:
+        """The store of each block of the span."""
+        if self.count == 1:
+            return self.parts * len(span)
+        parts, count = self.parts, self.count
+        return [parts[names.place(bucket, key, index) % count] for index in span]
+
+    def owner(self, bucket: str, key: str, index: int, names: BlockNames) -> SimStore:
+        return self.parts[0] if self.count == 1 else self.parts[names.place(bucket, key, index) % self.count]
 
 
 def replay(
@@ -271,35 +336,32 @@ def replayer(
     `send(read)` each read as it comes (the online estimate feeds it from the access log)."""
     if not 0 < rate <= 1:
         raise ValueError(f"sampling rate must be in (0, 1], not {rate}")
-    store = SimStore(spec.scaled(rate) if rate < 1 else spec)
-    counters = Counters([tier for tier in store.spec.tiers if tier.quota > 0], scale=1 / rate)
-    levels = store.levels
-    top = levels[0] if levels and levels[0].medium == "memory" else None
+    node = SimNode(spec.scaled(rate) if rate < 1 else spec)
+    counters = Counters(node.tiers, scale=1 / rate)
     block_size = spec.block_size
     readahead = spec.readahead
     read_ends: LRU[tuple[str, str, int], int] = LRU(_SEQUENTIAL_READERS)
     keep: dict[tuple[str, str], bool] = {}
     block_names = BlockNames() if names is None else names
-    origin_level = len(levels)
+    origin_level = len(node.tiers)
     answers = counters.answers
     block_hits, hit_bytes, slowest = counters.block_hits, counters.hit_bytes, counters.slowest
-
-    def fetch(name: str, length: int) -> None:
-        counters.origin_bytes += length
-        store.put(name, length)
 
     def prefetch(bucket: str, key: str, version: str, index: int, size: int) -> bool:
         """Fetch a block nobody asked for yet unless held: whether it was fetched."""
         name = block_names[(bucket, key, version, index)]
+        store = node.owner(bucket, key, index, block_names)
         if name in store:
             return False
         counters.prefetches += 1
-        fetch(name, min(block_size, size - index * block_size))
+        length = min(block_size, size - index * block_size)
+        counters.origin_bytes += length
+        store.put(name, length)
         return True
 
     while True:
-        counters.promotions = store.promotions
-        counters.demotions = store.demotions
+        counters.promotions = node.promotions
+        counters.demotions = node.demotions
         read = yield counters
         bucket, key = read.bucket, read.key
         if rate < 1:
@@ -315,20 +377,21 @@ def replayer(
         version = str(read.version)
         span = block_span(start, end, block_size)
         read_names = [block_names[(bucket, key, version, index)] for index in span]
+        stores = node.owners(bucket, key, span, block_names)
         counters.reads += 1
         counters.read_bytes += end - start + 1
         # The x-cache answer, as gateway.engine.reads describes a read before it starts.
-        if top is not None and all(name in top.sizes for name in read_names):
+        if all(store.top is not None and name in store.top for name, store in zip(read_names, stores)):
             answer = "hit-mem"
         else:
-            cached = sum(1 for name in read_names if name in store)
+            cached = sum(1 for name, store in zip(read_names, stores) if name in store)
             answer = "hit-disk" if cached == len(read_names) else "partial" if cached else "miss"
         answers[answer] += 1
         if trail is not None:
             trail.append(answer)
         worst = -1
         missed_before = False  # one origin request for each stretch of missed blocks (a run)
-        for index, name in zip(span, read_names):
+        for index, name, store in zip(span, read_names, stores):
             first = index * block_size
             length = min(block_size, size - first) if size > 0 else block_size
             wanted = min(end + 1, first + block_size) - max(start, first)
@@ -339,7 +402,8 @@ def replayer(
                 counters.miss_bytes += wanted
                 counters.demand_fetch_bytes += length
                 counters.origin_requests += not missed_before
-                fetch(name, length)
+                counters.origin_bytes += length
+                store.put(name, length)
                 worst = origin_level
             missed_before = level < 0
             if level >= 0:
@@ -375,8 +439,10 @@ def tiers_for(memory: int, ssd: int, hdd: int = 0) -> tuple[TierSpec, ...]:
     return tuple(tiers)
 
 
-def spec_from_settings(cache: CacheSettings, *, policy: str | None = None) -> StoreSpec:
-    """The StoreSpec of a gateway's `cache.*` settings, as gateway.app.build_store builds it."""
+def spec_from_settings(cache: CacheSettings, *, policy: str | None = None, workers: int = 1) -> StoreSpec:
+    """The StoreSpec of a gateway's `cache.*` settings, as gateway.app.build_store builds it for a
+    node of `workers` workers."""
     tiers = [TierSpec("mem", "memory", cache.memory_quota)] if cache.memory_quota > 0 else []
     tiers += [TierSpec(f"disk{i}", disk.medium, disk.quota) for i, disk in enumerate(cache.disk)]
-    return StoreSpec(tuple(tiers), policy or cache.policy, cache.block_size, cache.promote, cache.readahead_blocks)
+    return StoreSpec(tuple(tiers), policy or cache.policy, cache.block_size, cache.promote, cache.readahead_blocks,
+                     workers)

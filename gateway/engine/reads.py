@@ -14,6 +14,7 @@ from gateway.engine.fetch import BlockFetcher, version_of
 from gateway.engine.holders import fetched_here
 from gateway.engine.opens import FirstBlock
 from gateway.engine.runs import Run
+from gateway.engine.xcache import asked, from_tiers, in_others_file, reads_others_disks
 from gateway.errors import S3Error
 from gateway.objects import ObjectChanged, ObjectMeta
 from gateway.origin import Origin, OriginResponse
@@ -129,7 +130,7 @@ class Reads:
             runs = ([] if run is None else [run]) + await self._runs_for(fetch, rest, meta, start, end)
         finally:
             self._read_around(fetch, blocks, meta, start, end)
-        source = _asked(source, blocks, runs)
+        source = asked(source, blocks, runs, fetched=fetched, node_disks=reads_others_disks(fetch))
         chunks = self._stream(fetch, blocks, meta, start, end, runs, in_hand)
         # Started here, so that closing the read runs its `finally` (which gives the budget
         # back and stops the runs) even if the response never asks for a byte: an unstarted
@@ -155,6 +156,9 @@ class Reads:
         held = 0 if source == "hit-mem" else await self.budget.take(fetch.length(block, meta))
         lo, hi = slice_for(block.index, self.settings.block_size, start, end)
         try:
+            if in_hand is None and source == "miss" and in_others_file(fetch, block):
+                in_hand = await from_tiers(fetch, block)
+                source = "miss" if in_hand is None else "hit-disk"
             data, at = (in_hand, 0) if in_hand is not None else await fetch.part(block, meta, lo, hi)
         except BaseException:
             self.budget.give(held)
@@ -414,15 +418,6 @@ class Reads:
         if response.status >= 300:
             raise await self.origin.error_from(response, resource=f"/{bucket}/{key}")
         return response
-
-
-def _asked(source: str, blocks: list[BlockId], runs: list[Run]) -> str:
-    """The x-cache value once the owners of the blocks were asked: a guessed hit-peer is a miss,
-    or partial, when some of them no one held (runs bring them from the origin)."""
-    if source != "hit-peer" or not runs:
-        return source
-    brought = sum(1 for block in blocks if any(block.index in run.indexes for run in runs))
-    return "miss" if brought == len(blocks) else "partial"
 
 
 async def _prepend(head: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from gateway.advisor.synth import write_csv, zipf_reads
 from gateway.cli import main
+from gateway.node.cores import usable_cores
 
 
 @pytest.fixture(scope="module")
@@ -92,3 +93,25 @@ def test_config_hdd_and_origin_prices(csv_trace: str, tmp_path: Path) -> None:
         256 * 1024, 0, False, 256 * 1024**2)
     assert all(o["hdd_bytes"] == 256 * 1024**2 and o["origin_cost"] > 0 for o in document["outcomes"])
     assert run("--log", csv_trace, "--csv", "--period", "soon").exit_code == 2
+
+
+def test_workers_from_the_option_or_as_the_config_s_node_runs(csv_trace: str, tmp_path: Path) -> None:
+    def document(*args: str) -> dict:  # type: ignore[type-arg]
+        result = run("--log", csv_trace, "--csv", "--budget", "32MiB", "--memory-shares", "0,1/4",
+                     "--policies", "s3fifo", "--json", *args)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)  # type: ignore[no-any-return]
+
+    one, three = document("--workers", "1"), document("--workers", "3")
+    assert (one["settings"]["workers"], three["settings"]["workers"]) == (1, 3)
+    assert one["outcomes"] != three["outcomes"]  # three stores of a third of each quota
+    assert document()["outcomes"] == one["outcomes"] and document()["settings"]["workers"] == 1
+    config = tmp_path / "node.toml"
+    config.write_text("[server]\nworkers = 3\n")
+    assert document("--config", str(config))["outcomes"] == three["outcomes"]
+    assert document("--config", str(config), "--workers", "1")["outcomes"] == one["outcomes"]
+    config.write_text("[server]\nworkers = 0\n")  # as `gateway serve` runs it: one worker per usable core
+    assert document("--config", str(config))["settings"]["workers"] == usable_cores()
+    assert run("--log", csv_trace, "--csv", "--workers", "0").exit_code == 2
+    text = run("--log", csv_trace, "--csv", "--budget", "32MiB", "--memory-shares", "0", "--workers", "2").output
+    assert "a node of 2 workers" in text

@@ -3,13 +3,16 @@ policies, with and without promotion, across memory + two disk tiers."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
 import pytest
 
-from gateway.advisor.simulate import SimStore, StoreSpec, TierSpec, replay, tiers_for
+from gateway.advisor.simulate import BlockNames, SimNode, SimStore, StoreSpec, TierSpec, replay, tiers_for
+from gateway.advisor.synth import zipf_reads
 from gateway.advisor.trace import Read
+from gateway.node.workers import placement
 from gateway.store.blocks import BlockId
 from gateway.store.disk import DiskTier
 from gateway.store.memory import MemoryTier
@@ -100,3 +103,42 @@ def test_no_memory_tier_means_hits_are_hit_disk() -> None:
     spec = StoreSpec(tiers_for(0, 1024**3), "lru")
     c = replay([Read("b", "k", 0, 0, 99, 100)] * 2, spec)
     assert c.answers["hit-disk"] == 1 and c.answers["hit-mem"] == 0
+
+
+@pytest.mark.parametrize("policy", ["lru", "s3fifo"])
+@pytest.mark.parametrize("workers", [2, 3, 4])
+def test_a_node_of_workers_is_its_parts_each_over_its_own_blocks(policy: str, workers: int) -> None:
+    """StoreSpec.workers: each block in its owner's store (the node's placement), each store 1/N
+    of every quota; with one block per object, the node's replay is each part's share of the
+    trace replayed into a store of 1/N, added up."""
+    reads = zipf_reads(4000, 600, object_size=(16 * KiB, 64 * KiB), seed=3)
+    spec = StoreSpec(tiers_for(256 * KiB, 1024 * KiB), policy, 64 * KiB, True, 0)
+    node = replay(reads, dataclasses.replace(spec, workers=workers))
+    part = StoreSpec(tuple(TierSpec(t.name, t.medium, t.quota // workers) for t in spec.tiers), policy, 64 * KiB,
+                     True, 0)
+    parts = [replay([r for r in reads if placement(r.bucket, r.key, 0) % workers == i], part) for i in range(workers)]
+    assert node.miss_blocks == sum(p.miss_blocks for p in parts)
+    assert node.block_hits == [sum(p.block_hits[level] for p in parts) for level in range(2)]
+    assert node.answers == {answer: sum(p.answers[answer] for p in parts) for answer in node.answers}
+    assert node.promotions == sum(p.promotions for p in parts) > 0
+    one = replay(reads, spec)
+    assert node.miss_blocks != one.miss_blocks  # the split is a different cache
+
+
+def test_a_node_keeps_each_block_of_an_object_in_its_owners_part() -> None:
+    spec = StoreSpec(tiers_for(12288 * KiB, 0), "lru", 64 * KiB, True, 0, workers=3)
+    names = BlockNames()
+    reads = [Read("b", f"k{i}", 0, 0, 1024 * KiB - 1, 1024 * KiB) for i in range(4)]  # 16 blocks each
+    counters = replay(reads + reads, spec, names=names)
+    assert counters.miss_blocks == 64 and counters.origin_requests == 4  # a stretch of misses is one request
+    assert counters.block_hits == [64] and counters.answers == {"hit-mem": 4, "hit-disk": 0, "partial": 0, "miss": 4}
+    node = SimNode(spec)
+    assert [part.spec.tiers[0].quota for part in node.parts] == [4096 * KiB] * 3
+    owners = {}
+    for read in reads:
+        for index, store in zip(range(16), node.owners(read.bucket, read.key, range(16), names)):
+            owners[names[(read.bucket, read.key, "0", index)]] = placement(read.bucket, read.key, index) % 3
+            store.put(names[(read.bucket, read.key, "0", index)], 64 * KiB)
+    assert len(set(owners.values())) == 3
+    for name, owner in owners.items():
+        assert [name in part for part in node.parts] == [i == owner for i in range(3)]

@@ -1,7 +1,8 @@
 """A node of several workers estimates and heats as one gateway (gateway.admin.nodefeed): its
-shadow estimates ("what more cache would buy") are those one worker serving all the traffic
-makes, and the access heat its first worker counts (the replication controller's input) holds
-every worker's reads.
+shadow estimates ("what more cache would buy") replay every worker's GETs, as one worker serving
+all the traffic would, through the model of the node's store (N stores of 1/N of each quota, as
+`gateway advise --workers N`), and the access heat its first worker counts (the replication
+controller's input) holds every worker's reads.
 
 The same GETs are sent to one gateway, then to a node of 3 workers (gateways in this process
 sharing a run folder, as under `gateway serve`), each GET to a worker drawn at random as the
@@ -26,6 +27,8 @@ from typing import Any
 
 import httpx
 
+from gateway.advisor.simulate import replay, spec_from_settings
+from gateway.advisor.trace import Read
 from gateway.config import AdminSettings, CacheSettings
 from gateway.node.workers import WorkerSet
 from tests.support import GatewayProcess, RunningGateway, base_settings, client
@@ -38,12 +41,12 @@ TOKEN = "admin-token-for-tests"
 # The node's shadows replay the other workers' GETs up to a feed interval (0.25 s) after their
 # answer, so their order differs a little from one gateway's: measured 0.000-0.004 apart.
 TOLERANCE = 0.02
+CACHE = CacheSettings(block_size=64 * KiB, memory_quota=1024 * KiB, readahead_blocks=0, shadow_rate=1.0)
 
 
 @contextlib.contextmanager
 def gateways(origin_endpoint: str, count: int) -> Iterator[list[RunningGateway]]:
-    cache = CacheSettings(block_size=64 * KiB, memory_quota=1024 * KiB, readahead_blocks=0, shadow_rate=1.0)
-    settings = dataclasses.replace(base_settings(origin_endpoint), cache=cache, admin=AdminSettings(token=TOKEN))
+    settings = dataclasses.replace(base_settings(origin_endpoint), cache=CACHE, admin=AdminSettings(token=TOKEN))
     run_dir = tempfile.mkdtemp(prefix="gw-")  # short: a unix socket's path has at most 107 bytes
     secret = os.urandom(32)
     sets = [None] if count == 1 else [WorkerSet(i, count, run_dir, secret) for i in range(count)]
@@ -87,8 +90,9 @@ def test_a_node_of_workers_estimates_and_heats_as_one_gateway(origin_endpoint: s
     bucket = f"nodewide-{uuid.uuid4().hex[:10]}"
     origin.create_bucket(Bucket=bucket)
     keys = [f"obj-{i:03d}" for i in range(OBJECTS)]
+    sizes = {key: rng.randrange(16 * KiB, 64 * KiB) for key in keys}
     for key in keys:
-        origin.put_object(Bucket=bucket, Key=key, Body=rng.randbytes(rng.randrange(16 * KiB, 64 * KiB)))
+        origin.put_object(Bucket=bucket, Key=key, Body=rng.randbytes(sizes[key]))
     weights = [1 / (rank + 1) ** 0.9 for rank in range(OBJECTS)]
     reads = [key for key in rng.choices(keys, weights, k=READS) for _ in range(2)]
 
@@ -96,10 +100,15 @@ def test_a_node_of_workers_estimates_and_heats_as_one_gateway(origin_endpoint: s
     node, node_heat = serve(origin_endpoint, 3, bucket, reads)
 
     assert node_heat == alone_heat == Counter(reads)  # every worker's reads, each once
-    for name in ("1x", "2x", "4x"):
+    gets = [Read(bucket, key, 0, 0, sizes[key] - 1, sizes[key]) for key in reads]
+    for name, times in (("1x", 1), ("2x", 2), ("4x", 4)):
         one, many = alone["shadows"][name]["hit_ratio"], node["shadows"][name]["hit_ratio"]
-        print(f"shadow {name}: one gateway {one:.4f}, a node of 3 workers {many:.4f}")
-        assert abs(one - many) <= TOLERANCE
+        # What the advisor's replay of the GETs in the order sent says of one store and of the node's three.
+        one_store, three = (replay(gets, spec_from_settings(CACHE, workers=n).scaled(times)).object_hit_ratio
+                            for n in (1, 3))
+        print(f"shadow {name}: one gateway {one:.4f} (replay {one_store:.4f}), a node of 3 workers {many:.4f} "
+              f"(replay {three:.4f})")
+        assert abs(one - one_store) <= TOLERANCE and abs(many - three) <= TOLERANCE
     assert alone["shadows"]["1x"]["hit_ratio"] >= 0.5  # (each second read hits: the test can tell)
 
 

@@ -12,8 +12,9 @@ from gateway.cluster.fleet import Fleet
 from gateway.cluster.membership import Member
 from gateway.cluster.peers import PeerError, PeerRefused
 from gateway.cluster.replication import Change
-from gateway.engine.fetch import BlockFetcher, version_of
+from gateway.engine.fetch import BlockFetcher
 from gateway.engine.peers import Peers
+from gateway.engine.sources import version_of
 from gateway.errors import S3Error
 from gateway.objects import ObjectMeta
 from gateway.store.blocks import BlockId

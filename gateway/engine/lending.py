@@ -6,7 +6,7 @@ worker). The node, and the fleet, keep a block the origin sent once."""
 from __future__ import annotations
 
 import asyncio
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -15,11 +15,13 @@ from gateway.config import CacheSettings
 from gateway.engine.peers import Peers
 from gateway.engine.runs import RunStopped
 from gateway.engine.siblings import Siblings
+from gateway.lru import LRU
 from gateway.objects import ObjectMeta
 from gateway.store.blocks import BlockId
 from gateway.store.tiers import TieredStore
 
 _TAKEN_OBJECTS = 4096  # objects whose version taken lately is remembered (Lending.taken)
+_OFFERS = 1 << 16  # blocks waiting at most (a read buffer's worth of bytes is the bound reached first)
 
 Arriving = Callable[[BlockId, Callable[[], Awaitable[bytes]]], Awaitable[bytes]]  # BlockFetcher.arriving
 
@@ -46,11 +48,13 @@ class Lending:
         self._fetching = fetching
         self._arriving = arriving
         self._spawn = spawn
-        self._lent: OrderedDict[str, tuple[bytes, int]] = OrderedDict()  # name -> (bytes, owners yet to take them)
+        # name -> (bytes, owners yet to take them), the oldest offer first; bounded by bytes and
+        # count in `_offer` (never by the LRU itself, which would not give their bytes back).
+        self._lent: LRU[str, tuple[bytes, int]] = LRU(_OFFERS + 1)
         self._bytes = 0
         # The version of each object a block of which was taken lately (its metadata stays with
         # the giver): what an open another worker asks of this one may find here (Serving).
-        self.taken: OrderedDict[tuple[str, str], ObjectMeta] = OrderedDict()
+        self.taken: LRU[tuple[str, str], ObjectMeta] = LRU(_TAKEN_OBJECTS)
 
     async def keep(self, block: BlockId, meta: ObjectMeta, data: bytes) -> None:
         """A block a run brought: kept by this node when it is one of the block's owners in the
@@ -91,25 +95,27 @@ class Lending:
         return 0 if self._siblings is None else self._siblings.workers.index
 
     def _offer(self, block: BlockId, data: bytes, takers: int) -> None:
-        again = self._lent.pop(block.name, None)  # offered before (another run brought it too): each taker asks once
+        again = self._lent.pop(block.name)  # offered before (another run brought it too): each taker asks once
         if again is not None:
             self._bytes -= len(again[0])
             takers += again[1]
-        self._lent[block.name] = (data, takers)
+        self._lent.put(block.name, (data, takers))
         self._bytes += len(data)
-        while self._bytes > self._read_buffer and len(self._lent) > 1:
-            self._bytes -= len(self._lent.popitem(last=False)[1][0])
+        while (self._bytes > self._read_buffer or len(self._lent) > _OFFERS) and len(self._lent) > 1:
+            oldest = self._lent.pop_oldest()
+            assert oldest is not None
+            self._bytes -= len(oldest[1][0])
             self.stats["lent_dropped"] += 1
 
     def lent(self, block: BlockId) -> bytes | None:
         """A block offered to owners (`keep`), to one of them that takes it or will not (each once);
         None when it is gone."""
-        offered = self._lent.pop(block.name, None)
+        offered = self._lent.pop(block.name)
         if offered is None:
             return None
         data, takers = offered
         if takers > 1:
-            self._lent[block.name] = (data, takers - 1)
+            self._lent.put(block.name, (data, takers - 1))
         else:
             self._bytes -= len(data)
         return data
@@ -120,10 +126,7 @@ class Lending:
         worker of this one owns is taken by that worker (told to, from that node). While it is
         taken, it is on its way here (BlockFetcher.arriving): a read of it waits for it."""
         if not node:
-            self.taken[block.bucket, block.key] = meta
-            self.taken.move_to_end((block.bucket, block.key))
-            if len(self.taken) > _TAKEN_OBJECTS:
-                self.taken.popitem(last=False)
+            self.taken.put((block.bucket, block.key), meta)
         if block in self._store or self._fetching(block):
             return
         siblings, peers = self._siblings, self._peers

@@ -7,7 +7,6 @@ a first byte, from one ranged GET shared by concurrent opens and remembered a mo
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
 from gateway.engine.coherence import Coherence, Epoch
@@ -16,6 +15,7 @@ from gateway.engine.flight import SingleFlight
 from gateway.engine.runs import Run, Want
 from gateway.engine.sources import FirstBlock, Opened, Unanswered, version_of
 from gateway.errors import S3Error
+from gateway.lru import LRU
 from gateway.objects import ObjectMeta, meta_from_ranged_get
 from gateway.store.blocks import BlockId
 
@@ -38,7 +38,7 @@ class Opens:
         # (this worker's, or another's read from the journal) does not join one begun before it.
         self._opening: SingleFlight[tuple[str, Epoch], Opened | None] = SingleFlight()
         self._peer_opening: SingleFlight[tuple[str, Epoch], Opened | None] = SingleFlight()
-        self._recent_opens: OrderedDict[str, tuple[ObjectMeta, BlockId, float]] = OrderedDict()
+        self._recent_opens: LRU[str, tuple[ObjectMeta, BlockId, float]] = LRU(_RECENT_OPENS)
 
     async def open(self, bucket: str, key: str, query: list[tuple[str, str]], want: Want, *,
                    checksums: bool = False, run: bool = True) -> Cold | None:
@@ -130,7 +130,7 @@ class Opens:
             return None
         meta, block, when = recent
         if time.monotonic() - when > _RECENT_OPEN:
-            del self._recent_opens[name]
+            self._recent_opens.pop(name)
             return None
         hit = await self.fetch.store.get(block)
         if hit is None:
@@ -152,14 +152,10 @@ class Opens:
             self._recent_opens.clear()
             return
         prefix = f"{bucket}\0" if key is None else f"{bucket}\0{key}\0"
-        for name in [n for n in self._recent_opens if n.startswith(prefix)]:
-            del self._recent_opens[name]
+        self._recent_opens.remove_where(lambda name: name.startswith(prefix))
 
     def _remember_open(self, name: str, opened: Opened) -> None:
-        self._recent_opens[name] = (opened[0], opened[1].block, time.monotonic())
-        self._recent_opens.move_to_end(name)
-        while len(self._recent_opens) > _RECENT_OPENS:
-            self._recent_opens.popitem(last=False)
+        self._recent_opens.put(name, (opened[0], opened[1].block, time.monotonic()))
 
     async def _open(self, bucket: str, key: str, query: list[tuple[str, str]], index: int, name: str,
                     epoch: Epoch) -> Opened | None:

@@ -54,6 +54,11 @@ class LRU(Generic[K, V]):
         """Drop `key`: its value, or None when it was not held."""
         return self._items.pop(key, None)
 
+    def pop_oldest(self) -> tuple[K, V] | None:
+        """Drop the least recently used entry: (its key, its value), or None when none is held
+        (for holders bounded by something else than a count: bytes, a queue worked through)."""
+        return self._items.popitem(last=False) if self._items else None
+
     def remove_where(self, doomed: Callable[[K], bool]) -> int:
         """Drop every key `doomed` says to; how many."""
         keys = [key for key in self._items if doomed(key)]

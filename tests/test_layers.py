@@ -111,17 +111,6 @@ def module_name(path: Path) -> str:
 
 
 NAMES = {module_name(p): p for p in MODULES}
-# Edges the import-cycle test lets pass for now, each with its reason; none may be added.
-# TEMPORARY (issue 35, the engine's half): engine/fetch.py names Peers and Siblings, and
-# engine/lending.py the BlockFetcher, under TYPE_CHECKING, because engine.py wires them into
-# each other after construction. The block sources behind one protocol handed to the fetcher
-# when it is built remove these edges; then remove them here.
-CYCLE_EXCEPTIONS = {
-    ("gateway.engine.fetch", "gateway.engine.peers"),
-    ("gateway.engine.fetch", "gateway.engine.siblings"),
-    ("gateway.engine.lending", "gateway.engine.fetch"),
-}
-
 
 def _module_of(name: str) -> str | None:
     """The module of the package that importing `name` runs (a name within one: that module)."""
@@ -186,9 +175,6 @@ def test_no_import_cycle():
     """The modules' import graph, with imports in functions and under TYPE_CHECKING, has no cycle:
     each module can be read, and changed, knowing only what it imports."""
     graph = {name: module_imports(path) for name, path in NAMES.items()}
-    for source, target in CYCLE_EXCEPTIONS:
-        assert target in graph[source], f"{source} no longer imports {target}: remove it from CYCLE_EXCEPTIONS"
-        graph[source].discard(target)
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
@@ -198,3 +184,11 @@ def test_the_hit_path_does_not_import_the_asgi_app():
     Authenticator and Accounts, never the app: what they depend on is what they are handed."""
     for name in ("gateway.s3api.hits", "gateway.s3api.replays"):
         assert "gateway.s3api.server" not in module_imports(NAMES[name]), name
+
+
+def test_the_engine_and_s3api_name_nothing_under_type_checking():
+    """What a part of the engine or the S3 API works with it is handed when it is built: no module
+    there needs a name it may not import (issue 35: no collaborator wired after construction)."""
+    for path in MODULES:
+        if part_of(path) in ("engine", "s3api"):
+            assert "TYPE_CHECKING" not in path.read_text(), path.relative_to(PACKAGE.parent)

@@ -14,6 +14,7 @@ OPERATIONS = st.lists(st.one_of(
     st.tuples(st.just("get"), KEYS),
     st.tuples(st.just("use"), KEYS),
     st.tuples(st.just("pop"), KEYS),
+    st.tuples(st.just("pop_oldest"),),
     st.tuples(st.just("remove_where"), KEYS),  # drops the keys below this one
     st.tuples(st.just("clear"),),
 ), max_size=60)
@@ -46,6 +47,9 @@ class Model:
     def pop(self, key: int) -> int | None:
         at = self._find(key)
         return None if at is None else self.pairs.pop(at)[1]
+
+    def pop_oldest(self) -> tuple[int, int] | None:
+        return self.pairs.pop(0) if self.pairs else None
 
     def remove_where(self, below: int) -> int:
         before = len(self.pairs)

@@ -8,7 +8,9 @@ and the peer API ask of it. Each step of a request has its own module:
     opens     a cold open: metadata and first bytes from one GET
     holders   which of a read's blocks their owners hold, asked before its answer starts
     lending   blocks a run brought offered to their owners (another worker, another node)
-    peers     blocks asked of their owners; siblings: of this node's other workers
+    sources   where a block not held here comes from before the origin, one protocol:
+    siblings  this node's other workers, asked for the blocks they own
+    peers     the fleet's other nodes, asked for the blocks they own
     serving   what other nodes and workers ask of this one
     replicas  this node's share of hot objects filled and dropped; loads spread over owners
     writes    forward to the origin, invalidate everywhere, cache-through
@@ -113,8 +115,13 @@ class Engine:
         invalidation = shared.invalidation if shared is not None else None
         self.journal = journal  # the node's invalidation journal, with several workers
         coherence = Coherence(invalidation, journal)
+        # The block sources, built before the fetcher that asks them (in their order: engine.fetch).
+        self.siblings = None if store is None or workers is None or workers.alone else \
+            Siblings(workers, cluster or ClusterSettings(), store, cache, self.budget, self.invalidate)
+        self.peers = None if store is None or fleet is None else Peers(fleet, store, cache, self.budget, self.invalidate)
         self.fetch = None if store is None else BlockFetcher(origin, store, cache, self.budget, self.invalidate,
-                                                              fleet=fleet, coherence=coherence)
+                                                              fleet=fleet, coherence=coherence,
+                                                              siblings=self.siblings, peers=self.peers)
         self.opens = None if self.fetch is None else Opens(self.fetch, coherence)
         self.metadata = Metadata(origin, metadata, coherence, shared=level2, fetch=self.fetch, opens=self.opens)
         self.listings = Listings(origin, listing, coherence, shared=level2)
@@ -122,18 +129,12 @@ class Engine:
         self.reads = Reads(origin, self.fetch, cache, self.budget, self.invalidate)
         self.writes = Writes(origin, coherence, self.metadata, self.listings, self.bucket_documents,
                              shared=invalidation, fetch=self.fetch, opens=self.opens, cache=cache, fleet=fleet)
-        self.peers: Peers | None = None
-        self.replicas: Replicas | None = None
-        self.siblings: Siblings | None = None  # the other workers of this node
+        self.replicas = None if self.fetch is None or self.peers is None or fleet is None else \
+            Replicas(fleet, self.fetch, self.peers, self._describe)
         # What peers and workers ask here.
-        self.serving = None if self.opens is None else Serving(self.opens, self.metadata.fresh_now, self._head_meta)
-        if self.opens is not None and workers is not None and not workers.alone:
-            self.siblings = self.opens.fetch.siblings = Siblings(workers, cluster or ClusterSettings(), self.opens,
-                                                                 self.invalidate)
-        if self.opens is not None and self.serving is not None and fleet is not None:
-            self.peers = self.opens.fetch.peers = Peers(fleet, self.opens, self.invalidate)
-            self.replicas = Replicas(fleet, self.opens.fetch, self.peers, self._describe)
-            self.serving.hold = self.replicas.hold
+        self.serving = None if self.opens is None else \
+            Serving(self.opens, self.metadata.fresh_now, self._head_meta,
+                    hold=None if self.replicas is None else self.replicas.hold)
         self.head_object = self.metadata.head_object
         self.list_objects = self.listings.list_objects
         self.forward = self.writes.forward

@@ -1,6 +1,7 @@
-"""Blocks into the cache: from a tier, else fetched once however many readers wait, from
-the block's owners in a fleet (gateway.engine.peers) or from the origin; and runs, one origin
-answer for a stretch of blocks (gateway.engine.runs), lending the blocks others own (engine.lending)."""
+"""Blocks into the cache: from a tier, else fetched once however many readers wait, from the
+block's owners elsewhere (engine.sources: another worker of this node, the fleet's other nodes)
+or from the origin; and runs, one origin answer for a stretch of blocks (gateway.engine.runs),
+lending the blocks others own (engine.lending)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import asyncio
 import re
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from gateway import log
 from gateway.bytebudget import ByteBudget
@@ -17,17 +18,16 @@ from gateway.config import CacheSettings
 from gateway.engine.coherence import Coherence
 from gateway.engine.flight import SingleFlight
 from gateway.engine.lending import Lending
+from gateway.engine.peers import Peers
 from gateway.engine.runs import GRANULE, Run, RunStopped, Want
+from gateway.engine.siblings import Siblings
+from gateway.engine.sources import Ask, BlockSource, Unanswered, length_of, version_of
 from gateway.errors import S3Error
-from gateway.objects import ObjectChanged, ObjectMeta, block_version, meta_from_headers, meta_from_ranged_get
+from gateway.objects import ObjectChanged, ObjectMeta, meta_from_headers, meta_from_ranged_get
 from gateway.origin import Origin, OriginResponse
 from gateway.store import pieces
 from gateway.store.blocks import BlockId, block_bounds
 from gateway.store.tiers import TieredStore
-
-if TYPE_CHECKING:
-    from gateway.engine.peers import Peers
-    from gateway.engine.siblings import Siblings
 
 T = TypeVar("T")
 
@@ -45,30 +45,37 @@ class BlockFetcher:
     `on_changed(bucket, key)` is called when the origin no longer holds the version a
     fetch was for (its If-Match failed), before ObjectChanged is raised.
 
-    With a fleet (and `peers` set), a block this node does not own first is asked of its
-    owners in rendezvous order, once however many wait; a peer that fails is skipped, and
-    when none answers the block comes from the origin after all. Blocks asked for by peers
-    come from the tiers or the origin, never from another peer (`from_peers=False`), so two
-    nodes whose views differ for a moment cannot ask each other in a circle.
+    A block not in the tiers is asked of its sources in order (`sources`, one loop in `block`):
+    the worker of this node that owns it (`siblings`, when the node has other workers), then
+    its owners in the fleet in rendezvous order (`peers`, with a fleet), once however many wait;
+    a source that does not answer is skipped, and when none answers the block comes from the
+    origin after all. Blocks asked for by peers come from the tiers, this node's owner worker or
+    the origin, never from another peer (`from_peers=False`), so two nodes whose views differ for
+    a moment cannot ask each other in a circle.
     """
 
     def __init__(self, origin: Origin, store: TieredStore, settings: CacheSettings, budget: ByteBudget,
                  on_changed: Callable[[str, str], Awaitable[None]], *, fleet: Fleet | None = None,
-                 coherence: Coherence | None = None) -> None:
+                 coherence: Coherence | None = None, siblings: Siblings | None = None,
+                 peers: Peers | None = None) -> None:
         self.origin = origin
         self.store = store
         self.settings = settings
         self.budget = budget
         self.fleet = fleet
-        self.peers: Peers | None = None  # set by the engine when there is a fleet
-        self.siblings: Siblings | None = None  # set by the engine when the node has other workers
+        self.siblings = siblings
+        self.peers = peers
+        # The fallback order: this node's owner worker, then the fleet's owners; the origin after them.
+        self.sources: tuple[BlockSource, ...] = tuple(source for source in (siblings, peers) if source is not None)
         self.stats: Counter[str] = Counter()
         self._on_changed = on_changed
         self.coherence = coherence if coherence is not None else Coherence(None)
         self._from_origin: SingleFlight[str, bytes] = SingleFlight()
-        self._from_peers: SingleFlight[str, bytes] = SingleFlight()
+        self._from_elsewhere: SingleFlight[str, bytes] = SingleFlight()  # blocks asked of the sources
         self._background: set[asyncio.Future[Any]] = set()
-        self.lending = Lending(self, self.stats)  # blocks this worker's runs brought that others own
+        # Blocks this worker's runs brought that others own.
+        self.lending = Lending(store, settings, self.stats, fleet=fleet, siblings=siblings, peers=peers,
+                               fetching=self.fetching, arriving=self.arriving, spawn=self.spawn)
 
     # --- blocks ------------------------------------------------------------------------
 
@@ -76,9 +83,9 @@ class BlockFetcher:
                     replicas: int | None = None) -> bytes:
         """One block: from a tier, else fetched exactly once however many wait.
 
-        In a fleet (and `from_peers`), a block whose owner is another node is asked of its
-        owners instead, once however many wait, and from the origin only if none answers.
-        A reader that goes away does not cancel a fetch that others may be waiting on.
+        A block another worker of this node, or (`from_peers`) another node owns is asked of its
+        sources instead, in order, once however many wait, and from the origin only if none
+        answers. A reader that goes away does not cancel a fetch that others may be waiting on.
         """
         while True:
             hit = await self.store.get(block)
@@ -94,28 +101,37 @@ class BlockFetcher:
                     continue
             if block not in self.store:  # else stored between our look and now: look again
                 break
-        siblings, peers = self.siblings, self.peers
-        owner = siblings.owner(block.bucket, block.key, block.index) if siblings is not None else None
-        if siblings is not None and owner is not None:
-            # Another worker of this node owns the block: it fetches and keeps it, and counts the
-            # miss (a block is counted once in the node's figures).
-            return await self._asked(block, lambda: siblings.block(owner, block, meta, from_peers), miss=False)
-        route = self.route(block.bucket, block.key, block.index, replicas) if from_peers else None
-        if route is not None and peers is not None:
-            return await self._asked(block, lambda: peers.block(block, meta, route), miss=True)
-        self.stats["block_miss"] += 1
-        return await self.from_origin(block, meta)
-
-    async def _asked(self, block: BlockId, ask: Callable[[], Awaitable[bytes]], *, miss: bool) -> bytes:
-        """The block from another worker or node: asked once however many wait for it (`miss`:
-        this node counts the miss; a worker asking the owner worker leaves that to the owner)."""
-        flight = self._from_peers.joined(block.name)
+        asks = [(source, ask) for source in self.sources
+                if (ask := source.asking(block, meta, from_peers=from_peers, replicas=replicas)) is not None]
+        if not asks:
+            self.stats["block_miss"] += 1
+            return await self.from_origin(block, meta)
+        flight = self._from_elsewhere.joined(block.name)
         if flight is not None:
             self.stats["block_wait"] += 1
             return await asyncio.shield(flight)
-        if miss:
+        return await self._from_elsewhere.run(block.name, lambda: self._asked(block, meta, asks))
+
+    async def _asked(self, block: BlockId, meta: ObjectMeta, asks: list[tuple[BlockSource, Ask]]) -> bytes:
+        """The block from the first source that answers, else from the origin (and kept where this
+        worker keeps it: its owners are failing, and the next read should not wait for them again).
+        The miss is counted here once, unless the source that answers counts it (an owner worker)."""
+        counted = False
+        for source, ask in asks:
+            if source.counts_miss and not counted:
+                self.stats["block_miss"] += 1
+                counted = True
+            try:
+                return await ask()
+            except Unanswered:
+                continue
+        hit = await self.store.get(block)  # (stored meanwhile: a take, another read's run)
+        if hit is not None:
+            self.stats[f"block_hit_{hit[1]}"] += 1
+            return hit[0]
+        if not counted:
             self.stats["block_miss"] += 1
-        return await self._from_peers.run(block.name, ask)
+        return await self.from_origin(block, meta)
 
     async def from_origin(self, block: BlockId, meta: ObjectMeta) -> bytes:
         """The block from the origin, once however many wait, kept if this worker keeps it."""
@@ -137,7 +153,7 @@ class BlockFetcher:
         return await self._from_origin.run(block.name, work)
 
     def fetching(self, block: BlockId) -> bool:
-        return block.name in self._from_origin or block.name in self._from_peers
+        return block.name in self._from_origin or block.name in self._from_elsewhere
 
     async def _fetch_block(self, block: BlockId, meta: ObjectMeta) -> bytes:
         """One block from the origin (_fetch_bytes), stored."""
@@ -252,8 +268,7 @@ class BlockFetcher:
             task.exception()  # retrieved: a failure nobody waited for is not logged
 
     def length(self, block: BlockId, meta: ObjectMeta) -> int:
-        first, last = block_bounds(block.index, self.settings.block_size, meta.size)
-        return last - first + 1
+        return length_of(block.index, self.settings.block_size, meta)
 
     def route(self, bucket: str, key: str, index: int, replicas: int | None = None) -> Route | None:
         """The owners to ask for a block, or None: no fleet, or this node is its first owner."""
@@ -365,11 +380,6 @@ class BlockFetcher:
                    self.settings.block_size, flights=self._from_origin, keep=keep, budget=self.budget,
                    ahead=max(self.settings.readahead_blocks, _RUN_AHEAD), reader=reader, eager=eager,
                    claimed=claimed)
-
-
-def version_of(meta: ObjectMeta) -> str:
-    """What names the blocks of this object version (objects.block_version)."""
-    return block_version(meta.version_id, meta.etag)
 
 
 async def _given(response: OriginResponse) -> OriginResponse:

@@ -5,17 +5,25 @@ worker). The node, and the fleet, keep a block the origin sent once."""
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
-from typing import TYPE_CHECKING
+import asyncio
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
 
+from gateway.cluster.fleet import Fleet
+from gateway.config import CacheSettings
+from gateway.engine.peers import Peers
 from gateway.engine.runs import RunStopped
+from gateway.engine.siblings import Siblings
+from gateway.lru import LRU
 from gateway.objects import ObjectMeta
 from gateway.store.blocks import BlockId
-
-if TYPE_CHECKING:
-    from gateway.engine.fetch import BlockFetcher
+from gateway.store.tiers import TieredStore
 
 _TAKEN_OBJECTS = 4096  # objects whose version taken lately is remembered (Lending.taken)
+_OFFERS = 1 << 16  # blocks waiting at most (a read buffer's worth of bytes is the bound reached first)
+
+Arriving = Callable[[BlockId, Callable[[], Awaitable[bytes]]], Awaitable[bytes]]  # BlockFetcher.arriving
 
 
 class Lending:
@@ -24,40 +32,57 @@ class Lending:
     A block offered waits here until each owner it was offered to took it (`lent`), or said it
     would not; at most a read buffer's worth waits, the oldest offers going first. A take asks
     nothing of the origin: a block the giver no longer has is left to the next read that wants it.
+    What it needs of the fetcher it is given by it: whether a block is being fetched (`fetching`),
+    a take registered as the block's fetch (`arriving`), work run in the background (`spawn`).
     """
 
-    def __init__(self, fetch: BlockFetcher, stats: Counter[str]) -> None:
-        self.fetch = fetch
+    def __init__(self, store: TieredStore, settings: CacheSettings, stats: Counter[str], *, fleet: Fleet | None,
+                 siblings: Siblings | None, peers: Peers | None, fetching: Callable[[BlockId], bool],
+                 arriving: Arriving, spawn: Callable[[Awaitable[Any]], asyncio.Future[Any]]) -> None:
         self.stats = stats
-        self._lent: OrderedDict[str, tuple[bytes, int]] = OrderedDict()  # name -> (bytes, owners yet to take them)
+        self._store = store
+        self._read_buffer = settings.read_buffer
+        self._fleet = fleet
+        self._siblings = siblings
+        self._peers = peers
+        self._fetching = fetching
+        self._arriving = arriving
+        self._spawn = spawn
+        # name -> (bytes, owners yet to take them), the oldest offer first; bounded by bytes and
+        # count in `_offer` (never by the LRU itself, which would not give their bytes back).
+        self._lent: LRU[str, tuple[bytes, int]] = LRU(_OFFERS + 1)
         self._bytes = 0
         # The version of each object a block of which was taken lately (its metadata stays with
         # the giver): what an open another worker asks of this one may find here (Serving).
-        self.taken: OrderedDict[tuple[str, str], ObjectMeta] = OrderedDict()
+        self.taken: LRU[tuple[str, str], ObjectMeta] = LRU(_TAKEN_OBJECTS)
 
     async def keep(self, block: BlockId, meta: ObjectMeta, data: bytes) -> None:
         """A block a run brought: kept by this node when it is one of the block's owners in the
         fleet (or keeps what it reads, `cluster.passive_cache`), and offered to the other nodes
         owning it (those ranked above this one, when it is an owner); kept by this worker when it
         owns the block, else lent to the worker of this node that does."""
-        fetch = self.fetch
         self.stats["origin_block_fetch"] += 1
-        route = fetch.fleet.route(block.bucket, block.key, block.index) if fetch.fleet is not None else None
-        nodes = route.ask if route is not None and fetch.peers is not None else ()
+        route = self._fleet.route(block.bucket, block.key, block.index) if self._fleet is not None else None
+        peers = self._peers
+        nodes = route.ask if route is not None and peers is not None else ()
         here = route is None or route.keep
-        siblings = fetch.siblings if here else None
+        siblings = self._siblings if here else None
         owner = siblings.owner(block.bucket, block.key, block.index) if siblings is not None else None
         takers = len(nodes) + (owner is not None)
         if takers:
             self._offer(block, data, takers)
         for node in nodes:
-            assert fetch.peers is not None
+            assert peers is not None
             self.stats["run_block_offered"] += 1
-            fetch.spawn(fetch.peers.give(node, block, meta, self.giver))
+            self._spawn(self._given(block, peers.give(node, block, meta, self.giver)))
         if owner is not None and siblings is not None:
-            fetch.spawn(siblings.give(owner, block, meta))
+            self._spawn(self._given(block, siblings.give(owner, block, meta)))
         elif here:
-            await fetch.store.put(block, data)
+            await self._store.put(block, data)
+
+    async def _given(self, block: BlockId, told: Awaitable[bool]) -> None:
+        if not await told:
+            self.lent(block)  # the owner was not told: it will not take it, and it is not kept here either
 
     @property
     def waiting(self) -> int:
@@ -67,29 +92,30 @@ class Lending:
     @property
     def giver(self) -> int:
         """This worker's index in its node (what a taker asks for the bytes by)."""
-        siblings = self.fetch.siblings
-        return 0 if siblings is None else siblings.workers.index
+        return 0 if self._siblings is None else self._siblings.workers.index
 
     def _offer(self, block: BlockId, data: bytes, takers: int) -> None:
-        again = self._lent.pop(block.name, None)  # offered before (another run brought it too): each taker asks once
+        again = self._lent.pop(block.name)  # offered before (another run brought it too): each taker asks once
         if again is not None:
             self._bytes -= len(again[0])
             takers += again[1]
-        self._lent[block.name] = (data, takers)
+        self._lent.put(block.name, (data, takers))
         self._bytes += len(data)
-        while self._bytes > self.fetch.settings.read_buffer and len(self._lent) > 1:
-            self._bytes -= len(self._lent.popitem(last=False)[1][0])
+        while (self._bytes > self._read_buffer or len(self._lent) > _OFFERS) and len(self._lent) > 1:
+            oldest = self._lent.pop_oldest()
+            assert oldest is not None
+            self._bytes -= len(oldest[1][0])
             self.stats["lent_dropped"] += 1
 
     def lent(self, block: BlockId) -> bytes | None:
         """A block offered to owners (`keep`), to one of them that takes it or will not (each once);
         None when it is gone."""
-        offered = self._lent.pop(block.name, None)
+        offered = self._lent.pop(block.name)
         if offered is None:
             return None
         data, takers = offered
         if takers > 1:
-            self._lent[block.name] = (data, takers - 1)
+            self._lent.put(block.name, (data, takers - 1))
         else:
             self._bytes -= len(data)
         return data
@@ -99,17 +125,13 @@ class Lending:
         node, unless it is here or on its way already. A block from another node that another
         worker of this one owns is taken by that worker (told to, from that node). While it is
         taken, it is on its way here (BlockFetcher.arriving): a read of it waits for it."""
-        fetch = self.fetch
         if not node:
-            self.taken[block.bucket, block.key] = meta
-            self.taken.move_to_end((block.bucket, block.key))
-            if len(self.taken) > _TAKEN_OBJECTS:
-                self.taken.popitem(last=False)
-        if block in fetch.store or fetch.fetching(block):
+            self.taken.put((block.bucket, block.key), meta)
+        if block in self._store or self._fetching(block):
             return
-        siblings, peers = fetch.siblings, fetch.peers
+        siblings, peers = self._siblings, self._peers
         if node:
-            if peers is None or fetch.fleet is None or not fetch.fleet.route(block.bucket, block.key, block.index).keep:
+            if peers is None or self._fleet is None or not self._fleet.route(block.bucket, block.key, block.index).keep:
                 self.stats["take_not_owner"] += 1  # (views of the fleet that differ for a moment)
                 return
             owner = siblings.owner(block.bucket, block.key, block.index) if siblings is not None else None
@@ -124,11 +146,11 @@ class Lending:
                 data = await siblings.lent(giver, block, meta) if siblings is not None else None
             if data is None:
                 raise RunStopped()  # (a read waiting for it fetches it itself)
-            await fetch.store.put(block, data)
+            await self._store.put(block, data)
             return data
 
         try:
-            await fetch.arriving(block, taken)
+            await self._arriving(block, taken)
         except RunStopped:
             self.stats["take_gone"] += 1
         else:

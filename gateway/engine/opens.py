@@ -7,13 +7,15 @@ a first byte, from one ranged GET shared by concurrent opens and remembered a mo
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 
 from gateway.engine.coherence import Coherence, Epoch
-from gateway.engine.fetch import BlockFetcher, content_range, version_of
+from gateway.engine.fetch import BlockFetcher, content_range
 from gateway.engine.flight import SingleFlight
 from gateway.engine.runs import Run, Want
+from gateway.engine.sources import FirstBlock, Opened, Unanswered, version_of
 from gateway.errors import S3Error
+from gateway.lru import LRU
 from gateway.objects import ObjectMeta, meta_from_ranged_get
 from gateway.store.blocks import BlockId
 
@@ -22,23 +24,7 @@ _RECENT_OPENS = 1024
 _RECENT_OPEN = 2.0
 
 
-class FirstBlock:
-    """A block that came together with the object's metadata, in hand: from one ranged GET of
-    the origin (`from_origin`, a cold read), or from a cache, when an open another worker or
-    node just did answers this one too (x-cache then says hit, not miss)."""
-
-    __slots__ = ("block", "data", "from_origin")
-
-    def __init__(self, block: BlockId, data: bytes, *, from_origin: bool) -> None:
-        self.block = block
-        self.data = data
-        self.from_origin = from_origin
-
-
-Opened = tuple[ObjectMeta, FirstBlock]
 Cold = tuple[ObjectMeta, "FirstBlock | Run"]  # what a cold read starts with: a block in hand, or a run
-
-
 
 
 class Opens:
@@ -52,7 +38,7 @@ class Opens:
         # (this worker's, or another's read from the journal) does not join one begun before it.
         self._opening: SingleFlight[tuple[str, Epoch], Opened | None] = SingleFlight()
         self._peer_opening: SingleFlight[tuple[str, Epoch], Opened | None] = SingleFlight()
-        self._recent_opens: OrderedDict[str, tuple[ObjectMeta, BlockId, float]] = OrderedDict()
+        self._recent_opens: LRU[str, tuple[ObjectMeta, BlockId, float]] = LRU(_RECENT_OPENS)
 
     async def open(self, bucket: str, key: str, query: list[tuple[str, str]], want: Want, *,
                    checksums: bool = False, run: bool = True) -> Cold | None:
@@ -97,18 +83,26 @@ class Opens:
         if owner is not None:  # the worker that owns the first block opens the object
             siblings = self.fetch.siblings
             assert siblings is not None
-            if not self._coherence.trusted():
-                return await siblings.open(owner, bucket, key, query, index, from_peers)
-            return await self._peer_opening.run((name, self._coherence.epoch(bucket)),
-                                                lambda: siblings.open(owner, bucket, key, query, index, from_peers))
-        route = self.fetch.route(bucket, key, index) if from_peers else None
-        if route is not None and self.fetch.peers is not None:  # a peer owns the block: it opens the object for us
+            ask: Callable[[], Awaitable[Opened | None]] = \
+                lambda: siblings.open(owner, bucket, key, query, index, from_peers)
+        else:
+            route = self.fetch.route(bucket, key, index) if from_peers else None
             peers = self.fetch.peers
-            if not self._coherence.trusted():  # an open under way may have begun before an unheard write
-                return await peers.open(bucket, key, query, index, route)
-            return await self._peer_opening.run((name, self._coherence.epoch(bucket)),
-                                                lambda: peers.open(bucket, key, query, index, route))
-        return await self.open_here(bucket, key, query, index)
+            if route is None or peers is None:
+                return await self.open_here(bucket, key, query, index)
+            ask = lambda: peers.open(bucket, key, query, index, route)  # a peer owns the block: it opens the object
+        if not self._coherence.trusted():  # an open under way may have begun before an unheard write
+            return await self._open_elsewhere(ask, bucket, key, query, index)
+        return await self._peer_opening.run((name, self._coherence.epoch(bucket)),
+                                            lambda: self._open_elsewhere(ask, bucket, key, query, index))
+
+    async def _open_elsewhere(self, ask: Callable[[], Awaitable[Opened | None]], bucket: str, key: str,
+                              query: list[tuple[str, str]], index: int) -> Opened | None:
+        """The open as the owner elsewhere answers it; by this node itself when it does not answer."""
+        try:
+            return await ask()
+        except Unanswered:
+            return await self.open_here(bucket, key, query, index)
 
     async def open_here(self, bucket: str, key: str, query: list[tuple[str, str]], index: int) -> Opened | None:
         """`open` by this node itself: one ranged GET of the origin, shared by concurrent opens.
@@ -136,7 +130,7 @@ class Opens:
             return None
         meta, block, when = recent
         if time.monotonic() - when > _RECENT_OPEN:
-            del self._recent_opens[name]
+            self._recent_opens.pop(name)
             return None
         hit = await self.fetch.store.get(block)
         if hit is None:
@@ -158,14 +152,10 @@ class Opens:
             self._recent_opens.clear()
             return
         prefix = f"{bucket}\0" if key is None else f"{bucket}\0{key}\0"
-        for name in [n for n in self._recent_opens if n.startswith(prefix)]:
-            del self._recent_opens[name]
+        self._recent_opens.remove_where(lambda name: name.startswith(prefix))
 
     def _remember_open(self, name: str, opened: Opened) -> None:
-        self._recent_opens[name] = (opened[0], opened[1].block, time.monotonic())
-        self._recent_opens.move_to_end(name)
-        while len(self._recent_opens) > _RECENT_OPENS:
-            self._recent_opens.popitem(last=False)
+        self._recent_opens.put(name, (opened[0], opened[1].block, time.monotonic()))
 
     async def _open(self, bucket: str, key: str, query: list[tuple[str, str]], index: int, name: str,
                     epoch: Epoch) -> Opened | None:

@@ -4,7 +4,6 @@ ahead, and streamed in order; reads the cache must not share go straight to the 
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import NamedTuple
 
@@ -16,6 +15,7 @@ from gateway.engine.opens import FirstBlock
 from gateway.engine.runs import Run
 from gateway.engine.xcache import asked, from_tiers, in_others_file, reads_others_disks
 from gateway.errors import S3Error
+from gateway.lru import LRU
 from gateway.objects import ObjectChanged, ObjectMeta
 from gateway.origin import Origin, OriginResponse
 from gateway.store.blocks import BlockId, block_span, slice_for
@@ -83,8 +83,8 @@ class Reads:
         self._on_changed = on_changed
         # Where the last read of each recently read object ended, to spot sequential readers.
         # (end, continuations in a row, where they began)
-        self._read_ends: OrderedDict[tuple[str, str, str], tuple[int, int, int]] = OrderedDict()
-        self._named: OrderedDict[tuple[str, str, str, int], BlockId] = OrderedDict()  # oldest out in O(1)
+        self._read_ends: LRU[tuple[str, str, str], tuple[int, int, int]] = LRU(_SEQUENTIAL_READERS)
+        self._named: LRU[tuple[str, str, str, int], BlockId] = LRU(_NAMED_BLOCKS)  # the oldest named out first
 
     async def read_object(
         self,
@@ -216,9 +216,8 @@ class Reads:
         fields = (bucket, key, version, index)
         block = self._named.get(fields)
         if block is None:
-            if len(self._named) >= _NAMED_BLOCKS:
-                self._named.popitem(last=False)
-            block = self._named[fields] = BlockId(bucket, key, version, index)
+            block = BlockId(bucket, key, version, index)
+            self._named.put(fields, block)
         return block
 
     def _read_around(self, fetch: BlockFetcher, blocks: list[BlockId], meta: ObjectMeta, start: int, end: int) -> None:
@@ -249,10 +248,7 @@ class Reads:
         if streak >= (2 if granules else 1) and ahead and self._reads_ahead_here(fetch, first, after):
             # A reader going through the object in consecutive ranges: its next blocks, in one run.
             fetch.read_ahead(first.bucket, first.key, meta, after, min(after + ahead, last_index + 1) - 1)
-        self._read_ends[stream_key] = (end, streak, began)
-        self._read_ends.move_to_end(stream_key)
-        if len(self._read_ends) > _SEQUENTIAL_READERS:
-            self._read_ends.popitem(last=False)
+        self._read_ends.put(stream_key, (end, streak, began))
 
     @staticmethod
     def _reads_ahead_here(fetch: BlockFetcher, block: BlockId, after: int) -> bool:

@@ -4,7 +4,7 @@ as the replication controller changes replica counts; and loads spread over the 
 from __future__ import annotations
 
 import asyncio
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 
 from gateway import log
@@ -12,13 +12,16 @@ from gateway.cluster.fleet import Fleet
 from gateway.cluster.membership import Member
 from gateway.cluster.peers import PeerError, PeerRefused
 from gateway.cluster.replication import Change
-from gateway.engine.fetch import BlockFetcher, version_of
+from gateway.engine.fetch import BlockFetcher
 from gateway.engine.peers import Peers
+from gateway.engine.sources import version_of
 from gateway.errors import S3Error
+from gateway.lru import LRU
 from gateway.objects import ObjectMeta
 from gateway.store.blocks import BlockId
 
 _HOLD_LANES = 4  # blocks of one object a fill or a load fetches at a time
+_QUEUED = 1 << 16  # objects whose replica change waits at most (past it the oldest waiting is dropped)
 
 Describe = Callable[[str, str], Awaitable[ObjectMeta]]  # the current metadata of an object
 
@@ -36,7 +39,7 @@ class Replicas:
         self.peers = peers
         self.stats: Counter[str] = Counter()
         self._describe = describe
-        self._queue: OrderedDict[tuple[str, str], bool] = OrderedDict()  # object -> fill (True) or drop
+        self._queue: LRU[tuple[str, str], bool] = LRU(_QUEUED)  # object -> fill (True) or drop, oldest first
         self._worker: asyncio.Task[None] | None = None
 
     async def aclose(self) -> None:
@@ -116,14 +119,13 @@ class Replicas:
         """Replica counts changed (the replication controller): in the background, fill the
         blocks this node now owns and drop those it no longer owns."""
         for change in changes:
-            self._queue[change.name] = change.now > change.was  # the latest change wins
-            self._queue.move_to_end(change.name)
+            self._queue.put(change.name, change.now > change.was)  # the latest change wins, and waits the least
         if self._queue and (self._worker is None or self._worker.done()):
             self._worker = asyncio.create_task(self._work(), name="gateway-replica-rebalance")
 
     async def _work(self) -> None:
-        while self._queue:
-            (bucket, key), raised = self._queue.popitem(last=False)
+        while (change := self._queue.pop_oldest()) is not None:
+            (bucket, key), raised = change
             try:
                 meta = await self._describe(bucket, key)
                 if raised:

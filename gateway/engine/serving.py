@@ -1,6 +1,6 @@
 """What other nodes and the other workers of this node ask of this worker (the peer API's
 `block`, `open`, `hold`, `held` and `take`): blocks from the tiers, else from the origin once,
-never from another peer; and what an owner's refusal means to the one that asked."""
+never from another peer."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 
 from gateway.cluster.peers import OpenAnswer, PeerRefused
-from gateway.engine.fetch import version_of
 from gateway.engine.opens import Opens
+from gateway.engine.sources import version_of
 from gateway.errors import S3Error
 from gateway.objects import ObjectChanged, ObjectMeta, encode_meta
 from gateway.store.blocks import BlockId
@@ -25,12 +25,12 @@ Describe = Callable[[str, str, "str | None"], Awaitable[ObjectMeta]]  # the meta
 class Serving:
     """The answering side of the peer API. Event loop only."""
 
-    def __init__(self, opens: Opens, fresh: Fresh, describe: Describe) -> None:
+    def __init__(self, opens: Opens, fresh: Fresh, describe: Describe, hold: Hold | None = None) -> None:
         self.fetch = opens.fetch
         self._opens = opens
         self.fresh = fresh  # Metadata.fresh_now: what this worker knows of an object, fresh, without asking
         self.describe = describe  # Metadata.head_object's metadata: a HEAD of the origin when not known
-        self.hold: Hold | None = None  # Replicas.hold, set by the engine in a fleet
+        self.hold = hold  # Replicas.hold, in a fleet
 
     async def serve_block(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
                           peers: bool = False, in_file: bool = False) -> bytes | None:
@@ -193,17 +193,6 @@ class Serving:
                 raise ValueError("no such worker")
             return await siblings.lent(worker, block, meta)
         return self.fetch.lending.lent(block)
-
-
-async def take_refusal(bucket: str, key: str, refused: PeerRefused, on_changed: Callable[[str, str], Awaitable[None]]) -> None:
-    """An owner's origin said no: that answer is ours too, unless it is the origin failing
-    (5xx), which another owner or the origin may get past (the caller goes on)."""
-    if refused.changed:
-        await on_changed(bucket, key)
-        raise ObjectChanged()
-    if refused.error.status < 500:
-        refused.error.resource = f"/{bucket}/{key}"
-        raise refused.error
 
 
 def _described(etag: str, version_id: str, size: int) -> ObjectMeta:

@@ -6,39 +6,39 @@ however many workers miss it, and keeps it. The same goes for the open of a cold
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 
 from gateway import log
+from gateway.bytebudget import ByteBudget
 from gateway.cluster.membership import Member
 from gateway.cluster.peers import PeerClient, PeerError, PeerRefused
-from gateway.config import ClusterSettings
-from gateway.engine.fetch import version_of
-from gateway.engine.opens import FirstBlock, Opened, Opens
-from gateway.engine.serving import take_refusal
+from gateway.config import CacheSettings, ClusterSettings
+from gateway.engine.sources import Ask, Failures, Opened, Unanswered, length_of, opened_from, take_refusal
 from gateway.node.workers import WorkerSet
-from gateway.objects import ObjectMeta, decode_meta
+from gateway.objects import ObjectMeta
 from gateway.store.blocks import BlockId
 from gateway.store.shared import SharedTier
-
-_LOG_EVERY = 10.0  # seconds between two log lines about the same failing worker
+from gateway.store.tiers import TieredStore
 
 
 class Siblings:
-    """Asking the owner worker. Event loop only.
+    """Asking the owner worker: a BlockSource. Event loop only.
 
-    An owner that does not answer (it is being restarted) costs the block once more from
-    the origin, fetched here and not kept (only the owner keeps it); an owner whose origin
-    refused gives this worker the same answer.
+    An owner that does not answer (it is being restarted) is skipped: the block comes from
+    the fleet's owners or the origin, fetched here and not kept (only the owner keeps it); an
+    owner whose origin refused gives this worker the same answer.
     """
 
-    def __init__(self, workers: WorkerSet, cluster: ClusterSettings, opens: Opens,
-                 on_changed: Callable[[str, str], Awaitable[None]]) -> None:
+    counts_miss = False  # (the owner counts the miss: a block is counted once in the node's figures)
+
+    def __init__(self, workers: WorkerSet, cluster: ClusterSettings, store: TieredStore, settings: CacheSettings,
+                 budget: ByteBudget, on_changed: Callable[[str, str], Awaitable[None]]) -> None:
         self.workers = workers
-        self.fetch = fetch = opens.fetch
-        self._opens = opens
         self.stats: Counter[str] = Counter()
+        self._store = store
+        self._block_size = settings.block_size
+        self._budget = budget
         self._on_changed = on_changed
         # The peer API of each other worker, on its own socket, signed with the node's secret.
         signed = dataclasses.replace(cluster, secret=workers.secret.hex())
@@ -46,8 +46,8 @@ class Siblings:
                          for i in workers.siblings()}
         self._members = {i: Member(f"worker-{i}", "http://worker") for i in workers.siblings()}
         # With the memory tier shared as files, an owner that keeps a block there is not asked to send it.
-        self._in_files = isinstance(fetch.store.memory, SharedTier)
-        self._logged: dict[int, float] = {}
+        self._in_files = isinstance(store.memory, SharedTier)
+        self._failures = Failures(log.engine, self.stats, "worker_failure")
 
     def owner(self, bucket: str, key: str, index: int) -> int | None:
         """The worker to ask for the block, or None: this one owns it."""
@@ -58,10 +58,16 @@ class Siblings:
         for client in self._clients.values():
             await client.aclose()
 
+    def asking(self, block: BlockId, meta: ObjectMeta, *, from_peers: bool, replicas: int | None) -> Ask | None:
+        """The worker of this node that owns the block, when it is not this one (BlockSource)."""
+        owner = self.owner(block.bucket, block.key, block.index)
+        return None if owner is None else lambda: self.block(owner, block, meta, from_peers)
+
     async def block(self, owner: int, block: BlockId, meta: ObjectMeta, from_peers: bool = True) -> bytes:
         """The block from the worker that owns it; `from_peers`: which may ask the fleet's owners
-        (False for what another node asked of this one: never a third node)."""
-        length = self.fetch.length(block, meta)
+        (False for what another node asked of this one: never a third node). Unanswered when it
+        does not answer."""
+        length = length_of(block.index, self._block_size, meta)
         try:
             data = await self._ask_block(owner, block, meta, length, from_peers)
         except PeerRefused as refused:
@@ -72,7 +78,7 @@ class Siblings:
             self.stats["worker_block_fetch"] += 1
             return data
         self.stats["worker_fallback"] += 1
-        return await self.fetch.from_origin(block, meta)
+        raise Unanswered()
 
     async def _ask_block(self, owner: int, block: BlockId, meta: ObjectMeta, length: int, peers: bool) -> bytes:
         """The block from its owner: read from the owner's file of the shared memory tier when
@@ -81,7 +87,7 @@ class Siblings:
         ask = (member, block.bucket, block.key, meta.etag, meta.version_id, meta.size, block.index, length)
         data = await client.block_or_file(*ask, in_file=self._in_files, peers=peers)
         if data is None:
-            data = self.fetch.store.from_shared_memory(block)
+            data = self._store.from_shared_memory(block)
             self.stats["worker_block_from_file" if data is not None else "worker_block_file_gone"] += 1
         if data is None:
             data = await client.block_or_file(*ask, in_file=False, peers=peers)
@@ -90,35 +96,27 @@ class Siblings:
 
     async def open(self, owner: int, bucket: str, key: str, query: list[tuple[str, str]], index: int,
                    from_peers: bool = True) -> Opened | None:
-        size = self.fetch.settings.block_size
+        """`Opens.open_block`, asked of the worker that owns block `index`; Unanswered when it does not
+        answer (or its answer was in its file, evicted meanwhile)."""
         version_id = dict(query).get("versionId")
         try:
-            opened = await self._clients[owner].open_or_file(self._members[owner], bucket, key, version_id, index,
-                                                             size, budget=self.fetch.budget, in_file=self._in_files,
-                                                             peers=from_peers)
+            answer = await self._clients[owner].open_or_file(self._members[owner], bucket, key, version_id, index,
+                                                             self._block_size, budget=self._budget,
+                                                             in_file=self._in_files, peers=from_peers)
+            if answer is None:
+                return None
+            opened = opened_from(answer, bucket, key, index, self._block_size, self._store.from_shared_memory)
         except PeerRefused as refused:
             await take_refusal(bucket, key, refused, self._on_changed)
         except PeerError as exc:
             self._failed(owner, exc)
         else:
-            if opened is None:
-                return None
-            meta = decode_meta(opened.meta)
-            if isinstance(meta, ObjectMeta):
-                block = BlockId(bucket, key, version_of(meta), index)
-                data = opened.data if opened.data is not None else self.fetch.store.from_shared_memory(block)
-                first = index * size
-                if data is None:  # in the owner's file, and evicted meanwhile: opened here instead
-                    self.stats["worker_block_file_gone"] += 1
-                elif len(data) == min(first + size, meta.size) - first:
-                    self.stats["worker_open"] += 1
-                    return meta, FirstBlock(block, data, from_origin=not opened.cached)
-                else:
-                    self._failed(owner, PeerError("an open answer that does not add up"))
-            else:
-                self._failed(owner, PeerError("an open answer without metadata"))
+            if opened is not None:
+                self.stats["worker_open"] += 1
+                return opened
+            self.stats["worker_block_file_gone"] += 1  # in the owner's file, and evicted meanwhile
         self.stats["worker_fallback"] += 1
-        return await self._opens.open_here(bucket, key, query, index)
+        raise Unanswered()
 
     async def open_cached(self, owner: int, bucket: str, key: str, query: list[tuple[str, str]],
                           index: int) -> Opened | None:
@@ -128,25 +126,24 @@ class Siblings:
         in_file = self._in_files
         while True:
             try:
-                opened = await self._clients[owner].open_or_file(
-                    self._members[owner], bucket, key, version_id, index, self.fetch.settings.block_size,
-                    budget=self.fetch.budget, in_file=in_file, cached=True)
+                answer = await self._clients[owner].open_or_file(
+                    self._members[owner], bucket, key, version_id, index, self._block_size,
+                    budget=self._budget, in_file=in_file, cached=True)
+                opened = None if answer is None else \
+                    opened_from(answer, bucket, key, index, self._block_size, self._store.from_shared_memory)
             except PeerError as exc:  # PeerRefused included: nothing is asked of the owner's origin
                 self._failed(owner, exc, "opening it here")
                 return None
-            meta = decode_meta(opened.meta) if opened is not None else None
-            if opened is None or not isinstance(meta, ObjectMeta):
-                return None
-            block = BlockId(bucket, key, version_of(meta), index)
-            data = opened.data if opened.data is not None else self.fetch.store.from_shared_memory(block)
-            if data is not None or not in_file:
+            if opened is not None or answer is None or not in_file:
                 break
             self.stats["worker_block_file_gone"] += 1  # in its file, and evicted meanwhile: through the socket
             in_file = False
-        if data is None or len(data) != self.fetch.length(block, meta):
+        if opened is None:
             return None
         self.stats["worker_open"] += 1
-        return meta, FirstBlock(block, data, from_origin=False)
+        meta, first = opened
+        first.from_origin = False
+        return meta, first
 
     async def held(self, owner: int, blocks: list[BlockId], meta: ObjectMeta) -> set[int]:
         """Which of `blocks` (of one object version) the owner worker holds now (none when it
@@ -159,31 +156,28 @@ class Siblings:
             return set()
 
     async def give(self, owner: int, block: BlockId, meta: ObjectMeta, giver: int | None = None,
-                   node: str = "") -> None:
+                   node: str = "") -> bool:
         """Tell the owner worker to take a block this worker lends it (engine.lending), or (`node`)
-        one that worker `giver` of that node of the fleet offered this node."""
+        one that worker `giver` of that node of the fleet offered this node; False when it could
+        not be told (it will not take it)."""
         try:
             await self._clients[owner].take(self._members[owner], block.bucket, block.key, meta.etag,
                                             meta.version_id, meta.size, block.index,
                                             self.workers.index if giver is None else giver, node)
         except PeerError as exc:
-            if not node:
-                self.fetch.lending.lent(block)  # not taken: not kept either
             self._failed(owner, exc, "its block not kept")
+            return False
+        return True
 
     async def lent(self, giver: int, block: BlockId, meta: ObjectMeta) -> bytes | None:
         """The block worker `giver` lends this one, or None when it is gone."""
         try:
             return await self._clients[giver].lent(self._members[giver], block.bucket, block.key, meta.etag,
                                                    meta.version_id, meta.size, block.index,
-                                                   self.fetch.length(block, meta))
+                                                   length_of(block.index, self._block_size, meta))
         except PeerError as exc:
             self._failed(giver, exc, "the block it lent not kept")
             return None
 
-    def _failed(self, owner: int, exc: Exception, instead: str = "reading from the origin instead") -> None:
-        self.stats["worker_failure"] += 1
-        now = time.monotonic()
-        if now - self._logged.get(owner, -_LOG_EVERY) >= _LOG_EVERY:
-            self._logged[owner] = now
-            log.engine.warning("worker %d did not answer (%s); %s", owner, exc, instead)
+    def _failed(self, owner: int, exc: Exception, instead: str = "asking the fleet's owners or the origin") -> None:
+        self._failures.failed(f"worker {owner}", exc, instead)

@@ -54,6 +54,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gateway.lru import LRU
 from gateway.store import blockfile
 from gateway.store.blockfile import BadBlockError
 from gateway.store.blocks import BlockId, checksum
@@ -87,7 +88,7 @@ class MappedBlocks:
         self.verify = verify
         self._clock = clock
         self._maps: OrderedDict[str, _Mapping] = OrderedDict()
-        self._read_once: OrderedDict[str, None] = OrderedDict()  # names read once, not mapped (at most `most`)
+        self._read_once: LRU[str, None] = LRU(most)  # names read once, not mapped
         self.bytes = 0
 
     def __len__(self) -> int:
@@ -127,11 +128,9 @@ class MappedBlocks:
         if block is not None:
             return block
         if name not in self._read_once:  # its first read: not mapped
-            self._read_once[name] = None
-            if len(self._read_once) > self.most:
-                self._read_once.popitem(last=False)
+            self._read_once.put(name, None)
             return blockfile.read_block(path, block_id)
-        del self._read_once[name]
+        self._read_once.pop(name)
         mapping, identity = blockfile.map_file(path)
         return self._keep(name, path, mapping, identity, None, block_id)
 

@@ -7,10 +7,11 @@ bodies, or a remembered 404). Event loop only: plain dicts, no locks.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
+
+from gateway.lru import LRU
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -28,7 +29,7 @@ class ExpiringLRU(Generic[K, V]):
     def __init__(self, max_entries: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.max_entries = max_entries
         self._clock = clock
-        self._items: OrderedDict[K, tuple[V, float]] = OrderedDict()
+        self._items: LRU[K, tuple[V, float]] = LRU(max_entries)
 
     def __len__(self) -> int:
         return len(self._items)
@@ -40,37 +41,28 @@ class ExpiringLRU(Generic[K, V]):
     def get_aged(self, key: K) -> tuple[V, float] | None:
         """`get` as a plain (value, age) pair, with no Cached to build: MetadataCache asks this
         way on every hit."""
-        item = self._items.get(key)
+        item = self._items.use(key)
         if item is None:
             return None
-        self._items.move_to_end(key)
         return item[0], self._clock() - item[1]
 
     def put(self, key: K, value: V) -> None:
-        if self.max_entries <= 0:
-            return
-        self._items[key] = (value, self._clock())
-        self._items.move_to_end(key)
-        while len(self._items) > self.max_entries:
-            self._items.popitem(last=False)
+        self._items.put(key, (value, self._clock()))
 
     def touch(self, key: K) -> None:
-        """The value was confirmed current: its age starts again."""
+        """The value was confirmed current: its age starts again (and it counts as used)."""
         item = self._items.get(key)
         if item is not None:
-            self._items[key] = (item[0], self._clock())
+            self._items.put(key, (item[0], self._clock()))
 
     def pop(self, key: K) -> None:
-        self._items.pop(key, None)
+        self._items.pop(key)
 
     def clear(self) -> None:
         self._items.clear()
 
     def remove_where(self, predicate: Callable[[K], bool]) -> int:
-        doomed = [key for key in self._items if predicate(key)]
-        for key in doomed:
-            del self._items[key]
-        return len(doomed)
+        return self._items.remove_where(predicate)
 
 
 MetaKey = tuple[str, str, str]  # bucket, key, version id ("" for the current version)

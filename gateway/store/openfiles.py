@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gateway.lru import LRU
 from gateway.store import blockfile
 from gateway.store.blockfile import BadBlockError
 from gateway.store.blocks import BlockId, checksum
@@ -54,7 +54,8 @@ class OpenBlockFiles:
         self.recheck = recheck
         self.mapped = MappedBlocks(mapped_budget, verify=True, clock=clock)
         self._clock = clock
-        self._files: OrderedDict[str, _Open] = OrderedDict()
+        # Never dropped by the LRU itself (`_open` forgets, closing the file, past `most`).
+        self._files: LRU[str, _Open] = LRU(most + 1)
 
     def __len__(self) -> int:
         return len(self._files) + len(self.mapped)
@@ -76,7 +77,7 @@ class OpenBlockFiles:
                 if held is None:
                     return self.mapped.cached(path, block_id)
             else:
-                self._files.move_to_end(name)
+                self._files.use(name)
             data = blockfile.pread_nowait(held.fd, held.length, held.offset)
         except BlockingIOError:  # not all in the page cache, or too large for the event loop
             return None
@@ -93,7 +94,7 @@ class OpenBlockFiles:
             if opened.length > CACHED_SIZE:
                 raise BlockingIOError("a block this large is read in a thread")
             return None
-        self._files[block_id.name] = opened
+        self._files.put(block_id.name, opened)
         while len(self._files) > self.most:
             self.forget(next(iter(self._files)))
         if self.recheck is not None:  # (kept first: `forget` closes it whatever happens next)
@@ -114,7 +115,7 @@ class OpenBlockFiles:
 
     def forget(self, name: str) -> None:
         """Close a block's file or drop its mapping (if kept)."""
-        held = self._files.pop(name, None)
+        held = self._files.pop(name)
         if held is not None:
             os.close(held.fd)
         self.mapped.forget(name)
@@ -126,8 +127,8 @@ class OpenBlockFiles:
 
     def __del__(self) -> None:
         # A tier dropped without being closed (a failed start, a test) leaves no descriptor open.
-        for held in self._files.values():
+        while (oldest := self._files.pop_oldest()) is not None:
             try:
-                os.close(held.fd)
+                os.close(oldest[1].fd)
             except Exception:  # noqa: BLE001 -- closed already, or the interpreter is shutting down
                 pass

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from gateway.lru import LRU
 from gateway.store import pieces
 from gateway.store.blocks import BlockId
 from gateway.store.memory import MemoryTier
@@ -84,7 +84,7 @@ class TieredStore:
         self._born: dict[str, tuple[BlockId, float]] = {}  # only blocks under a TTL
         # Objects some version of which had blocks kept here (found at start, or put since), the
         # most recent last: what `holds_object` answers.
-        self._objects: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._objects: LRU[tuple[str, str], None] = LRU(_HELD_OBJECTS)
         self.misses = 0
         self.expired = 0
         self.promotions = 0
@@ -261,11 +261,7 @@ class TieredStore:
         return (bucket, key) in self._objects
 
     def _note_object(self, block_id: BlockId) -> None:
-        name = (block_id.bucket, block_id.key)
-        self._objects[name] = None
-        self._objects.move_to_end(name)
-        if len(self._objects) > _HELD_OBJECTS:
-            self._objects.popitem(last=False)
+        self._objects.put((block_id.bucket, block_id.key), None)
 
     async def put(self, block_id: BlockId, data: bytes) -> None:
         """Cache a block in the highest level that takes it; victims cascade down."""

@@ -1,9 +1,9 @@
 """A small origin in memory for the engine's unit tests.
 
 Not a mock: a real, if small, implementation of what the engine asks of gateway.origin.Origin
-(`send` and `error_from`), answering as S3 answers: a HEAD or GET of an object (a 304 to a
-matching If-None-Match), a bucket's configuration document (`?cors`), and 404s with their
-error document. It counts what it is sent; `hold()` keeps every answer until `release()`
+(`send`, `get_block` and `error_from`), answering as S3 answers: a HEAD or GET of an object (a
+304 to a matching If-None-Match, a 412 to an If-Match that is not, a 206 to a byte range), a
+bucket's configuration document (`?cors`), and 404s with their error document. It counts what it is sent; `hold()` keeps every answer until `release()`
 (for tests of concurrent askers), and `down` makes it unreachable, as a failed origin is to
 Origin.send (S3Error ServiceUnavailable)."""
 
@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gateway.config import OriginSettings
 from gateway.errors import S3Error
 from gateway.origin import parse_error_document
 
@@ -64,6 +65,7 @@ class MemoryOrigin:
         self.requests: Counter[str] = Counter()  # by method, as Origin.requests counts them
         self.sent: list[tuple[str, str | None, str | None, dict[str, str]]] = []  # (method, bucket, key, headers)
         self.down = False
+        self.settings = OriginSettings(retries=0)
         self._held: asyncio.Event | None = None
 
     def create_bucket(self, bucket: str) -> None:
@@ -103,6 +105,15 @@ class MemoryOrigin:
             return self._document(bucket, [name for name, _ in query])
         return self._object(method, bucket, key, headers)
 
+    async def get_block(self, bucket: str, key: str, *, query: Iterable[tuple[str, str]] = (),
+                        headers: dict[str, str]) -> Answer:
+        """A ranged GET of at most one block (Origin.get_block)."""
+        return await self.send("GET", bucket, key, query=query, headers=headers)
+
+    def gets(self, key: str) -> int:
+        """The GETs of `key` this origin was sent."""
+        return sum(1 for method, _, sent, _ in self.sent if method == "GET" and sent == key)
+
     async def error_from(self, response: Answer, resource: str | None = None) -> S3Error:
         """The S3Error of an answer's error document, as Origin.error_from makes it."""
         parsed = parse_error_document(await response.read_at_most(64 * 1024))
@@ -115,10 +126,21 @@ class MemoryOrigin:
             return Answer(404, []) if method == "HEAD" else _error(404, "NoSuchKey", Key=key)
         if headers.get("if-none-match") == stored.etag:
             return Answer(304, [("etag", stored.etag)])
+        if headers.get("if-match", stored.etag) != stored.etag:
+            return _error(412, "PreconditionFailed", Condition="If-Match")
         items = [("etag", stored.etag), ("last-modified", LAST_MODIFIED), ("content-type", "application/octet-stream")]
+        size = len(stored.body)
         if method == "HEAD":
-            return Answer(200, [*items, ("content-length", str(len(stored.body)))])
-        return Answer(200, [*items, ("content-length", str(len(stored.body)))], stored.body)
+            return Answer(200, [*items, ("content-length", str(size))])
+        first, _, last = headers.get("range", "").removeprefix("bytes=").partition("-")
+        if not first.isdigit():  # (no range, or one this origin does not know: the whole object)
+            return Answer(200, [*items, ("content-length", str(size))], stored.body)
+        if int(first) >= size:
+            return _error(416, "InvalidRange", ActualObjectSize=str(size))
+        end = min(int(last) if last.isdigit() else size - 1, size - 1)
+        body = stored.body[int(first):end + 1]
+        return Answer(206, [*items, ("content-length", str(len(body))), ("content-range", f"bytes {first}-{end}/{size}")],
+                      body)
 
     def _document(self, bucket: str, names: list[str]) -> Answer:
         name = names[0] if names else ""

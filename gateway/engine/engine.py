@@ -131,6 +131,14 @@ class Engine:
             self.replicas = Replicas(fleet, self.opens.fetch, self.peers, self._describe)
             self.serving.hold = self.replicas.hold
         self.head_object = self.metadata.head_object
+        # Asked without an await by the hit path below ASGI and by kept requests (s3api.hits,
+        # s3api.replays), counting nothing but the block hit: the answer made of them is kept in
+        # the books by `answered`. fresh_now: the metadata head_object would find in L1, fresh and
+        # trusted, or None; one_block: the one block holding a range; read_block_now: its bytes
+        # when a tier answers at once (memory, a disk's page cache), with the x-cache source.
+        self.fresh_now = self.metadata.fresh_now
+        self.one_block = self.reads.one_block
+        self.read_block_now = self.reads.read_block_now
         self.list_objects = self.listings.list_objects
         self.forward = self.writes.forward
         self.put_object = self.writes.put_object
@@ -229,25 +237,6 @@ class Engine:
         raise AssertionError("unreachable")
 
     # --- hits answered without an await (the hit path below ASGI) -----------------------
-
-    def fresh_now(self, bucket: str, key: str, *, version_id: str | None = None,
-                  checksums: bool = False) -> ObjectMeta | None:
-        """The metadata open_object would find in memory, fresh and trusted, or None.
-        Counts nothing: the answer made from it counts the hit (`answered`)."""
-        return self.metadata.fresh_now(bucket, key, version_id, checksums=checksums)
-
-    def one_block(self, bucket: str, key: str, meta: ObjectMeta, start: int | None = None,
-                  end: int | None = None) -> OneBlock | None:
-        """The one block of `meta`'s version that holds bytes [start, end] (None: the whole
-        object), with the range, for read_block_now; None when no one block does."""
-        return self.reads.one_block(bucket, key, meta, start, end)
-
-    def read_block_now(self, read: OneBlock, meta: ObjectMeta) -> tuple[bytes | memoryview, str] | None:
-        """(a GET's bytes, x-cache source) of a range one_block found, when a tier answers its
-        block at once (Reads.read_block_now: the block hit counted as read_object counts it);
-        None, counting nothing, otherwise. The hit path asks this way, and a request sent again
-        with the block it kept; the answer made of it is counted by `answered`."""
-        return self.reads.read_block_now(read, meta)
 
     def peer_owns(self, read: OneBlock) -> bool:
         """Whether another node of the fleet owns the block of `read` (read_block asks it)."""

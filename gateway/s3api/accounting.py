@@ -24,7 +24,7 @@ from gateway.s3api.request import S3Request
 from gateway.s3api.stats import RequestStats
 
 __all__ = ["ASGI", "Accounts", "Answered", "BELOW_ASGI", "EngineBooks", "REPLAYED", "Sending", "Served", "access_entry",
-           "answered_for", "note_answer"]
+           "answered_for", "note_answer", "outcome_of"]
 
 
 class EngineBooks(Protocol):
@@ -54,7 +54,7 @@ class Accounts:
         Engine.fresh_now, which counts nothing), the bucket it shows to exist, the access log."""
         answered, cache, way = served.answered, served.cache, served.way
         operation, status, entry = answered.operation, answered.status, answered.entry
-        self.stats.record(operation, status, served.seconds, cache=cache, sent=served.sent, way=way)
+        self.stats.record(operation, status, served.seconds, cache, served.sent, way)
         read = cache is not None and status < 300 and operation == "GetObject"  # (x-cache: the engine read it)
         if read or way != ASGI:
             self._engine_answered(entry["bucket"], entry["key"], read=read, from_fresh_now=way != ASGI)
@@ -133,6 +133,18 @@ def note_answer(outcome: dict[str, Any], status: int, headers: Iterable[tuple[by
             outcome["size"] = value.rpartition(b"/")[2].decode("latin-1")
         elif name == b"content-length" and status == 200:
             outcome.setdefault("size", value.decode("latin-1"))
+
+
+def outcome_of(status: int, headers: dict[str, str], sent: int) -> dict[str, Any]:
+    """What note_answer keeps of an answer whose headers are in hand by (lowercase) name, with
+    `sent` bytes of body: the hit path's, which has them before they are lines."""
+    outcome: dict[str, Any] = {"status": status, "bytes": sent, "cache": headers.get("x-cache")}
+    shown = headers.get("content-range")  # bytes a-b/SIZE: the object's size
+    if shown is not None:
+        outcome["size"] = shown.rpartition("/")[2]
+    elif status == 200 and "content-length" in headers:
+        outcome["size"] = headers["content-length"]
+    return outcome
 
 
 @dataclass(frozen=True, slots=True)

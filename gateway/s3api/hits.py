@@ -30,7 +30,7 @@ from gateway.engine import ObjectMeta, OneBlock
 from gateway.errors import S3Error
 from gateway.s3api import cors, reads
 from gateway.s3api import headers as hdrs
-from gateway.s3api.accounting import BELOW_ASGI, Accounts, Served, answered_for, note_answer
+from gateway.s3api.accounting import BELOW_ASGI, Accounts, Served, answered_for, outcome_of
 from gateway.s3api.context import Context, Services
 from gateway.s3api.identify import Authenticator
 from gateway.s3api.replays import Keeper, Replay, Replays, keepable
@@ -156,8 +156,7 @@ class HitPath:
         made.status_line, made.raw_headers = _STATUS_LINES[answer.status], lines
         made.closing, made.keep_alive = _closing(keep_alive), keep_alive
         head = http_head(answer.status, made.default_headers, lines, keep_alive)
-        outcome = made.outcome = {"bytes": len(body), "cache": None}
-        note_answer(outcome, answer.status, lines)
+        outcome = made.outcome = outcome_of(answer.status, answer.headers, len(body))
         self.accounts.record(Served(answered_for(made.req, made.scope["method"], outcome), request_id, len(body),
                                     outcome["cache"], time.perf_counter() - made.started, BELOW_ASGI))
         return [head, body]

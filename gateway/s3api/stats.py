@@ -46,7 +46,7 @@ class RequestStats:
         self.below_asgi = 0
         self.replayed = 0
 
-    def record(self, operation: str, status: int, seconds: float, *, cache: str | None = None,
+    def record(self, operation: str, status: int, seconds: float, cache: str | None = None,
                sent: int = 0, way: int = ASGI) -> None:
         """One answer: `sent` bytes of body, x-cache `cache`, made in `seconds` the `way` it was
         (gateway.hitanswers: by the app, below it, as a kept request)."""

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from gateway.s3api.accounting import ASGI, BELOW_ASGI, REPLAYED, Accounts, Answered, Served, access_entry
+from gateway.s3api.accounting import (ASGI, BELOW_ASGI, REPLAYED, Accounts, Answered, Served, access_entry, note_answer,
+                                     outcome_of)
+from gateway.s3api.responses import raw_headers
 
 
 class Books:
@@ -68,3 +70,17 @@ def test_a_get_that_read_nothing_of_the_engine_is_no_hit(status: int, cache: str
     accounts, books, entries = _recorded(Served(_answered("GetObject", status, user=None), "RID", 0, cache, 0.001))
     assert books.reads == [] and books.buckets == []  # (anonymous: no bucket vouched for)
     assert accounts.stats.requests == {("GetObject", status): 1} and len(entries) == 1
+
+
+@pytest.mark.parametrize("status, headers", [
+    (200, {"content-length": "12", "x-cache": "hit-mem", "etag": '"e"'}),
+    (206, {"content-range": "bytes 0-3/12", "content-length": "4", "x-cache": "hit-disk"}),
+    (200, {"content-range": "bytes 0-11/12", "content-length": "12", "x-cache": "hit-peer"}),
+    (206, {"content-length": "4"}),
+])
+def test_the_hit_paths_outcome_is_what_the_apps_lines_show(status: int, headers: dict[str, str]) -> None:
+    """outcome_of (the hit path, headers by name) keeps of an answer what note_answer (the app,
+    header lines as sent) keeps of the same answer (object_answer always names its Content-Length)."""
+    shown: dict[str, Any] = {"bytes": 4, "cache": None}
+    note_answer(shown, status, raw_headers(headers, "RID", 4))
+    assert outcome_of(status, headers, 4) == shown

@@ -15,10 +15,10 @@ import orjson
 from starlette.types import Receive, Scope, Send
 
 from gateway import log
-from gateway.hitanswers import ASGI, BELOW_ASGI, REPLAYED
 from gateway.cluster.peers import (AUTH_HEADER, BLOCK_HEADER, BLOCK_PATH, CACHED_HEADER, HELD_MAX, HELD_PATH,
                                    HOLD_PATH, META_HEADER, MAX_SKEW, OPEN_PATH, PEER_PREFIX, TAKE_PATH, OpenAnswer,
                                    PeerRefused, decode_query, mask_indexes, refusal, verify)
+from gateway.hitanswers import ASGI, BELOW_ASGI, REPLAYED
 from gateway.lru import LRU
 
 __all__ = ["KEPT_REQUESTS", "KeptBlock", "PeerApp"]

@@ -131,11 +131,8 @@ class Engine:
             self.replicas = Replicas(fleet, self.opens.fetch, self.peers, self._describe)
             self.serving.hold = self.replicas.hold
         self.head_object = self.metadata.head_object
-        # Asked without an await by the hit path below ASGI and by kept requests (s3api.hits,
-        # s3api.replays), counting nothing but the block hit: the answer made of them is kept in
-        # the books by `answered`. fresh_now: the metadata head_object would find in L1, fresh and
-        # trusted, or None; one_block: the one block holding a range; read_block_now: its bytes
-        # when a tier answers at once (memory, a disk's page cache), with the x-cache source.
+        # Asked without an await by the hit path and kept requests (s3api.hits, replays); they count
+        # nothing but the block hit: the answer made of them is counted by `answered`.
         self.fresh_now = self.metadata.fresh_now
         self.one_block = self.reads.one_block
         self.read_block_now = self.reads.read_block_now

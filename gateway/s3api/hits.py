@@ -5,10 +5,10 @@ no ASGI cycle, task or response object run.
 
 It takes the same steps as the ASGI path, with the same functions and services (parse_request,
 the app's Authenticator, the policy, reads.object_answer, cors.answer_headers, the responses
-module), and counts and logs the same way: what it answered is a `Served`, kept in every book by
-the one function the app's answers are (s3api.accounting.Accounts.record). At the first doubt (a body, a
-write, a sub-resource, a personal read, an Origin whose bucket's CORS rules are not in
-memory, a miss, any S3 error such as a failed signature or a 304) it answers None, having
+module), and counts and logs the same way: what it answered is a `Served`, kept in every book
+by the one function the app's answers are (s3api.accounting.Accounts.record). At the first
+doubt (a body, a write, a sub-resource, a personal read, an Origin whose bucket's CORS rules are
+not in memory, a miss, any S3 error such as a failed signature or a 304) it answers None, having
 counted nothing, and the ASGI app takes the request; one that got as far as being
 authenticated is handed over parsed (request.IDENTIFIED), so a miss or a disk hit does not
 pay for parsing and the signature twice.

@@ -29,10 +29,9 @@ the kept ones a request that is sent again.
 What can change between two sends is asked again every time, of the same functions the hit
 path asks: the bucket's CORS document, for a request with an Origin, must still be the same one
 the answer's headers came from (Engine.bucket_cors_now); the metadata must still be the very
-object the answer was built from and fresh
-(Engine.fresh_now: TTLs, invalidations by writes through any worker or node), and the bytes
-must be in a tier that answers at once (Engine.read_block_now, of the block the hit path
-read), or, for a block another node owns,
+object the answer was built from and fresh (Engine.fresh_now: TTLs, invalidations by writes
+through any worker or node), and the bytes must be in a tier that answers at once
+(Engine.read_block_now, of the block the hit path read), or, for a block another node owns,
 read from it as the hit path's later answer reads it (Engine.read_block), the answer sent once
 it came (LaterReplay). Any difference, and the request goes the whole way as a new one. Each
 answer gets its own request id and Date and is kept in every book as the hit path's and the

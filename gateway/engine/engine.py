@@ -263,7 +263,7 @@ class Engine:
         """(True, what bucket_cors would answer) when that is in memory; (False, None) when it is not."""
         return self.bucket_documents.get_now(bucket, "cors")
 
-    def answered(self, bucket: str, key: str, *, read: bool, from_fresh_now: bool) -> None:
+    def answered(self, bucket: str, key: str, read: bool, from_fresh_now: bool) -> None:
         """The engine's books of a GET or HEAD of an object answered, kept by
         s3api.accounting.Accounts.record whichever way the answer was made: one more hit of the
         object when its bytes were `read` (a GET answered 200 or 206); the metadata hit of an

@@ -30,7 +30,7 @@ __all__ = ["ASGI", "Accounts", "Answered", "BELOW_ASGI", "EngineBooks", "REPLAYE
 class EngineBooks(Protocol):
     """What the engine keeps of the answers of the S3 endpoint (gateway.engine.Engine)."""
 
-    def answered(self, bucket: str, key: str, *, read: bool, from_fresh_now: bool) -> None:
+    def answered(self, bucket: str, key: str, read: bool, from_fresh_now: bool) -> None:
         """A GET or HEAD of an object answered: see Engine.answered."""
 
     def bucket_exists(self, bucket: str) -> None:
@@ -57,7 +57,7 @@ class Accounts:
         self.stats.record(operation, status, served.seconds, cache, served.sent, way)
         read = cache is not None and status < 300 and operation == "GetObject"  # (x-cache: the engine read it)
         if read or way != ASGI:
-            self._engine_answered(entry["bucket"], entry["key"], read=read, from_fresh_now=way != ASGI)
+            self._engine_answered(entry["bucket"], entry["key"], read, way != ASGI)
         if status < 400 and entry["user"] is not None and entry["bucket"] is not None:
             self._bucket_exists(entry["bucket"])
         logged = log.access.isEnabledFor(logging.INFO)

@@ -92,6 +92,9 @@ class Replay:
     segments: tuple[bytes, bytes, bytes] | None = None
     rid_first: bool = True
     cors: bytes | None = None  # a request with an Origin: the bucket's CORS document its answer's headers came from
+    # What each answer served (`answered`, REPLAYED), made with the first: each answer sets its own
+    # request id, bytes, source and time in it before Accounts.record, which keeps nothing of it.
+    served: Served | None = None
 
 
 Keeper = Callable[[], "Replay | None"]
@@ -212,10 +215,16 @@ class Replays:
         request_id = new_request_id()
         rid, label = request_id.encode("ascii"), source.encode("ascii")
         first, second = (rid, label) if replay.rid_first else (label, rid)
-        head = b"".join((replay.status_line, self._default_lines(default_headers), segments[0], first, segments[1],
-                         second, segments[2]))
-        self.accounts.record(Served(replay.answered, request_id, len(body), source, time.perf_counter() - started,
-                                    REPLAYED))
+        made_for, default_lines = self._defaults  # (_default_lines, without its call when they did not change)
+        if made_for is not default_headers:
+            default_lines = self._default_lines(default_headers)
+        head = b"".join((replay.status_line, default_lines, segments[0], first, segments[1], second, segments[2]))
+        served = replay.served
+        if served is None:
+            served = replay.served = Served(replay.answered, request_id, 0, None, 0.0, REPLAYED)
+        served.request_id, served.sent, served.cache, served.seconds = \
+            request_id, len(body), source, time.perf_counter() - started
+        self.accounts.record(served)
         return [head, body], replay.keep_alive
 
     def _arrived(self, request: bytes, *, again: bool = False) -> None:

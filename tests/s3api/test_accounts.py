@@ -21,7 +21,7 @@ class Books:
         self.reads: list[tuple[str, str, bool, bool]] = []  # (bucket, key, read, from_fresh_now) of each answer
         self.buckets: list[str] = []
 
-    def answered(self, bucket: str, key: str, *, read: bool, from_fresh_now: bool) -> None:
+    def answered(self, bucket: str, key: str, read: bool, from_fresh_now: bool) -> None:
         self.reads.append((bucket, key, read, from_fresh_now))
 
     def bucket_exists(self, bucket: str) -> None:

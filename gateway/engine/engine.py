@@ -131,6 +131,7 @@ class Engine:
             self.replicas = Replicas(fleet, self.opens.fetch, self.peers, self._describe)
             self.serving.hold = self.replicas.hold
         self.head_object = self.metadata.head_object
+        self.bucket_exists = self.bucket_documents.note_exists  # a known user's request succeeded on it
         # Asked without an await by the hit path and kept requests (s3api.hits, replays); they count
         # nothing but the block hit: the answer made of them is counted by `answered`.
         self.fresh_now = self.metadata.fresh_now
@@ -254,10 +255,6 @@ class Engine:
         `known` False: nobody vouches for the name (a preflight's, with a user who may reach any
         bucket), so asking the origin for it is rate-limited (SlowDown) and kept apart."""
         return await self.bucket_documents.get(bucket, "cors", known=known)
-
-    def bucket_exists(self, bucket: str) -> None:
-        """A request of a known user succeeded on `bucket` (engine.bucketdocs.note_exists)."""
-        self.bucket_documents.note_exists(bucket)
 
     def bucket_cors_now(self, bucket: str) -> tuple[bool, bytes | None]:
         """(True, what bucket_cors would answer) when that is in memory; (False, None) when it is not."""

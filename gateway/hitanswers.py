@@ -6,6 +6,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+# How an answer was made, which its books say (s3api.accounting, cluster.peer_api): by the app,
+# below it in the protocol (`Hits.hit`), or below it as a kept request sent again (`Hits.replay`).
+ASGI, BELOW_ASGI, REPLAYED = 0, 1, 2
+
 Later = Callable[[], Awaitable["tuple[Callable[[bool], list[bytes | memoryview]], Any] | None"]]
 """A hit that waits for its block first: awaited, it gives (what makes the whole answer for the
 connection's keep-alive of that moment, what keeping the request to answer it again takes), or

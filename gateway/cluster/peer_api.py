@@ -18,6 +18,7 @@ from gateway import log
 from gateway.cluster.peers import (AUTH_HEADER, BLOCK_HEADER, BLOCK_PATH, CACHED_HEADER, HELD_MAX, HELD_PATH,
                                    HOLD_PATH, META_HEADER, MAX_SKEW, OPEN_PATH, PEER_PREFIX, TAKE_PATH, OpenAnswer,
                                    PeerRefused, decode_query, mask_indexes, refusal, verify)
+from gateway.hitanswers import ASGI, BELOW_ASGI, REPLAYED
 from gateway.lru import LRU
 
 __all__ = ["KEPT_REQUESTS", "KeptBlock", "PeerApp"]
@@ -67,8 +68,9 @@ class PeerApp:
     origin once); they raise PeerRefused for an S3 error the origin gave, LookupError
     when this node cannot serve blocks, ValueError for a block outside the object.
     `served[outcome]` counts answers (block, open, refused, unauthorized, ...); `below_asgi`
-    those of the blocks answered in the HTTP protocol (`answer_now`), `replayed` those of them
-    answered as kept (the same request bytes again, `replay`).
+    those of them answered in the HTTP protocol (`answer_now`), `replayed` those of them
+    answered as kept (the same request bytes again, `replay`): each answer counted by `_count`,
+    whichever way it was made.
     """
 
     def __init__(self, cluster_secret: str, node_secret: str, serve_block: ServeBlock, serve_open: ServeOpen,
@@ -98,7 +100,7 @@ class PeerApp:
         query = scope.get("query_string", b"").decode("latin-1")
         status, sibling = self._signed(scope, query)
         if status != 200:
-            self.served["unauthorized"] += 1
+            self._count("unauthorized")
             return await _answer(send, status, orjson.dumps({"error": "peer requests are signed with the "
                                                                       "cluster secret (x-gateway-peer)"}))
         if method != "GET" or path not in (BLOCK_PATH, OPEN_PATH, HOLD_PATH, TAKE_PATH, HELD_PATH):
@@ -111,35 +113,35 @@ class PeerApp:
                 return await self._lending(send, path, params, sibling)
             if path == BLOCK_PATH:
                 data = await self._serve_block(*_block_asked(params), peers, in_file)
-                self.served["block"] += 1
+                self._count("block")
                 if data is None:
                     return await _answer(send, 200, b"", b"application/octet-stream", _IN_FILE)
                 return await _answer(send, 200, data, b"application/octet-stream")
             if path == HOLD_PATH:
                 fetched = await self._serve_hold(params["bucket"], params["key"], params["etag"], params["vid"],
                                                  int(params["size"]), int(params["replicas"]))
-                self.served["hold"] += 1
+                self._count("hold")
                 return await _answer(send, 200, orjson.dumps({"bytes": fetched}))
             opened = await self._serve_open(params["bucket"], params["key"], params["vid"], int(params["index"]),
                                             peers, in_file, sibling and params.get("cached") == "1")
         except PeerRefused as refused:
-            self.served["refused"] += 1
+            self._count("refused")
             return await _answer(send, 424, refusal(refused.error, refused.changed))
         except (KeyError, ValueError) as exc:
-            self.served["bad_request"] += 1
+            self._count("bad_request")
             return await _answer(send, 400, orjson.dumps({"error": f"bad peer request: {exc}"}))
         except LookupError:
-            self.served["unavailable"] += 1
+            self._count("unavailable")
             return await _answer(send, 503, orjson.dumps({"error": "this node keeps no blocks"}))
         except Exception:
             # An error of this node (not the origin's): the asking node goes to the next owner.
             log.cluster.exception("serving a peer %s failed", path)
-            self.served["failed"] += 1
+            self._count("failed")
             return await _answer(send, 503, orjson.dumps({"error": "the block could not be served"}))
         if opened is None:
-            self.served["open_none"] += 1
+            self._count("open_none")
             return await _answer(send, 204, b"")
-        self.served["open"] += 1
+        self._count("open")
         await _answer(send, 200, opened.data or b"", b"application/octet-stream",
                       [(META_HEADER.encode(), base64.b64encode(opened.meta)), *(_IN_FILE if opened.data is None else []),
                        *(_CACHED if opened.cached else [])])
@@ -152,7 +154,7 @@ class PeerApp:
             if self._serve_held is None:
                 raise LookupError("this worker keeps no blocks")
             held = await self._serve_held(*described, mask_indexes(first, mask), sibling)
-            self.served["held"] += 1
+            self._count("held")
             return await _answer(send, 200, _held_answer(first, mask, held))
         block = _block_asked(params)
         if path == TAKE_PATH:
@@ -162,11 +164,11 @@ class PeerApp:
             if self._serve_take is None:
                 raise LookupError("this worker keeps no blocks")
             await self._serve_take(*block, int(params["from"]), node)
-            self.served["take"] += 1
+            self._count("take")
             return await _answer(send, 204, b"")
         worker = None if sibling else int(params["worker"])
         data = await self._serve_lent(*block, worker) if self._serve_lent is not None else None
-        self.served["lent" if data is not None else "lent_gone"] += 1
+        self._count("lent" if data is not None else "lent_gone")
         if data is None:
             return await _answer(send, 404, orjson.dumps({"error": "not lent, or taken already"}))
         return await _answer(send, 200, data, b"application/octet-stream")
@@ -197,8 +199,7 @@ class PeerApp:
         data = self._serve_block_now(*block)
         if data is None:
             return None
-        self.served["block"] += 1
-        self.served["below_asgi"] += 1
+        self._count("block", BELOW_ASGI)
         signed_at = int(next(v for n, v in scope["headers"] if n == _AUTH_HEADER).split(b" ")[1])  # verified above
         return _body_headers(len(data)), data, KeptBlock(block, signed_at)
 
@@ -214,8 +215,7 @@ class PeerApp:
             return None  # __call__ answers 400
         if held is None:
             return None
-        self.served["held"] += 1
-        self.served["below_asgi"] += 1
+        self._count("held", BELOW_ASGI)
         body = _held_answer(first, mask, held)
         return _body_headers(len(body), b"application/json"), body, _NOT_KEPT
 
@@ -241,10 +241,17 @@ class PeerApp:
         data = self._serve_block_now(*kept.block)
         if data is None:
             return None
-        self.served["block"] += 1
-        self.served["below_asgi"] += 1
-        self.served["replayed"] += 1
+        self._count("block", REPLAYED)
         return _body_headers(len(data)), data, kept.keep_alive
+
+    def _count(self, outcome: str, way: int = ASGI) -> None:
+        """One answer, with `outcome`, made the `way` it was (gateway.hitanswers)."""
+        served = self.served
+        served[outcome] += 1
+        if way != ASGI:
+            served["below_asgi"] += 1
+            if way == REPLAYED:
+                served["replayed"] += 1
 
     def _signed(self, scope: Scope, query: str) -> tuple[int, bool]:
         """(200 if a secret signs the request, else 401 (no or malformed signature) before 403

@@ -56,24 +56,20 @@ R = TypeVar("R")
 class OpenObject:
     """An object described and ready to be read: its metadata, whether that came from
     memory, and `read` of exactly the version the metadata describes (with the block a
-    cold open brought along in hand). `heat`: set for an S3 GET (Engine.get_object), whose
-    read counts as a hit of the object; HEADs and loads do not count."""
+    cold open brought along in hand). An S3 GET's read counts as a hit of the object once it
+    was answered (Engine.answered); HEADs and loads do not count."""
 
-    __slots__ = ("meta", "from_memory", "heat", "_head", "_reads", "_bucket", "_key", "_headers")
+    __slots__ = ("meta", "from_memory", "_head", "_reads", "_bucket", "_key", "_headers")
 
     def __init__(self, head: ObjectHead, reads: Reads, bucket: str, key: str, headers: dict[str, str] | None) -> None:
         self.meta = head.meta
         self.from_memory = head.from_memory
-        self.heat: HeatCounter | None = None
         self._head, self._reads, self._bucket, self._key, self._headers = head, reads, bucket, key, headers
 
     async def read(self, start: int | None = None, end: int | None = None) -> ObjectRead:
         """The bytes [start, end] (inclusive; the whole object when None): see Reads.read_object."""
-        read = await self._reads.read_object(self._bucket, self._key, self.meta, start=start, end=end,
+        return await self._reads.read_object(self._bucket, self._key, self.meta, start=start, end=end,
                                              headers=self._headers, first=self._head.first)
-        if self.heat is not None:  # a GET served (its first block in hand): one more hit of the object
-            self.heat.hit(self._bucket, self._key)
-        return read
 
     async def aclose(self) -> None:
         """Done with the object: a run the cold open started and no read took is stopped."""
@@ -109,7 +105,7 @@ class Engine:
         self.store = store
         self.shared = shared
         self.fleet = fleet
-        self.heat = heat if heat is not None else HeatCounter()  # GETs served per object (OpenObject.read)
+        self.heat = heat if heat is not None else HeatCounter()  # GETs answered per object (`answered`)
         self.budget = ByteBudget(cache.read_buffer)
         level2 = shared.level2 if shared is not None else None
         invalidation = shared.invalidation if shared is not None else None
@@ -136,6 +132,12 @@ class Engine:
             Serving(self.opens, self.metadata.fresh_now, self._head_meta,
                     hold=None if self.replicas is None else self.replicas.hold)
         self.head_object = self.metadata.head_object
+        self.bucket_exists = self.bucket_documents.note_exists  # a known user's request succeeded on it
+        # Asked without an await by the hit path and kept requests (s3api.hits, replays); they count
+        # nothing but the block hit: the answer made of them is counted by `answered`.
+        self.fresh_now = self.metadata.fresh_now
+        self.one_block = self.reads.one_block
+        self.read_block_now = self.reads.read_block_now
         self.list_objects = self.listings.list_objects
         self.forward = self.writes.forward
         self.put_object = self.writes.put_object
@@ -224,7 +226,6 @@ class Engine:
         for attempt in (1, 2):
             opened = await self.open_object(bucket, key, version_id=version_id, headers=headers,
                                             checksums=checksums, want=want, reopen=attempt == 2)
-            opened.heat = self.heat
             try:
                 return await answer(opened)
             except ObjectChanged:
@@ -236,29 +237,6 @@ class Engine:
 
     # --- hits answered without an await (the hit path below ASGI) -----------------------
 
-    def fresh_now(self, bucket: str, key: str, *, version_id: str | None = None,
-                  checksums: bool = False) -> ObjectMeta | None:
-        """The metadata open_object would find in memory, fresh and trusted, or None.
-        Counts nothing: the answer counts itself (read_block_now, head_answered_now)."""
-        return self.metadata.fresh_now(bucket, key, version_id, checksums=checksums)
-
-    def one_block(self, bucket: str, key: str, meta: ObjectMeta, start: int | None = None,
-                  end: int | None = None) -> OneBlock | None:
-        """The one block of `meta`'s version that holds bytes [start, end] (None: the whole
-        object), with the range, for read_block_now; None when no one block does."""
-        return self.reads.one_block(bucket, key, meta, start, end)
-
-    def read_block_now(self, read: OneBlock, meta: ObjectMeta) -> tuple[bytes | memoryview, str] | None:
-        """(a GET's bytes, x-cache source) of a range one_block found, when a tier answers its
-        block at once (Reads.read_block_now), counted as get_object counts that hit (the
-        metadata hit, the block hit, the object's heat); None, counting nothing, otherwise.
-        The hit path asks this way, and a request sent again with the block it kept."""
-        hit = self.reads.read_block_now(read, meta)
-        if hit is not None:
-            self.metadata.stats["meta_hit"] += 1
-            self.heat.hit(read.block.bucket, read.block.key)
-        return hit
-
     def peer_owns(self, read: OneBlock) -> bool:
         """Whether another node of the fleet owns the block of `read` (read_block asks it)."""
         fetch = self.reads.fetch
@@ -266,14 +244,11 @@ class Engine:
         return fetch is not None and fetch.route(block.bucket, block.key, block.index) is not None
 
     async def read_block(self, read: OneBlock, meta: ObjectMeta) -> ObjectRead:
-        """The bytes of a range one_block found, in hand, from wherever they are (Reads.read_object),
-        counted as get_object counts that read once it succeeded. The hit path asks this way for
-        a block another node owns."""
+        """The bytes of a range one_block found, in hand, from wherever they are (Reads.read_object).
+        The hit path asks this way for a block another node owns; the answer made of it is
+        counted by `answered`."""
         block = read.block
-        got = await self.reads.read_object(block.bucket, block.key, meta, start=read.start, end=read.end)
-        self.metadata.stats["meta_hit"] += 1
-        self.heat.hit(block.bucket, block.key)
-        return got
+        return await self.reads.read_object(block.bucket, block.key, meta, start=read.start, end=read.end)
 
     async def bucket_cors(self, bucket: str, *, known: bool = True) -> bytes | None:
         """The bucket's CORS configuration document as the origin has it, None when it has none
@@ -282,17 +257,20 @@ class Engine:
         bucket), so asking the origin for it is rate-limited (SlowDown) and kept apart."""
         return await self.bucket_documents.get(bucket, "cors", known=known)
 
-    def bucket_exists(self, bucket: str) -> None:
-        """A request of a known user succeeded on `bucket` (engine.bucketdocs.note_exists)."""
-        self.bucket_documents.note_exists(bucket)
-
     def bucket_cors_now(self, bucket: str) -> tuple[bool, bytes | None]:
         """(True, what bucket_cors would answer) when that is in memory; (False, None) when it is not."""
         return self.bucket_documents.get_now(bucket, "cors")
 
-    def head_answered_now(self) -> None:
-        """A HEAD answered from fresh_now's metadata: counted as open_object counts that hit."""
-        self.metadata.stats["meta_hit"] += 1
+    def answered(self, bucket: str, key: str, read: bool, from_fresh_now: bool) -> None:
+        """The engine's books of a GET or HEAD of an object answered, kept by
+        s3api.accounting.Accounts.record whichever way the answer was made: one more hit of the
+        object when its bytes were `read` (a GET answered 200 or 206); the metadata hit of an
+        answer made from fresh_now's metadata (below ASGI), which counts nothing itself
+        (head_object, the app's way, counts its own)."""
+        if from_fresh_now:
+            self.metadata.stats["meta_hit"] += 1
+        if read:
+            self.heat.hit(bucket, key)
 
     # --- the fleet ---------------------------------------------------------------------
 

@@ -184,8 +184,8 @@ class Metadata:
     def fresh_now(self, bucket: str, key: str, version_id: str | None = None, *,
                   checksums: bool = False) -> ObjectMeta | None:
         """The metadata head_object would answer from L1 now, without an await (the hit path
-        below ASGI asks this way), or None. Counts nothing: the caller counts the hit it
-        serves (`stats["meta_hit"]`)."""
+        below ASGI asks this way), or None. Counts nothing: the answer made from it counts the
+        hit (`stats["meta_hit"]`, Engine.answered)."""
         found = self._from_l1((bucket, key, version_id or ""))
         if found is None or found[0].missing or not self._usable(found, checksums):
             return None

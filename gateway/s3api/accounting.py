@@ -1,8 +1,10 @@
 """What every answer of the S3 endpoint leaves behind, whichever way it was made (the ASGI app,
-the hit path below it, a kept request answered again): its counts (s3api.stats), its access-log
-entry (logged as one JSON line and handed to the observers, such as the shadow estimate), and
-the bucket it shows to exist. One function, `Accounts.record`, does all three; the paths differ
-only in how they get to an `Answered`."""
+the hit path below it, a kept request answered again): its counts (s3api.stats), the engine's
+books of a read (the object's heat, the metadata hit of an answer made below ASGI:
+Engine.answered), its access-log entry (logged as one JSON line and handed to the observers,
+such as the shadow estimate), and the bucket it shows to exist. Each path makes a `Served`, what
+the answer served; one function, `Accounts.record`, keeps every book of it: the paths differ only
+in how they get to a `Served`."""
 
 from __future__ import annotations
 
@@ -10,40 +12,75 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from starlette.types import Message, Send
 
 from gateway import log
+from gateway.hitanswers import ASGI, BELOW_ASGI, REPLAYED
 from gateway.s3api.request import S3Request
 from gateway.s3api.stats import RequestStats
 
-__all__ = ["Accounts", "Answered", "Sending", "access_entry", "answered_for", "note_answer"]
+__all__ = ["ASGI", "Accounts", "Answered", "BELOW_ASGI", "EngineBooks", "REPLAYED", "Sending", "Served", "access_entry",
+           "answered_for", "note_answer", "outcome_of"]
+
+
+class EngineBooks(Protocol):
+    """What the engine keeps of the answers of the S3 endpoint (gateway.engine.Engine)."""
+
+    def answered(self, bucket: str, key: str, read: bool, from_fresh_now: bool) -> None:
+        """A GET or HEAD of an object answered: see Engine.answered."""
+
+    def bucket_exists(self, bucket: str) -> None:
+        """A request of a known user succeeded on `bucket` (a CORS preflight for it may then ask
+        the origin for its rules without a rate limit)."""
 
 
 class Accounts:
-    """The counts, access log and observers of one S3 endpoint. Event loop only.
+    """The counts, access log and observers of one S3 endpoint, and the engine's books of the
+    reads it answers (`engine`). Event loop only."""
 
-    `bucket_exists(bucket)` is told of each bucket a known user's request succeeded on (a CORS
-    preflight for it may then ask the origin for its rules without a rate limit)."""
-
-    def __init__(self, bucket_exists: Callable[[str], None]) -> None:
+    def __init__(self, engine: EngineBooks) -> None:
         self.stats = RequestStats()
         # Called with every request's access-log entry (a dict), logged or not: the shadow estimate.
         self.observers: list[Callable[[dict[str, Any]], None]] = []
-        self._bucket_exists = bucket_exists
+        self._bucket_exists, self._engine_answered = engine.bucket_exists, engine.answered
 
-    def record(self, answered: Answered, request_id: str, sent: int, cache: str | None, seconds: float) -> None:
-        """One answer: `sent` bytes of body, x-cache `cache`, made in `seconds`."""
-        entry = answered.entry
-        if answered.status < 400 and entry["user"] is not None and entry["bucket"] is not None:
+    def record(self, served: Served) -> None:
+        """Every book of one answer: the request counts, the engine's (a GET that read the
+        object's bytes is one more hit of it; an answer made below ASGI took its metadata from
+        Engine.fresh_now, which counts nothing), the bucket it shows to exist, the access log."""
+        answered, cache, way = served.answered, served.cache, served.way
+        operation, status, entry = answered.operation, answered.status, answered.entry
+        self.stats.record(operation, status, served.seconds, cache, served.sent, way)
+        read = cache is not None and status < 300 and operation == "GetObject"  # (x-cache: the engine read it)
+        if read or way != ASGI:
+            self._engine_answered(entry["bucket"], entry["key"], read, way != ASGI)
+        if status < 400 and entry["user"] is not None and entry["bucket"] is not None:
             self._bucket_exists(entry["bucket"])
-        self.stats.record(answered.operation, answered.status, seconds, cache=cache, sent=sent)
         logged = log.access.isEnabledFor(logging.INFO)
         if logged or self.observers:
-            _access_log(dict(entry), request_id, sent, cache, seconds, self.observers, logged)
+            _access_log(dict(entry), served.request_id, served.sent, cache, served.seconds, self.observers, logged)
+
+
+@dataclass(slots=True)
+class Served:
+    """What one answer of the S3 endpoint served, made by whichever path answered (the app:
+    `Sending`; the hit path: s3api.hits; a kept request: s3api.replays) and kept in every book by
+    Accounts.record: how it is counted and logged (`answered`: its operation, status, and access-log
+    entry with the bucket and key), its request id, the bytes of body `sent`, its x-cache value
+    (where the bytes came from: hit-mem, hit-disk, hit-peer, partial, miss; None when no read of
+    the engine made the answer), the `seconds` it took and the `way` it was made
+    (gateway.hitanswers: ASGI, BELOW_ASGI, REPLAYED)."""
+
+    answered: Answered
+    request_id: str
+    sent: int
+    cache: str | None
+    seconds: float
+    way: int = ASGI
 
 
 class Sending:
@@ -81,8 +118,8 @@ class Sending:
         if not self._recorded:
             self._recorded = True
             outcome = self.outcome
-            self.accounts.record(answered_for(self.req, self.method, outcome), self.request_id, outcome["bytes"],
-                                 outcome["cache"], time.perf_counter() - self.started)
+            self.accounts.record(Served(answered_for(self.req, self.method, outcome), self.request_id,
+                                        outcome["bytes"], outcome["cache"], time.perf_counter() - self.started))
 
 
 def note_answer(outcome: dict[str, Any], status: int, headers: Iterable[tuple[bytes, bytes]]) -> None:
@@ -98,11 +135,24 @@ def note_answer(outcome: dict[str, Any], status: int, headers: Iterable[tuple[by
             outcome.setdefault("size", value.decode("latin-1"))
 
 
+def outcome_of(status: int, headers: dict[str, str], sent: int) -> dict[str, Any]:
+    """What note_answer keeps of an answer whose headers are in hand by (lowercase) name, with
+    `sent` bytes of body: the hit path's, which has them before they are lines."""
+    outcome: dict[str, Any] = {"status": status, "bytes": sent, "cache": headers.get("x-cache")}
+    shown = headers.get("content-range")  # bytes a-b/SIZE: the object's size
+    if shown is not None:
+        outcome["size"] = shown.rpartition("/")[2]
+    elif status == 200 and "content-length" in headers:
+        outcome["size"] = headers["content-length"]
+    return outcome
+
+
 @dataclass(frozen=True, slots=True)
 class Answered:
     """What the counters and the access log say of an answer: its operation's name, its status,
     and its access-log entry but for the fields each answer fills in (access_entry). Made once
-    for a request kept to be answered again (s3api.replays), and serving each of its answers."""
+    for a request kept to be answered again (s3api.replays), and serving each of its answers
+    (each its own `Served`)."""
 
     operation: str
     status: int

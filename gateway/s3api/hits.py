@@ -5,9 +5,10 @@ no ASGI cycle, task or response object run.
 
 It takes the same steps as the ASGI path, with the same functions and services (parse_request,
 the app's Authenticator, the policy, reads.object_answer, cors.answer_headers, the responses
-module), and counts and logs the same way (s3api.accounting). At the first doubt (a body, a
-write, a sub-resource, a personal read, an Origin whose bucket's CORS rules are not in
-memory, a miss, any S3 error such as a failed signature or a 304) it answers None, having
+module), and counts and logs the same way: what it answered is a `Served`, kept in every book
+by the one function the app's answers are (s3api.accounting.Accounts.record). At the first
+doubt (a body, a write, a sub-resource, a personal read, an Origin whose bucket's CORS rules are
+not in memory, a miss, any S3 error such as a failed signature or a 304) it answers None, having
 counted nothing, and the ASGI app takes the request; one that got as far as being
 authenticated is handed over parsed (request.IDENTIFIED), so a miss or a disk hit does not
 pay for parsing and the signature twice.
@@ -29,7 +30,7 @@ from gateway.engine import ObjectMeta, OneBlock
 from gateway.errors import S3Error
 from gateway.s3api import cors, reads
 from gateway.s3api import headers as hdrs
-from gateway.s3api.accounting import Accounts, answered_for, note_answer
+from gateway.s3api.accounting import BELOW_ASGI, Accounts, Served, answered_for, outcome_of
 from gateway.s3api.context import Context, Services
 from gateway.s3api.identify import Authenticator
 from gateway.s3api.replays import Keeper, Replay, Replays, keepable
@@ -120,7 +121,6 @@ class HitPath:
         made = _Made(req, scope, request_id, started, answer, default_headers)
         made.cors = cors_document
         if method == "HEAD":
-            engine.head_answered_now()
             answer.headers[reads.X_CACHE] = "hit-mem"  # as the app says of metadata from memory
             pieces = self._whole(made, b"", keep_alive)
             return pieces, functools.partial(self._replay, made, meta, None)
@@ -135,10 +135,10 @@ class HitPath:
         return pieces, functools.partial(self._replay, made, meta, read)
 
     async def _later(self, made: _Made, meta: ObjectMeta, read: OneBlock) -> tuple[_Make, Keeper] | None:
-        """A GET of one block another node owns: the block read as the app reads it (counted
-        as it counts it), then (what makes the answer for the connection's keep-alive of that
-        moment, what keeping the request takes once it was made); None (nothing counted) when
-        the read fails: the app answers, and says why."""
+        """A GET of one block another node owns: the block read as the app reads it, then (what
+        makes the answer for the connection's keep-alive of that moment, counted as it is made,
+        what keeping the request takes once it was made); None (nothing counted) when the read
+        fails: the app answers, and says why."""
         try:
             got = await self.services.engine.read_block(read, meta)
         except S3Error:  # ObjectChanged too: the app reads the object as it is now
@@ -156,12 +156,9 @@ class HitPath:
         made.status_line, made.raw_headers = _STATUS_LINES[answer.status], lines
         made.closing, made.keep_alive = _closing(keep_alive), keep_alive
         head = http_head(answer.status, made.default_headers, lines, keep_alive)
-        made.outcome = {"bytes": len(body), "cache": None}
-        note_answer(made.outcome, answer.status, lines)
-        accounts = self.accounts
-        accounts.record(answered_for(made.req, made.scope["method"], made.outcome), request_id, len(body),
-                        made.outcome["cache"], time.perf_counter() - made.started)
-        accounts.stats.below_asgi += 1
+        outcome = made.outcome = outcome_of(answer.status, answer.headers, len(body))
+        self.accounts.record(Served(answered_for(made.req, made.scope["method"], outcome), request_id, len(body),
+                                    outcome["cache"], time.perf_counter() - made.started, BELOW_ASGI))
         return [head, body]
 
     def _replay(self, made: _Made, meta: ObjectMeta, read: OneBlock | None) -> Replay | None:

@@ -29,14 +29,14 @@ the kept ones a request that is sent again.
 What can change between two sends is asked again every time, of the same functions the hit
 path asks: the bucket's CORS document, for a request with an Origin, must still be the same one
 the answer's headers came from (Engine.bucket_cors_now); the metadata must still be the very
-object the answer was built from and fresh
-(Engine.fresh_now: TTLs, invalidations by writes through any worker or node), and the bytes
-must be in a tier that answers at once (Engine.read_block_now, of the block the hit path
-read: it also counts the block hit and the object's heat), or, for a block another node owns,
+object the answer was built from and fresh (Engine.fresh_now: TTLs, invalidations by writes
+through any worker or node), and the bytes must be in a tier that answers at once
+(Engine.read_block_now, of the block the hit path read), or, for a block another node owns,
 read from it as the hit path's later answer reads it (Engine.read_block), the answer sent once
 it came (LaterReplay). Any difference, and the request goes the whole way as a new one. Each
-answer gets its own request id and Date and is counted and logged as the hit path counts and
-logs it (Accounts.record, from an entry made once when the request is kept).
+answer gets its own request id and Date and is kept in every book as the hit path's and the
+app's are (a `Served`, recorded by Accounts.record, with an entry made once when the request is
+kept).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from gateway.errors import S3Error
 from gateway.lru import LRU
 from gateway.s3api.auth import Identity
 from gateway.s3api.auth.memo import KNOWN_REQUEST_MAX, SDK_INVOCATION_ID, kept_size
-from gateway.s3api.accounting import Accounts, Answered
+from gateway.s3api.accounting import REPLAYED, Accounts, Answered, Served
 from gateway.s3api.context import Services
 from gateway.s3api.request import S3Request
 from gateway.s3api.responses import new_request_id
@@ -84,7 +84,7 @@ class Replay:
     raw_headers: list[tuple[bytes, bytes]]  # the answer's, but the server's default headers (Date)
     closing: bytes  # what ends the head: CRLF, with Connection: close before it when not keep_alive
     keep_alive: bool
-    answered: Answered  # how each answer is counted and logged (Accounts.record)
+    answered: Answered  # how each answer is counted and logged (a Served of it, Accounts.record)
     # Made when the request is first answered again (most kept requests never are): the answer's
     # head is status_line | the server's default headers | segments[0] | first slot | segments[1]
     # | second slot | segments[2], the slots being the request id and the x-cache value in the
@@ -92,6 +92,9 @@ class Replay:
     segments: tuple[bytes, bytes, bytes] | None = None
     rid_first: bool = True
     cors: bytes | None = None  # a request with an Origin: the bucket's CORS document its answer's headers came from
+    # What each answer served (`answered`, REPLAYED), made with the first: each answer sets its own
+    # request id, bytes, source and time in it before Accounts.record, which keeps nothing of it.
+    served: Served | None = None
 
 
 Keeper = Callable[[], "Replay | None"]
@@ -180,7 +183,6 @@ class Replays:
             return None
         engine = self.services.engine
         if replay.read is None:  # a HEAD
-            engine.head_answered_now()
             return self._answered(replay, b"", "hit-mem", started, default_headers)
         hit = engine.read_block_now(replay.read, replay.meta)
         if hit is not None:
@@ -213,13 +215,16 @@ class Replays:
         request_id = new_request_id()
         rid, label = request_id.encode("ascii"), source.encode("ascii")
         first, second = (rid, label) if replay.rid_first else (label, rid)
-        head = b"".join((replay.status_line, self._default_lines(default_headers), segments[0], first, segments[1],
-                         second, segments[2]))
-        accounts = self.accounts
-        accounts.record(replay.answered, request_id, len(body), source, time.perf_counter() - started)
-        stats = accounts.stats
-        stats.below_asgi += 1
-        stats.replayed += 1
+        made_for, default_lines = self._defaults  # (_default_lines, without its call when they did not change)
+        if made_for is not default_headers:
+            default_lines = self._default_lines(default_headers)
+        head = b"".join((replay.status_line, default_lines, segments[0], first, segments[1], second, segments[2]))
+        served = replay.served
+        if served is None:
+            served = replay.served = Served(replay.answered, request_id, 0, None, 0.0, REPLAYED)
+        served.request_id, served.sent, served.cache, served.seconds = \
+            request_id, len(body), source, time.perf_counter() - started
+        self.accounts.record(served)
         return [head, body], replay.keep_alive
 
     def _arrived(self, request: bytes, *, again: bool = False) -> None:

@@ -32,7 +32,7 @@ class S3App:
         self.engine = engine
         self.services = Services(engine, policy, settings.server, BodyReceiver(settings.server))
         self.authenticator = Authenticator(settings.auth, policy)
-        self.accounts = Accounts(engine.bucket_exists)  # what every answer leaves behind (s3api.accounting)
+        self.accounts = Accounts(engine)  # what every answer leaves behind (s3api.accounting)
         self._domain = settings.server.domain
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

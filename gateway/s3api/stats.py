@@ -6,6 +6,8 @@ from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
 
+from gateway.hitanswers import ASGI, REPLAYED
+
 # Upper bounds (seconds) of the latency histogram's buckets; +Inf is implied.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -44,9 +46,15 @@ class RequestStats:
         self.below_asgi = 0
         self.replayed = 0
 
-    def record(self, operation: str, status: int, seconds: float, *, cache: str | None = None,
-               sent: int = 0) -> None:
+    def record(self, operation: str, status: int, seconds: float, cache: str | None = None,
+               sent: int = 0, way: int = ASGI) -> None:
+        """One answer: `sent` bytes of body, x-cache `cache`, made in `seconds` the `way` it was
+        (gateway.hitanswers: by the app, below it, as a kept request)."""
         self.requests[(operation, status)] += 1
+        if way != ASGI:
+            self.below_asgi += 1
+            if way == REPLAYED:
+                self.replayed += 1
         latency = self.latency.get(operation)
         if latency is None:
             latency = self.latency[operation] = Latency()

@@ -7,11 +7,13 @@ import asyncio
 from typing import Any
 
 from gateway.s3api.accounting import Accounts, Sending
+from tests.s3api.test_accounts import Books
 
 
 def _accounts() -> tuple[Accounts, list[dict[str, Any]], list[str]]:
-    buckets: list[str] = []
-    accounts = Accounts(buckets.append)
+    books = Books()
+    buckets = books.buckets
+    accounts = Accounts(books)
     entries: list[dict[str, Any]] = []
     accounts.observers.append(entries.append)
     return accounts, entries, buckets

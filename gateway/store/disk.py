@@ -254,8 +254,9 @@ class DiskTier:
         could not be read back (bad or unreadable file) comes with None: it is simply gone."""
         return await self._put(block_id, data, take=True)
 
-    async def remove(self, block_id: BlockId) -> bool:
-        """Forget a block and delete its file; True if it was held or being written."""
+    async def remove(self, block_id: BlockId, *, keep_file: bool = False) -> bool:
+        """Forget a block and delete its file (`keep_file`: left for the caller to write again, readers
+        finding the old one until then); True if it was held or being written."""
         name = block_id.name
         entry = self._index.pop(name, None)
         if entry is not None:
@@ -264,8 +265,8 @@ class DiskTier:
         pending = name in self._pending
         if pending:
             self._cancelled.add(name)  # _settle_put deletes the file when the write lands
-        if entry is None:
-            return pending
+        if entry is None or keep_file:
+            return pending or entry is not None
         try:
             await asyncio.shield(self._run(self._unlink_quiet, self.block_path(name)))
         except RuntimeError as exc:  # the pool is shut down; unlink errors are logged inside
@@ -416,8 +417,7 @@ class DiskTier:
         if data is None:
             return taken, bad, None
         try:
-            header = encode_header(block_id, len(data), checksum(data))
-            self._write_file(self.block_path(block_id.name), header, data)
+            self._write_file(self.block_path(block_id.name), encode_header(block_id, len(data), checksum(data)), data)
         except OSError as exc:
             return taken, bad, exc
         return taken, bad, None

@@ -34,10 +34,11 @@ workers is one of their two pieces, whole (a rename): never bytes of another ver
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 from gateway.lru import LRU
 from gateway.store import blockfile, pieces
@@ -87,6 +88,7 @@ class SharedTier:
         self._clock = time.monotonic
         self._read_lately: LRU[str, float] = LRU(_WARM_FILES)  # others' files on a disk: name -> when read
         self._adopting: dict[str, asyncio.Task[None]] = {}  # pieces other workers wrote, being taken in
+        self._writers: dict[str, tuple[asyncio.Lock, list[int]]] = {}  # pieces being written again here (_one_writer)
         self._others_open = OpenBlockFiles(recheck=1.0)  # kept, as the own part keeps its own
 
     # --- what the own part answers ----------------------------------------------------------
@@ -279,25 +281,52 @@ class SharedTier:
         (`_adopt`). The piece now kept ((lo, b"") when none is) and the blocks evicted here."""
         if not self._inline or not data:
             return (lo, b""), []
+        if self.owns(block_id):
+            async with self._one_writer(pieces.piece_id(block_id).name):
+                return await self._join_own_piece(block_id, lo, data)
         held = self.piece(block_id)
         joined = pieces.join(None if held is None else (held[0], bytes(held[1])), lo, bytes(data))
         piece, raw = pieces.piece_id(block_id), pieces.encoded(*joined)
-        if not self.owns(block_id):
-            if self.notes is None or not await self.own.in_thread(lambda b: self._write_for_owner(b, raw), piece):
-                return (lo, b""), []
-            if not self.notes.note(piece):  # its owner would never count it: not left in the folder
-                self.stats.notes_dropped += 1
-                await self.own.in_thread(lambda b: self._unlink_quiet(self.own.block_path(b.name)), piece)
-                return (lo, b""), []
-            self.stats.notes_sent += 1
-            return joined, []
-        victims = await self._keep_own_piece(piece, raw)
+        if self.notes is None or not await self.own.in_thread(lambda b: self._write_for_owner(b, raw), piece):
+            return (lo, b""), []
+        if not self.notes.note(piece):  # its owner would never count it: not left in the folder
+            self.stats.notes_dropped += 1
+            await self.own.in_thread(lambda b: self._unlink_quiet(self.own.block_path(b.name)), piece)
+            return (lo, b""), []
+        self.stats.notes_sent += 1
+        return joined, []
+
+    async def _join_own_piece(self, block_id: BlockId, lo: int, data: bytes
+                              ) -> tuple[tuple[int, bytes], list[tuple[BlockId, bytes | None]]]:
+        """put_piece of a block this worker owns (under `_one_writer`)."""
+        held = self.piece(block_id)
+        joined = pieces.join(None if held is None else (held[0], bytes(held[1])), lo, bytes(data))
+        piece = pieces.piece_id(block_id)
+        victims = await self._keep_own_piece(piece, pieces.encoded(*joined))
         return (joined if piece in self.own else (lo, b"")), victims
 
+    @contextlib.asynccontextmanager
+    async def _one_writer(self, name: str) -> AsyncIterator[None]:
+        """This worker's writes of one piece of its own, one at a time: joining bytes it brought and
+        taking in a file another worker wrote each read the piece, then write it again (two at once
+        would keep the one read first, and lose what the other joined)."""
+        lock, users = self._writers.setdefault(name, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._writers[name]
+
     async def _keep_own_piece(self, piece: BlockId, raw: bytes) -> list[tuple[BlockId, bytes | None]]:
-        """The piece (`encoded` bytes) in this worker's part, in place of the one held before."""
-        await self.own.remove(piece)  # (its index entry and file: the new file is the piece now)
+        """The piece (`encoded` bytes) in this worker's part, in place of the one held before. Its file
+        is replaced, never deleted first: a worker reading the piece meanwhile reads the old one."""
+        await self.own.remove(piece, keep_file=True)
         victims = await self.own.put_demoting(piece, raw)
+        if piece not in self.own:  # (not kept after all: no quota left but pinned blocks)
+            await self.own.in_thread(lambda b: self._unlink_quiet(self.own.block_path(b.name)), piece)
         return [(victim, None if pieces.is_piece(victim) else kept) for victim, kept in victims]
 
     def _write_for_owner(self, piece: BlockId, raw: bytes) -> bool:
@@ -321,6 +350,10 @@ class SharedTier:
             task.add_done_callback(lambda _: self._adopting.pop(name, None))
 
     async def _adopt(self, name: str, size: int | None) -> None:
+        async with self._one_writer(name):
+            await self._adopt_one(name, size)
+
+    async def _adopt_one(self, name: str, size: int | None) -> None:
         """Take into this worker's part the piece another worker wrote under `name` for it (noted
         to it), unless its part holds that piece already (`size`: the bytes it counts for it): its
         bytes read from the file, which is then written again as this part's own."""

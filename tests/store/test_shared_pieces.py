@@ -3,6 +3,7 @@ the block's owner worker, in its quota and under its policy, read by every worke
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from gateway.store import pieces
@@ -108,6 +109,37 @@ async def test_a_piece_written_for_an_owner_that_holds_the_block_whole_by_then_i
         await b.put(block, data)  # before b took the piece in
         await eventually(lambda: b.piece(block) is None, what="b deletes the piece it has no use for")
         assert b.used == BLOCK and pieces.piece_id(block) not in b
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_a_piece_written_again_is_never_missing_and_no_join_is_lost(tmp_path: Path) -> None:
+    """The owner writes a piece again in place of the old one: another worker reading it meanwhile
+    reads the old piece (never none), and two writes of one piece at once (bytes the owner joins, a
+    file another worker wrote being taken in) each see the other's: the piece ends with both."""
+    a, b = workers(tmp_path, 10 * BLOCK)
+    await a.open()
+    await b.open()
+    try:
+        block = bid("k", 0)  # a's
+        data = payload(block, BLOCK)
+        store = TieredStore(a, [], owns=even)
+        await store.put_piece(block, 0, data[:4000], BLOCK)
+        seen: list[tuple[int, bytes | memoryview] | None] = []
+        put, write = a.own.put_demoting, asyncio.Event()
+
+        async def watched(piece: BlockId, raw: bytes) -> object:  # b reads while a writes the piece again
+            seen.append(b.piece(block))
+            write.set()
+            return await put(piece, raw)
+        a.own.put_demoting = watched  # type: ignore[method-assign]
+        first = asyncio.create_task(store.put_piece(block, 4000, data[4000:8000], BLOCK))
+        await write.wait()
+        second = asyncio.create_task(store.put_piece(block, 8000, data[8000:12000], BLOCK))
+        await asyncio.gather(first, second)
+        assert seen[0] == (0, data[:4000])  # the old piece, while the new one was being written
+        assert a.piece(block) == (0, data[:12000]) and b.piece(block) == (0, data[:12000])
     finally:
         await a.aclose()
         await b.aclose()

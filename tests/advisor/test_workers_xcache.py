@@ -16,8 +16,11 @@ from pathlib import Path
 
 from gateway.config import CacheSettings, DiskTierSettings
 from gateway.node.workers import placement
+from gateway.objects import block_version
+from gateway.store.blocks import BlockId
 from tests.advisor.test_workers_against_advisor import node, origin_gets
 from tests.support import client
+from tests.waiting import wait_for
 
 KiB = 1024
 BLOCK = 64 * KiB
@@ -62,6 +65,13 @@ def test_a_block_on_another_worker_s_disk_answers_a_hit(origin_endpoint: str, cl
         assert origin_gets(workers) == 2
         # Four blocks, kept by worker 1 (on its disk but for the one its memory may hold).
         assert get(second, four) == (bodies[four], "miss")
+        # Worker 1 keeps the blocks after its answer (three go down to its disk, in its threads): the read
+        # below is of blocks it holds, as the test means, once they are all there.
+        owner = workers[1].server.config.app.s3.engine
+        meta = owner.fresh_now(BUCKET, four)
+        assert meta is not None
+        blocks = [BlockId(BUCKET, four, block_version(meta.version_id, meta.etag), i) for i in range(4)]
+        wait_for(lambda: all(block in owner.fetch.store for block in blocks), "worker 1 keeps the four blocks")
         first.head_object(Bucket=BUCKET, Key=four)  # worker 0 knows the object: its read asks the owner
         assert get(first, four) == (bodies[four], "hit-disk")
         assert origin_gets(workers) == 3

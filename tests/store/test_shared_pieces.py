@@ -4,6 +4,8 @@ the block's owner worker, in its quota and under its policy, read by every worke
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from gateway.store import pieces
@@ -32,11 +34,21 @@ def workers(root: Path, quota: int) -> tuple[SharedTier, SharedTier]:
     return part(0), part(1)
 
 
-async def test_a_piece_the_owner_keeps_is_a_hit_on_every_worker(tmp_path: Path) -> None:
-    a, b = workers(tmp_path, 10 * BLOCK)
+@contextlib.asynccontextmanager
+async def opened(root: Path, quota: int) -> AsyncIterator[tuple[SharedTier, SharedTier]]:
+    """`workers`, open, and closed after."""
+    a, b = workers(root, quota)
     await a.open()
     await b.open()
     try:
+        yield a, b
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_a_piece_the_owner_keeps_is_a_hit_on_every_worker(tmp_path: Path) -> None:
+    async with opened(tmp_path, 10 * BLOCK) as (a, b):
         block = bid("k", 0)  # a's
         data = payload(block, BLOCK)
         store = TieredStore(a, [], owns=even)
@@ -50,16 +62,10 @@ async def test_a_piece_the_owner_keeps_is_a_hit_on_every_worker(tmp_path: Path) 
         assert a.piece(block) == (1000, data[1000:9000]) and a.used == 8000 + 8
         await store.put(block, data)  # the whole block: its piece goes
         assert a.piece(block) is None and a.used == BLOCK
-    finally:
-        await a.aclose()
-        await b.aclose()
 
 
 async def test_a_piece_of_another_workers_block_is_written_for_it_and_counted_in_its_quota(tmp_path: Path) -> None:
-    a, b = workers(tmp_path, 10 * BLOCK)
-    await a.open()
-    await b.open()
-    try:
+    async with opened(tmp_path, 10 * BLOCK) as (a, b):
         block = bid("k", 1)  # b's
         data = payload(block, BLOCK)
         store = TieredStore(a, [], owns=even)
@@ -75,16 +81,10 @@ async def test_a_piece_of_another_workers_block_is_written_for_it_and_counted_in
         assert await store.put_piece(block, 8192, data[8192:], BLOCK) == (0, data)
         await eventually(lambda: b.used == BLOCK + 8 and pieces.piece_id(block) in b, what="b counts the whole piece")
         assert block not in b and a.piece_hit(block, 0, BLOCK) == data
-    finally:
-        await a.aclose()
-        await b.aclose()
 
 
 async def test_pieces_are_evicted_under_pressure_as_blocks_are_and_never_demoted(tmp_path: Path) -> None:
-    a, b = workers(tmp_path, 3 * BLOCK)
-    await a.open()
-    await b.open()
-    try:
+    async with opened(tmp_path, 3 * BLOCK) as (a, b):
         blocks = [bid(f"k{i}", 0) for i in range(4)]  # all a's
         store = TieredStore(a, [], owns=even)
         await store.put_piece(blocks[0], 0, payload(blocks[0], BLOCK)[:BLOCK // 2], BLOCK)
@@ -93,35 +93,23 @@ async def test_pieces_are_evicted_under_pressure_as_blocks_are_and_never_demoted
         assert a.piece(blocks[0]) is None and b.piece(blocks[0]) is None  # its file gone too
         assert a.used <= a.quota and [x for x in blocks if x in a] == blocks[1:]
         assert store.freed == 1 and store.demotions == 0
-    finally:
-        await a.aclose()
-        await b.aclose()
 
 
 async def test_a_piece_written_for_an_owner_that_holds_the_block_whole_by_then_is_deleted(tmp_path: Path) -> None:
-    a, b = workers(tmp_path, 10 * BLOCK)
-    await a.open()
-    await b.open()
-    try:
+    async with opened(tmp_path, 10 * BLOCK) as (a, b):
         block = bid("k", 1)  # b's
         data = payload(block, BLOCK)
         assert (await a.put_piece(block, 0, data[:4096]))[0] == (0, data[:4096])  # written by a, for b
         await b.put(block, data)  # before b took the piece in
         await eventually(lambda: b.piece(block) is None, what="b deletes the piece it has no use for")
         assert b.used == BLOCK and pieces.piece_id(block) not in b
-    finally:
-        await a.aclose()
-        await b.aclose()
 
 
 async def test_a_piece_written_again_is_never_missing_and_no_join_is_lost(tmp_path: Path) -> None:
     """The owner writes a piece again in place of the old one: another worker reading it meanwhile
     reads the old piece (never none), and two writes of one piece at once (bytes the owner joins, a
     file another worker wrote being taken in) each see the other's: the piece ends with both."""
-    a, b = workers(tmp_path, 10 * BLOCK)
-    await a.open()
-    await b.open()
-    try:
+    async with opened(tmp_path, 10 * BLOCK) as (a, b):
         block = bid("k", 0)  # a's
         data = payload(block, BLOCK)
         store = TieredStore(a, [], owns=even)
@@ -140,6 +128,3 @@ async def test_a_piece_written_again_is_never_missing_and_no_join_is_lost(tmp_pa
         await asyncio.gather(first, second)
         assert seen[0] == (0, data[:4000])  # the old piece, while the new one was being written
         assert a.piece(block) == (0, data[:12000]) and b.piece(block) == (0, data[:12000])
-    finally:
-        await a.aclose()
-        await b.aclose()

@@ -20,7 +20,8 @@ then every workload runs once on that catalog to warm Trino's JIT (--no-jit-pass
 
 each on: the origin directly, the gateway cold (a gateway started for that workload: empty cache) and
 the gateway warm (the same workload again on that gateway); the origin's figure is the faster of two
-passes. The answers of every setup must be the same (floating-point sums to 1e-9 relative). The
+passes, run just before the gateway's runs of the same workload (the machine's load drifts over a
+run: all the direct passes first had the gateway's runs at another load). The answers of every setup must be the same (floating-point sums to 1e-9 relative). The
 origin requests (GET of an object, HEAD, LIST) and bytes (answer bodies) of every workload and setup
 are counted at the shaped proxy, which both setups pass through (its /_shaped_proxy/counters);
 --requests-log writes each request of each workload and setup (method, target, Range, status, bytes);
@@ -238,6 +239,22 @@ def run_pass(trino: TrinoServer, catalog: str, plan: dict[str, list[str]], proxy
     return results
 
 
+def direct_passes(trino: TrinoServer, name: str, queries: list[str], origin: str
+                  ) -> tuple[tuple[float, list, Counts | None, tuple[int, int]], list[tuple[str, str, int, int]]]:
+    """A workload's two passes straight at the origin, just before the gateway's runs of it (so that
+    the machine's load, which drifts over a run, is the same for both): the faster one (the origin
+    has no cache to warm), and both passes' phases for the requests log."""
+    with wl.Cpu() as cpu:
+        first, second = (run_pass(trino, "direct", {name: queries}, origin)[name] for _ in range(2))
+    if not same(first[1], second[1]):
+        raise SystemExit(f"{name}: two passes on the origin gave different answers")
+    one, two = first[2], second[2]
+    assert one is not None and two is not None
+    print(f"   origin directly  {name:<36} passes {first[0]:7.2f} s and {second[0]:7.2f} s; "
+          f"origin: {one.brief()} / {two.brief()}  (CPU: ours {cpu.own:.1f} s, other load {cpu.other:.2f})", flush=True)
+    return min(first, second, key=lambda r: r[0]), [(name, "direct 1", *first[3]), (name, "direct 2", *second[3])]
+
+
 def tree_cpu(pid: int) -> float:
     """CPU seconds of a live process and its descendants (a gateway's supervisor and its workers)."""
     total = wl.process_cpu(pid)
@@ -415,22 +432,12 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             run_pass(trino, "load", plan)  # Trino's JIT warms up on the unshaped catalog
             print(f"== JIT pass on the unshaped catalog: {time.monotonic() - t0:.0f}s; {wl.loadavg()}", flush=True)
-        with wl.Cpu() as cpu:  # two passes, the faster of each kept: the origin has no cache to warm
-            first, second = run_pass(trino, "direct", plan, origin), run_pass(trino, "direct", plan, origin)
-        direct = {name: min(first[name], second[name], key=lambda r: r[0]) for name in plan}
-        for name in plan:
-            if not same(first[name][1], second[name][1]):
-                raise SystemExit(f"{name}: two passes on the origin gave different answers")
-            one, two = first[name][2], second[name][2]
-            assert one is not None and two is not None
-            print(f"   origin directly  {name:<36} passes {first[name][0]:7.2f} s and {second[name][0]:7.2f} s; "
-                  f"origin: {one.brief()} / {two.brief()}")
-            phases += [(name, "direct 1", *first[name][3]), (name, "direct 2", *second[name][3])]
-        print(f"   (CPU: ours {cpu.own:.1f} s, other load {cpu.other:.2f}); {wl.loadavg()}", flush=True)
         stack.callback(gw.stop)
-        measured = {}
+        measured, direct = {}, {}
         preloads = [mode.strip() for mode in args.preload.split(",") if mode.strip()]
-        for name in plan:  # each workload on a fresh gateway (empty cache): cold, then the same again: warm
+        for name in plan:  # each workload directly, then on a fresh gateway (empty cache): cold, then again: warm
+            direct[name], direct_phases = direct_passes(trino, name, plan[name], origin)
+            phases += direct_phases
             for mode in preloads:  # first, on a fresh gateway after `gateway load` of its tables
                 gw.stop()
                 gw.start()

@@ -1,4 +1,5 @@
-"""One bounded LRU: at most `size` entries, the least recently used dropped first."""
+"""One bounded LRU (at most `size` entries, the least recently used dropped first), and the one
+ordered queue it and the eviction policies keep their order in."""
 
 from __future__ import annotations
 
@@ -9,7 +10,17 @@ from typing import Generic, TypeVar
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
-__all__ = ["LRU"]
+__all__ = ["LRU", "Queue"]
+
+
+class Queue(OrderedDict[K, V]):
+    """Keys in order, worked from the front: an OrderedDict, which drops its first entry and
+    moves one to the end in O(1) (a dict emptied from its front is scanned past every slot
+    deleted there). For orders that are not a bounded cache (the eviction policies' queues,
+    store.policy); its operations are the OrderedDict's own, with no Python frame, since a
+    policy takes several of them for each block it evicts."""
+
+    __slots__ = ()
 
 
 class LRU(Generic[K, V]):
@@ -22,13 +33,14 @@ class LRU(Generic[K, V]):
     it is asked on the hit path.
     """
 
-    __slots__ = ("size", "_items", "get")
+    __slots__ = ("size", "_items", "_dropped", "get")
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, dropped: Callable[[K, V], None] | None = None) -> None:
+        """`dropped(key, value)`: called for each entry `put` drops past `size` (to release what
+        it holds); not for `pop`, `pop_oldest` or `clear`, whose caller has the entry."""
         self.size = size
-        # An OrderedDict, not a dict: a dict emptied from its front is scanned past every slot
-        # deleted there, and OrderedDict drops its oldest and moves one to the end in O(1).
-        self._items: OrderedDict[K, V] = OrderedDict()
+        self._items: Queue[K, V] = Queue()
+        self._dropped = dropped
         self.get: Callable[[K], V | None] = self._items.get
 
     def use(self, key: K) -> V | None:
@@ -48,7 +60,9 @@ class LRU(Generic[K, V]):
         items[key] = value
         items.move_to_end(key)
         if len(items) > self.size:
-            items.popitem(last=False)
+            dropped = items.popitem(last=False)
+            if self._dropped is not None:
+                self._dropped(*dropped)
 
     def pop(self, key: K) -> V | None:
         """Drop `key`: its value, or None when it was not held."""

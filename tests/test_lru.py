@@ -24,6 +24,7 @@ class Model:
     def __init__(self, size: int) -> None:
         self.size = size
         self.pairs: list[tuple[int, int]] = []  # least recently used first
+        self.dropped: list[tuple[int, int]] = []  # what `put` dropped past the size, in order
 
     def _find(self, key: int) -> int | None:
         return next((i for i, (k, _) in enumerate(self.pairs) if k == key), None)
@@ -41,8 +42,11 @@ class Model:
 
     def put(self, key: int, value: int) -> None:
         self.pop(key)
+        if self.size <= 0:
+            return
         self.pairs.append((key, value))
-        self.pairs = self.pairs[-self.size:] if self.size > 0 else []
+        self.dropped += self.pairs[:-self.size]
+        self.pairs = self.pairs[-self.size:]
 
     def pop(self, key: int) -> int | None:
         at = self._find(key)
@@ -63,7 +67,8 @@ class Model:
 @settings(max_examples=400, deadline=None)
 @given(st.integers(min_value=-1, max_value=5), OPERATIONS)
 def test_the_lru_does_what_the_model_does(size: int, operations: list[tuple[object, ...]]) -> None:
-    lru: LRU[int, int] = LRU(size)
+    dropped: list[tuple[int, int]] = []
+    lru: LRU[int, int] = LRU(size, dropped=lambda key, value: dropped.append((key, value)))
     model = Model(size)
     for name, *args in operations:
         if name == "remove_where":
@@ -72,6 +77,7 @@ def test_the_lru_does_what_the_model_does(size: int, operations: list[tuple[obje
         else:
             assert getattr(lru, str(name))(*args) == getattr(model, str(name))(*args)
         assert list(lru) == [key for key, _ in model.pairs]  # the same keys, in the same order
+        assert dropped == model.dropped  # each entry put drops is handed over, once
         assert len(lru) == len(model.pairs) <= max(size, 0)
         assert all((key in lru) == (model.get(key) is not None) for key in range(5))
 

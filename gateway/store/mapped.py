@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import mmap
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -83,11 +82,10 @@ class MappedBlocks:
     def __init__(self, budget: int, *, most: int = 4096, recheck: float = 1.0, verify: bool = False,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.budget = budget
-        self.most = most
         self.recheck = recheck
         self.verify = verify
         self._clock = clock
-        self._maps: OrderedDict[str, _Mapping] = OrderedDict()
+        self._maps: LRU[str, _Mapping] = LRU(most, dropped=self._unmap)
         self._read_once: LRU[str, None] = LRU(most)  # names read once, not mapped
         self.bytes = 0
 
@@ -116,7 +114,7 @@ class MappedBlocks:
             if checksum(held.data) != held.crc:
                 self._drop(name)
                 raise BadBlockError("checksum mismatch")
-        self._maps.move_to_end(name)
+        self._maps.use(name)
         return _handed(held.data)
 
     def read(self, path: str, block_id: BlockId) -> bytes | memoryview:
@@ -164,15 +162,16 @@ class MappedBlocks:
             _close(mapping, data)
             return block
         pages = None if address is None else Pages(address + len(mapping) - len(data), len(data))
-        self._maps[name] = _Mapping(mapping, data, crc, path, identity, self._clock(), pages)
+        self.forget(name)  # (a mapping of the block's former file)
+        self._maps.put(name, _Mapping(mapping, data, crc, path, identity, self._clock(), pages))
         self.bytes += len(data)
-        while self.bytes > self.budget or len(self._maps) > self.most:
-            self._drop(next(iter(self._maps)))
+        while self.bytes > self.budget and (oldest := self._maps.pop_oldest()) is not None:
+            self._unmap(*oldest)
         return _handed(data)
 
     def close(self) -> None:
-        while self._maps:
-            self._drop(next(iter(self._maps)))
+        while (oldest := self._maps.pop_oldest()) is not None:
+            self._unmap(*oldest)
 
     def forget(self, name: str) -> None:
         """Drop the mapping of a block whose file is deleted (its pages are then freed)."""
@@ -190,6 +189,11 @@ class MappedBlocks:
 
     def _drop(self, name: str) -> None:
         held = self._maps.pop(name)
+        if held is not None:
+            self._unmap(name, held)
+
+    def _unmap(self, name: str, held: _Mapping) -> None:
+        """Release a mapping no longer held (dropped, or pushed out past `most`)."""
         self.bytes -= len(held.data)
         _close(held.mapping, held.data)
 

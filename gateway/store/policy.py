@@ -7,9 +7,10 @@ object fits), so a policy never needs to know the quota it serves beyond its own
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Protocol
+
+from gateway.lru import Queue
 
 
 def _always(key: str) -> bool:
@@ -46,7 +47,7 @@ class LRUPolicy:
 
     def __init__(self, capacity: int = 0) -> None:
         self.capacity = capacity  # unused by LRU; kept so every policy is built alike
-        self._order: OrderedDict[str, int] = OrderedDict()
+        self._order: Queue[str, int] = Queue()
 
     def insert(self, key: str, size: int) -> None:
         self._order[key] = size
@@ -113,9 +114,9 @@ class S3FIFOPolicy:
         self.capacity = capacity
         self.small_target = int(capacity * small_ratio)
         self.ghost_limit = capacity - self.small_target
-        self._small: OrderedDict[str, None] = OrderedDict()
-        self._main: OrderedDict[str, None] = OrderedDict()
-        self._ghost: OrderedDict[str, int] = OrderedDict()
+        self._small: Queue[str, None] = Queue()
+        self._main: Queue[str, None] = Queue()
+        self._ghost: Queue[str, int] = Queue()
         self._entries: dict[str, _Entry] = {}
         self._small_bytes = 0
         self._ghost_bytes = 0

@@ -157,11 +157,18 @@ def counting_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return checked
 
 
+def held(blocks: MappedBlocks, block: BlockId) -> mapped_module._Mapping:
+    """The mapping `blocks` holds of `block`'s file."""
+    mapping = blocks._maps.get(block.name)
+    assert mapping is not None
+    return mapping
+
+
 def page_out(blocks: MappedBlocks, block: BlockId, path: str) -> None:
     """The kernel takes the block file's pages back (as under memory pressure): unmapped from the
     worker and out of the page cache."""
     try:
-        blocks._maps[block.name].mapping.madvise(MADV_PAGEOUT)
+        held(blocks, block).mapping.madvise(MADV_PAGEOUT)
     except OSError:
         pytest.skip("this kernel has no MADV_PAGEOUT, which the test takes the pages back with")
     out_of_page_cache(path)
@@ -191,7 +198,7 @@ def test_on_a_disk_a_block_damaged_on_the_disk_is_caught_when_read_from_it_again
     path = write_block(tmp_path, block, payload(block, 5000))
     assert blocks.cached(path, block) == payload(block, 5000)
     flip_last_byte(path)  # what the disk will give back, as bit rot would: without the file changing
-    blocks._maps[block.name].identity = blockfile.identity(path)
+    held(blocks, block).identity = blockfile.identity(path)
     page_out(blocks, block, path)
     Path(path).read_bytes()
     with pytest.raises(BadBlockError):

@@ -1,8 +1,8 @@
 """The client for the real bucket: every request re-signed with the gateway's own credentials.
 
 Requests and responses are streamed (aiohttp), so a body of any size passes through
-with bounded memory; a GET of one cache block (get_block) goes through gateway.rangeclient
-instead, which receives its body into one buffer. Transport failures become
+with bounded memory; a GET of one cache block (get_block), a HEAD (head) and a listing page
+(get_listing) go through gateway.rangeclient instead, which receives a body into one buffer. Transport failures become
 S3Error("ServiceUnavailable") here and nowhere else; error documents from the origin
 become S3Error with the origin's code and status.
 """
@@ -125,8 +125,9 @@ class OriginResponse:
 
 
 class BlockResponse:
-    """An origin answer to a GET of at most one block (Origin.get_block), its body received
-    into one buffer (gateway.rangeclient); read or closed as OriginResponse is."""
+    """An origin answer the range client received (Origin.get_block: a GET of at most one
+    block; Origin.head; Origin.get_listing), its body into one buffer; read or closed as
+    OriginResponse is."""
 
     __slots__ = ("status", "headers", "header_items", "_response")
 
@@ -233,12 +234,28 @@ class Origin:
                         headers: dict[str, str]) -> BlockResponse:
         """A GET of at most one block (a ranged read), sent and retried as `send` does, its
         body received into one buffer (gateway.rangeclient) instead of aiohttp's pieces."""
+        return await self._buffered("GET", bucket, key, list(query), headers)
+
+    async def head(self, bucket: str, key: str, *, query: Iterable[tuple[str, str]] = (),
+                   headers: dict[str, str] | None = None) -> BlockResponse:
+        """A HEAD of an object, sent and retried as `send` does, through the range client (a
+        cold object's metadata: a fraction of aiohttp's work for a request, and a new connection
+        opened without looking its address up in a thread)."""
+        return await self._buffered("HEAD", bucket, key, list(query), headers or {})
+
+    async def get_listing(self, bucket: str, query: Iterable[tuple[str, str]]) -> BlockResponse:
+        """A GET of a bucket (a listing page, read whole by its reader), sent and retried as
+        `send` does, through the range client."""
+        return await self._buffered("GET", bucket, None, list(query), {})
+
+    async def _buffered(self, method: str, bucket: str, key: str | None, query: list[tuple[str, str]],
+                        headers: dict[str, str]) -> BlockResponse:
         client = self._block_client()
 
         async def attempt(host: str, target: str, signed: dict[str, str]) -> BlockResponse:
-            return BlockResponse(await client.get(host, target, signed))
+            return BlockResponse(await client.get(host, target, signed, method=method))
 
-        return await self._attempts("GET", bucket, key, list(query), headers, None, None, attempt)
+        return await self._attempts(method, bucket, key, query, headers, None, None, attempt)
 
     async def _attempts(self, method: str, bucket: str | None, key: str | None, query: list[tuple[str, str]],
                         headers: dict[str, str] | None, body: bytes | BodyFactory | None, body_length: int | None,

@@ -220,6 +220,30 @@ async def test_a_pooled_connection_the_server_closed_is_replaced_without_an_erro
     assert server.connections == 3 and len(server.requests) == 3
 
 
+async def test_a_head_answer_ends_with_its_head_whatever_its_content_length_and_the_connection_is_used_again():
+    body = b"0123456789"
+
+    def answer(request: bytes) -> list[bytes]:
+        head = length_head(4 * 1024 * KiB)  # a HEAD's Content-Length is the object's: no body follows
+        return [head] if request.startswith(b"HEAD ") else [length_head(len(body)) + body]
+
+    async with RawServer(answer) as server:
+        rc = client()
+        for _ in range(2):
+            response = await rc.get(server.host, "/b/k", {"host": server.host}, method="HEAD")
+            assert (response.status, response.headers["content-length"]) == (206, str(4 * 1024 * KiB))
+            assert await response.read_at_most(1024) == b""
+        assert (await get(rc, server))[2] == body  # after the HEADs, on the same connection
+        closed = await rc.get(server.host, "/b/k", {"host": server.host}, method="HEAD")
+        await closed.aclose()  # closed unread: nothing of a body is left, the connection is pooled
+        assert (await get(rc, server))[2] == body
+        with pytest.raises(ValueError):
+            await rc.get(server.host, "/b/k", {"host": server.host}, method="PUT")
+        await rc.aclose()
+    assert server.connections == 1
+    assert [r.split(b" ", 1)[0] for r in server.requests] == [b"HEAD", b"HEAD", b"GET", b"HEAD", b"GET"]
+
+
 async def test_connection_close_and_http_1_0_answers_are_not_pooled():
     heads = iter([length_head(3, "Connection: close\r\n"), b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\n",
                   length_head(3)])

@@ -79,11 +79,14 @@ class RangeClient:
         self._idle: dict[str, deque[tuple[Connection, float]]] = {}
 
     async def get(self, host: str, target: str, headers: dict[str, str], *,
-                  read_timeout: float | None = None) -> RangeResponse:
+                  read_timeout: float | None = None, method: str = "GET") -> RangeResponse:
         """Send `GET target` to `host` with exactly `headers` (Host among them) and return once
         the answer's head is in. Its body must be read or closed (RangeResponse).
-        `read_timeout`: this request's, instead of the client's."""
-        request = _request_head(target, headers)
+        `read_timeout`: this request's, instead of the client's. `method` "HEAD": the answer
+        has no body (read_at_most gives b"", and the connection is pooled again)."""
+        if method not in ("GET", "HEAD"):
+            raise ValueError(f"method {method!r}")
+        request = _request_head(method, target, headers)
         await self._slots.acquire()
         try:
             while True:
@@ -92,7 +95,7 @@ class RangeClient:
                     connection, reused = await self._connect(host), False
                 connection.read_timeout = self.read_timeout if read_timeout is None else read_timeout
                 try:
-                    status, items = await connection.exchange(request)
+                    status, items = await connection.exchange(request, no_body=method == "HEAD")
                 except ConnectionError:
                     connection.drop()
                     if reused and connection.nothing_received:  # closed by the server while idle
@@ -156,8 +159,8 @@ class RangeClient:
         return connection
 
 
-def _request_head(target: str, headers: dict[str, str]) -> bytes:
-    lines = [f"GET {target} HTTP/1.1"]
+def _request_head(method: str, target: str, headers: dict[str, str]) -> bytes:
+    lines = [f"{method} {target} HTTP/1.1"]
     for name, value in headers.items():
         if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
             raise ValueError(f"header {name!r} cannot be sent")

@@ -27,6 +27,7 @@ class Connection(asyncio.BufferedProtocol):
         self._view = memoryview(self._scratch)
         self._filled = 0  # bytes of _scratch holding what arrived and is not used yet
         self._in_head = False
+        self._no_body = False  # the current request is a HEAD: its answer has no body, whatever it says
         self._head: tuple[int, list[tuple[str, str]]] | None = None
         self._length: int | None = None  # the body's, when framed by Content-Length
         self._chunks: ChunkedDecoder | None = None
@@ -44,12 +45,13 @@ class Connection(asyncio.BufferedProtocol):
 
     # --- the request ------------------------------------------------------------------------
 
-    async def exchange(self, request: bytes) -> tuple[int, list[tuple[str, str]]]:
-        """Send `request`; (status, header items) once the answer's head is in."""
+    async def exchange(self, request: bytes, *, no_body: bool = False) -> tuple[int, list[tuple[str, str]]]:
+        """Send `request`; (status, header items) once the answer's head is in. `no_body`: the
+        request is a HEAD, whose answer ends with its head (its Content-Length is the object's)."""
         if self._closed or self._transport is None:
             raise ConnectionError("the connection is closed")
         self.nothing_received = True
-        self._in_head, self._head = True, None
+        self._in_head, self._head, self._no_body = True, None, no_body
         self._length, self._chunks, self._until_close = None, None, None
         self._body, self._body_view, self._body_filled, self._body_cap, self._complete = None, None, 0, 0, False
         self._transport.write(request)
@@ -235,7 +237,7 @@ class Connection(asyncio.BufferedProtocol):
             self._consume(end + 4)
             if 100 <= status < 200:
                 continue  # an interim answer (100 Continue): the real one follows
-            length, chunked = body_framing(status, items)
+            length, chunked = (0, False) if self._no_body else body_framing(status, items)
             if http10 or any(name == "connection" and "close" in value.lower() for name, value in items):
                 self._keep_alive = False
             self._in_head = False

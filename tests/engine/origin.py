@@ -1,7 +1,7 @@
 """A small origin in memory for the engine's unit tests.
 
 Not a mock: a real, if small, implementation of what the engine asks of gateway.origin.Origin
-(`send`, `get_block` and `error_from`), answering as S3 answers: a HEAD or GET of an object (a
+(`send`, `get_block`, `head`, `get_listing` and `error_from`), answering as S3 answers: a HEAD or GET of an object (a
 304 to a matching If-None-Match, a 412 to an If-Match that is not, a 206 to a byte range), a
 bucket's configuration document (`?cors`), and 404s with their error document. It counts what it is sent; `hold()` keeps every answer until `release()`
 (for tests of concurrent askers), and `down` makes it unreachable, as a failed origin is to
@@ -109,6 +109,15 @@ class MemoryOrigin:
                         headers: dict[str, str]) -> Answer:
         """A ranged GET of at most one block (Origin.get_block)."""
         return await self.send("GET", bucket, key, query=query, headers=headers)
+
+    async def head(self, bucket: str, key: str, *, query: Iterable[tuple[str, str]] = (),
+                   headers: dict[str, str] | None = None) -> Answer:
+        """A HEAD of an object (Origin.head)."""
+        return await self.send("HEAD", bucket, key, query=query, headers=headers)
+
+    async def get_listing(self, bucket: str, query: Iterable[tuple[str, str]]) -> Answer:
+        """A GET of a bucket (Origin.get_listing)."""
+        return await self.send("GET", bucket, None, query=query)
 
     def gets(self, key: str) -> int:
         """The GETs of `key` this origin was sent."""

@@ -1,8 +1,9 @@
 """The client for the real bucket: every request re-signed with the gateway's own credentials.
 
 Requests and responses are streamed (aiohttp), so a body of any size passes through
-with bounded memory; a GET of one cache block (get_block), a HEAD (head) and a listing page
-(get_listing) go through gateway.rangeclient instead, which receives a body into one buffer. Transport failures become
+with bounded memory; a GET of cache blocks (get_block, get_run), a HEAD (head) and a listing
+page (get_listing) go through gateway.rangeclient instead, which receives a body into one
+buffer, or a run's into one per block. Transport failures become
 S3Error("ServiceUnavailable") here and nowhere else; error documents from the origin
 become S3Error with the origin's code and status.
 """
@@ -126,8 +127,8 @@ class OriginResponse:
 
 class BlockResponse:
     """An origin answer the range client received (Origin.get_block: a GET of at most one
-    block; Origin.head; Origin.get_listing), its body into one buffer; read or closed as
-    OriginResponse is."""
+    block; Origin.get_run, whose body is read in parts; Origin.head; Origin.get_listing), its
+    body into one buffer (or one per part); read or closed as OriginResponse is."""
 
     __slots__ = ("status", "headers", "header_items", "_response")
 
@@ -141,6 +142,14 @@ class BlockResponse:
         """As OriginResponse.read_at_most."""
         try:
             return await self._response.read_at_most(limit)
+        except _TRANSPORT_ERRORS as exc:
+            raise S3Error("ServiceUnavailable", "The origin failed while sending its response.") from exc
+
+    async def read_exactly(self, count: int) -> bytes:
+        """As OriginResponse.read_exactly, each call's bytes in a buffer of their own (a run
+        read block by block: Origin.get_run)."""
+        try:
+            return await self._response.read_part(count)
         except _TRANSPORT_ERRORS as exc:
             raise S3Error("ServiceUnavailable", "The origin failed while sending its response.") from exc
 
@@ -234,6 +243,13 @@ class Origin:
                         headers: dict[str, str]) -> BlockResponse:
         """A GET of at most one block (a ranged read), sent and retried as `send` does, its
         body received into one buffer (gateway.rangeclient) instead of aiohttp's pieces."""
+        return await self._buffered("GET", bucket, key, list(query), headers)
+
+    async def get_run(self, bucket: str, key: str, *, query: Iterable[tuple[str, str]] = (),
+                      headers: dict[str, str]) -> BlockResponse:
+        """A GET of an object's bytes (a run of blocks, of any length), sent and retried as `send`
+        does, through the range client: its body read block by block (BlockResponse.read_exactly),
+        each block received into a buffer of its own, instead of aiohttp's pieces joined."""
         return await self._buffered("GET", bucket, key, list(query), headers)
 
     async def head(self, bucket: str, key: str, *, query: Iterable[tuple[str, str]] = (),

@@ -244,6 +244,37 @@ async def test_a_head_answer_ends_with_its_head_whatever_its_content_length_and_
     assert [r.split(b" ", 1)[0] for r in server.requests] == [b"HEAD", b"HEAD", b"GET", b"HEAD", b"GET"]
 
 
+async def test_a_body_read_in_parts_lands_part_by_part_and_the_connection_is_used_again():
+    body = os.urandom(300 * KiB + 7)
+    async with RawServer(lambda _: [length_head(len(body)), *pieces(body, 50 * KiB)]) as server:
+        rc = client()
+        for sizes in ([100 * KiB, 100 * KiB, 100 * KiB + 7], [7, 200 * KiB, 0, 100 * KiB], [len(body)]):
+            response = await rc.get(server.host, "/b/k", {"host": server.host})
+            parts = [await response.read_part(size) for size in sizes]
+            assert [len(part) for part in parts] == sizes and b"".join(parts) == body
+            assert all(isinstance(part, bytes) for part in parts)
+        too_far = await rc.get(server.host, "/b/k", {"host": server.host})
+        assert len(await too_far.read_part(300 * KiB)) == 300 * KiB
+        with pytest.raises(ConnectionError):  # 7 bytes are left
+            await too_far.read_part(8)
+        with pytest.raises(RuntimeError):  # dropped with its connection
+            await too_far.read_part(1)
+        assert server.connections == 1  # the three answers read to their ends left it pooled
+        assert (await get(rc, server))[2] == body  # on a new one: the one left mid-body was dropped
+        await rc.aclose()
+    assert server.connections == 2
+
+
+async def test_a_body_not_framed_by_content_length_is_not_read_in_parts():
+    wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+    async with RawServer(lambda _: [wire]) as server:
+        rc = client()
+        response = await rc.get(server.host, "/b/k", {"host": server.host})
+        with pytest.raises(ConnectionError):
+            await response.read_part(5)
+        await rc.aclose()
+
+
 async def test_connection_close_and_http_1_0_answers_are_not_pooled():
     heads = iter([length_head(3, "Connection: close\r\n"), b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\n",
                   length_head(3)])

@@ -46,6 +46,26 @@ class RangeResponse:
         self._client.release(connection)
         return body
 
+    async def read_part(self, count: int) -> bytes:
+        """The next `count` bytes of a body framed by Content-Length, in a buffer of their own
+        (an answer of many blocks read block by block, memory bounded by a block); once its
+        last byte was read the connection is pooled again. ConnectionError when the body ends
+        before them, or is framed otherwise (chunked, until close); TimeoutError if it stalled:
+        the connection is dropped then."""
+        connection = self._connection
+        if connection is None:
+            raise RuntimeError("the body was already read or dropped")
+        try:
+            part = await connection.read_part(count)
+        except BaseException:
+            self._connection = None
+            connection.drop()
+            raise
+        if connection.parts_left() == 0:
+            self._connection = None
+            self._client.release(connection)
+        return part
+
     def __del__(self) -> None:  # never read nor closed (its reader was cancelled): not pooled
         if self._connection is not None:
             self._connection.drop()

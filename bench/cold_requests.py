@@ -14,7 +14,9 @@ botocore as SDKs sign:
 
 Each prefix's five requests go directly to the origin, then through the gateway (the order swaps
 every prefix), on --connections keep-alive connections taken in turn (a gateway of several
-workers gets each connection on one of them, as it gets an engine's many connections). Every
+workers gets each connection on one of them, as it gets an engine's many connections; they are
+made again until they alternate over the workers, so that runs are alike in which requests cross
+between workers). Every
 prefix is new to the gateway: each of its requests is cold. Printed per request kind: the time
 directly and through the gateway (medians), the gateway's added time (gateway minus direct for
 the same request of the same prefix: median and p90), and the CPU the gateway's processes used
@@ -104,6 +106,7 @@ class Replay:
     """The five requests of a prefix on one endpoint, over `connections` clients taken in turn."""
 
     def __init__(self, endpoint: str, credentials: tuple[str, str], connections: int, footer: int) -> None:
+        self.endpoint, self.credentials = endpoint, credentials
         self.clients = [wl.client(endpoint, credentials, pool=1) for _ in range(connections)]
         self.turn = 0
         self.footer = footer
@@ -123,6 +126,41 @@ class Replay:
             ("GET range", lambda c=self._next(): c.get_object(Bucket=b, Key=data, Range=f"bytes=4-{size - self.footer - 1}")
              ["Body"].read()),
         ]
+
+
+def spread(replay: Replay, gateway_pid: int, port: int, prefix: str) -> list[int]:
+    """The gateway's connections made again until they alternate over its workers (the kernel
+    gives each new connection to any of them: run to run, the requests of a prefix would
+    otherwise stay on one worker or cross between them by chance); returns each connection's
+    worker (its index among them)."""
+    import psutil
+
+    workers = sorted(pid for pid in cs.tree(gateway_pid) if pid != gateway_pid) or [gateway_pid]
+
+    def ours() -> set[int]:
+        return {c.laddr.port for c in psutil.Process().net_connections("tcp")
+                if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED}
+
+    def worker_of(client_port: int) -> int | None:
+        for index, pid in enumerate(workers):
+            if any(c.raddr and c.raddr.port == client_port for c in psutil.Process(pid).net_connections("tcp")):
+                return index
+        return None
+
+    found = []
+    for number in range(len(replay.clients)):
+        for _ in range(40):
+            before = ours()
+            client = wl.client(replay.endpoint, replay.credentials, pool=1)
+            client.list_objects_v2(Bucket=wl.BUCKET, Prefix=prefix, MaxKeys=1)
+            new = ours() - before
+            worker = worker_of(next(iter(new))) if len(new) == 1 else None
+            if worker == number % len(workers):
+                break
+            client.close()
+        replay.clients[number] = client
+        found.append(worker)
+    return found
 
 
 def warm_clients(replay: Replay, prefix: tuple[str, str], size: int) -> None:
@@ -177,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             direct = Replay(proxy, cs.ORIGIN_CREDENTIALS, args.connections, args.footer)
             through = Replay(gw.endpoint, cs.USER, args.connections, args.footer)
             warm_clients(direct, prefixes[-1], args.size)
+            placed = spread(through, gw.pid, gw.port, prefixes[-1][0])
             warm_clients(through, prefixes[-1], args.size)
             tree_cpu = TreeCpu(gw.pid)
             idle = tree_cpu()
@@ -223,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     requests = sum(len(times["gateway"][k]) for k in KINDS)
     print(f"\ngateway CPU, all its processes: {gateway_cpu:.2f} s over {wall:.1f} s for {requests} requests "
           f"({gateway_cpu * 1e3 / requests:.2f} ms per request, the direct requests' time included in the wall)")
-    print(f"gateway idle (before the run): {idle:.2f} ms CPU per second")
+    print(f"gateway idle (before the run): {idle:.2f} ms CPU per second; the gateway's connections on its "
+          f"workers: {placed} (made again until they alternate)")
     print("origin requests (at the shaped proxy): " + "; ".join(
         f"{setup} " + ", ".join(f"{k} {counted[setup][k]}" for k in ORIGIN_KINDS) for setup in counted))
     total = {s: sum(sum(times[s][k]) for k in KINDS) for s in times}

@@ -28,7 +28,7 @@ The origin is moto behind bench/shaped_proxy.py (+25 ms first byte, 80 MB/s per 
 bench/engines.py); the gateway is a `gateway serve` process started as bench/engines.py starts
 it (server.workers default: one per core; metadata and listing TTLs 10m).
 
-    .venv/bin/python bench/cold_requests.py [--prefixes 60] [--connections 4] [--latency 25ms]
+    .venv/bin/python bench/cold_requests.py [--prefixes 60] [--connections 4] [--workers 1] [--latency 25ms]
 """
 
 from __future__ import annotations
@@ -191,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=4, help="keep-alive connections per setup, taken in turn")
     parser.add_argument("--latency", default="25ms", help="origin: added before every answer's first byte")
     parser.add_argument("--rate", default="80MB", help="origin: bytes/s per connection each way")
+    parser.add_argument("--workers", type=int, default=0, help="server.workers of the gateway (0: the default, "
+                                                                 "one per core)")
     parser.add_argument("--profile", default="", metavar="PATH",
                         help="py-spy record (raw, --subprocesses, --nonblocking) of the gateway's processes while "
                              "they answer, written here")
@@ -199,8 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     version = wl.header("bench/cold_requests.py: cold small-file requests, directly and through a fresh gateway",
                         args.latency, args.rate,
                         f"{args.prefixes} prefixes, data files of {args.size} B, footer {args.footer} B, "
-                        f"{args.connections} connections per setup; gateway: server.workers default "
-                        f"({os.cpu_count()} cores), metadata.ttl = listing.ttl = 10m")
+                        f"{args.connections} connections per setup; gateway: server.workers "
+                        f"{args.workers or f'default ({os.cpu_count()} cores)'}, metadata.ttl = listing.ttl = 10m")
     load_start = wl.loadavg()
     code = wl.snapshot_code(tmp)
     times: dict[str, dict[str, list[float]]] = {"direct": {k: [] for k in KINDS}, "gateway": {k: [] for k in KINDS}}
@@ -209,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     with wl.shaped_moto(tmp, args.latency, args.rate) as (moto, proxy):
         prefixes = fill(moto, args.prefixes + 1, args.size)
         gw = wl.gateway("gw", proxy, tmp, code, {"GATEWAY_METADATA_TTL": "10m", "GATEWAY_LISTING_TTL": "10m",
-                                                 "GATEWAY_METADATA_NEGATIVE_TTL": "10m"})
+                                                 "GATEWAY_METADATA_NEGATIVE_TTL": "10m",
+                                                 **({"GATEWAY_SERVER_WORKERS": str(args.workers)} if args.workers else {})})
         gw.start()
         try:
             direct = Replay(proxy, cs.ORIGIN_CREDENTIALS, args.connections, args.footer)

@@ -1,4 +1,4 @@
-"""What a cold request costs in the gateway beyond the origin's own time (issue 33): the requests a
+"""What a cold request costs in the gateway beyond the origin's own time: the requests a
 query engine sends on a cold small-file workload, replayed without the engine, directly to the
 shaped origin and through a fresh gateway, interleaved.
 

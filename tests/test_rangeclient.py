@@ -265,14 +265,17 @@ async def test_a_body_read_in_parts_lands_part_by_part_and_the_connection_is_use
     assert server.connections == 2
 
 
-async def test_a_body_not_framed_by_content_length_is_not_read_in_parts():
-    wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
-    async with RawServer(lambda _: [wire]) as server:
+async def test_a_chunked_body_is_read_whole_then_handed_out_in_parts():
+    wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+    async with RawServer(lambda _: pieces(wire, 7)) as server:
         rc = client()
-        response = await rc.get(server.host, "/b/k", {"host": server.host})
-        with pytest.raises(ConnectionError):
-            await response.read_part(5)
+        for _ in range(2):
+            response = await rc.get(server.host, "/b/k", {"host": server.host})
+            assert [await response.read_part(n) for n in (5, 0, 6)] == [b"hello", b"", b" world"]
+            with pytest.raises(ConnectionError):  # nothing is left
+                await response.read_part(1)
         await rc.aclose()
+    assert server.connections == 1  # read to its end: pooled again
 
 
 async def test_connection_close_and_http_1_0_answers_are_not_pooled():

@@ -1,8 +1,9 @@
 """The client for the real bucket: every request re-signed with the gateway's own credentials.
 
 Requests and responses are streamed (aiohttp), so a body of any size passes through
-with bounded memory; a GET of one cache block (get_block) goes through gateway.rangeclient
-instead, which receives its body into one buffer. Transport failures become
+with bounded memory; a GET of cache blocks (get_block, get_run), a HEAD (head) and a listing
+page (get_listing) go through gateway.rangeclient instead, which receives a body into one
+buffer, or a run's into one per block. Transport failures become
 S3Error("ServiceUnavailable") here and nowhere else; error documents from the origin
 become S3Error with the origin's code and status.
 """
@@ -125,8 +126,9 @@ class OriginResponse:
 
 
 class BlockResponse:
-    """An origin answer to a GET of at most one block (Origin.get_block), its body received
-    into one buffer (gateway.rangeclient); read or closed as OriginResponse is."""
+    """An origin answer the range client received (Origin.get_block: a GET of at most one
+    block; Origin.get_run, whose body is read in parts; Origin.head; Origin.get_listing), its
+    body into one buffer (or one per part); read or closed as OriginResponse is."""
 
     __slots__ = ("status", "headers", "header_items", "_response")
 
@@ -140,6 +142,14 @@ class BlockResponse:
         """As OriginResponse.read_at_most."""
         try:
             return await self._response.read_at_most(limit)
+        except _TRANSPORT_ERRORS as exc:
+            raise S3Error("ServiceUnavailable", "The origin failed while sending its response.") from exc
+
+    async def read_exactly(self, count: int) -> bytes:
+        """As OriginResponse.read_exactly, each call's bytes in a buffer of their own (a run
+        read block by block: Origin.get_run)."""
+        try:
+            return await self._response.read_part(count)
         except _TRANSPORT_ERRORS as exc:
             raise S3Error("ServiceUnavailable", "The origin failed while sending its response.") from exc
 
@@ -233,12 +243,35 @@ class Origin:
                         headers: dict[str, str]) -> BlockResponse:
         """A GET of at most one block (a ranged read), sent and retried as `send` does, its
         body received into one buffer (gateway.rangeclient) instead of aiohttp's pieces."""
+        return await self._buffered("GET", bucket, key, list(query), headers)
+
+    async def get_run(self, bucket: str, key: str, *, query: Iterable[tuple[str, str]] = (),
+                      headers: dict[str, str]) -> BlockResponse:
+        """A GET of an object's bytes (a run of blocks, of any length), sent and retried as `send`
+        does, through the range client: its body read block by block (BlockResponse.read_exactly),
+        each block received into a buffer of its own, instead of aiohttp's pieces joined."""
+        return await self._buffered("GET", bucket, key, list(query), headers)
+
+    async def head(self, bucket: str, key: str, *, query: Iterable[tuple[str, str]] = (),
+                   headers: dict[str, str] | None = None) -> BlockResponse:
+        """A HEAD of an object, sent and retried as `send` does, through the range client (a
+        cold object's metadata: a fraction of aiohttp's work for a request, and a new connection
+        opened without looking its address up in a thread)."""
+        return await self._buffered("HEAD", bucket, key, list(query), headers or {})
+
+    async def get_listing(self, bucket: str, query: Iterable[tuple[str, str]]) -> BlockResponse:
+        """A GET of a bucket (a listing page, read whole by its reader), sent and retried as
+        `send` does, through the range client."""
+        return await self._buffered("GET", bucket, None, list(query), {})
+
+    async def _buffered(self, method: str, bucket: str, key: str | None, query: list[tuple[str, str]],
+                        headers: dict[str, str]) -> BlockResponse:
         client = self._block_client()
 
         async def attempt(host: str, target: str, signed: dict[str, str]) -> BlockResponse:
-            return BlockResponse(await client.get(host, target, signed))
+            return BlockResponse(await client.get(host, target, signed, method=method))
 
-        return await self._attempts("GET", bucket, key, list(query), headers, None, None, attempt)
+        return await self._attempts(method, bucket, key, query, headers, None, None, attempt)
 
     async def _attempts(self, method: str, bucket: str | None, key: str | None, query: list[tuple[str, str]],
                         headers: dict[str, str] | None, body: bytes | BodyFactory | None, body_length: int | None,

@@ -220,6 +220,64 @@ async def test_a_pooled_connection_the_server_closed_is_replaced_without_an_erro
     assert server.connections == 3 and len(server.requests) == 3
 
 
+async def test_a_head_answer_ends_with_its_head_whatever_its_content_length_and_the_connection_is_used_again():
+    body = b"0123456789"
+
+    def answer(request: bytes) -> list[bytes]:
+        head = length_head(4 * 1024 * KiB)  # a HEAD's Content-Length is the object's: no body follows
+        return [head] if request.startswith(b"HEAD ") else [length_head(len(body)) + body]
+
+    async with RawServer(answer) as server:
+        rc = client()
+        for _ in range(2):
+            response = await rc.get(server.host, "/b/k", {"host": server.host}, method="HEAD")
+            assert (response.status, response.headers["content-length"]) == (206, str(4 * 1024 * KiB))
+            assert await response.read_at_most(1024) == b""
+        assert (await get(rc, server))[2] == body  # after the HEADs, on the same connection
+        closed = await rc.get(server.host, "/b/k", {"host": server.host}, method="HEAD")
+        await closed.aclose()  # closed unread: nothing of a body is left, the connection is pooled
+        assert (await get(rc, server))[2] == body
+        with pytest.raises(ValueError):
+            await rc.get(server.host, "/b/k", {"host": server.host}, method="PUT")
+        await rc.aclose()
+    assert server.connections == 1
+    assert [r.split(b" ", 1)[0] for r in server.requests] == [b"HEAD", b"HEAD", b"GET", b"HEAD", b"GET"]
+
+
+async def test_a_body_read_in_parts_lands_part_by_part_and_the_connection_is_used_again():
+    body = os.urandom(300 * KiB + 7)
+    async with RawServer(lambda _: [length_head(len(body)), *pieces(body, 50 * KiB)]) as server:
+        rc = client()
+        for sizes in ([100 * KiB, 100 * KiB, 100 * KiB + 7], [7, 200 * KiB, 0, 100 * KiB], [len(body)]):
+            response = await rc.get(server.host, "/b/k", {"host": server.host})
+            parts = [await response.read_part(size) for size in sizes]
+            assert [len(part) for part in parts] == sizes and b"".join(parts) == body
+            assert all(isinstance(part, bytes) for part in parts)
+        too_far = await rc.get(server.host, "/b/k", {"host": server.host})
+        assert len(await too_far.read_part(300 * KiB)) == 300 * KiB
+        with pytest.raises(ConnectionError):  # 7 bytes are left
+            await too_far.read_part(8)
+        with pytest.raises(RuntimeError):  # dropped with its connection
+            await too_far.read_part(1)
+        assert server.connections == 1  # the three answers read to their ends left it pooled
+        assert (await get(rc, server))[2] == body  # on a new one: the one left mid-body was dropped
+        await rc.aclose()
+    assert server.connections == 2
+
+
+async def test_a_chunked_body_is_read_whole_then_handed_out_in_parts():
+    wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+    async with RawServer(lambda _: pieces(wire, 7)) as server:
+        rc = client()
+        for _ in range(2):
+            response = await rc.get(server.host, "/b/k", {"host": server.host})
+            assert [await response.read_part(n) for n in (5, 0, 6)] == [b"hello", b"", b" world"]
+            with pytest.raises(ConnectionError):  # nothing is left
+                await response.read_part(1)
+        await rc.aclose()
+    assert server.connections == 1  # read to its end: pooled again
+
+
 async def test_connection_close_and_http_1_0_answers_are_not_pooled():
     heads = iter([length_head(3, "Connection: close\r\n"), b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\n",
                   length_head(3)])

@@ -27,8 +27,8 @@ class OriginSettings:
     connect_timeout: float = setting(5.0, "Timeout for opening a connection to the origin.")
     read_timeout: float = setting(30.0, "Timeout for each read from an origin connection.")
     max_connections: int = setting(
-        256, "Most connections to the origin at once, for block reads (gateway.rangeclient) and for every "
-             "other request (aiohttp) each.")
+        256, "Most connections to the origin at once, for the reads of blocks, HEADs and listings "
+             "(gateway.rangeclient) and for every other request (aiohttp) each.")
     retries: int = setting(2, "Retries of a transport failure or a 500/503 answer from the origin.")
 
     def __post_init__(self) -> None:

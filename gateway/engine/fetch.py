@@ -24,7 +24,7 @@ from gateway.engine.siblings import Siblings
 from gateway.engine.sources import Ask, BlockSource, Unanswered, length_of, version_of
 from gateway.errors import S3Error
 from gateway.objects import ObjectChanged, ObjectMeta, meta_from_headers, meta_from_ranged_get
-from gateway.origin import Origin, OriginResponse
+from gateway.origin import BlockResponse, Origin
 from gateway.store import pieces
 from gateway.store.blocks import BlockId, block_bounds
 from gateway.store.tiers import TieredStore
@@ -286,7 +286,7 @@ class BlockFetcher:
         body the run the read takes its bytes from. None when the origin refuses the range (416)."""
         asked = want.origin_range(self.settings.block_size, self.granule)
         headers = dict(_WITH_CHECKSUMS) if asked is None else {"range": asked}
-        response = await self.origin.send("GET", bucket, key, query=query, headers=headers)
+        response = await self.origin.get_run(bucket, key, query=query, headers=headers)
         if response.status == 416:
             await response.aclose()
             return None
@@ -347,9 +347,9 @@ class BlockFetcher:
         if within is not None:
             first, last = max(first, within[0]), min(last, within[1])
 
-        async def answer() -> OriginResponse:
-            response = await self.origin.send("GET", bucket, key, query=meta.version_query,
-                                              headers={"range": f"bytes={first}-{last}", "if-match": meta.etag})
+        async def answer() -> BlockResponse:
+            response = await self.origin.get_run(bucket, key, query=meta.version_query,
+                                                 headers={"range": f"bytes={first}-{last}", "if-match": meta.etag})
             if response.status == 412:
                 await response.aclose()
                 await self._on_changed(bucket, key)
@@ -364,7 +364,7 @@ class BlockFetcher:
         self.stats["origin_run"] += 1
         return self._run(answer(), bucket, key, meta, first, last, reader=reader, eager=eager, claimed=True)
 
-    def _run(self, answer: Awaitable[OriginResponse], bucket: str, key: str, meta: ObjectMeta, first: int,
+    def _run(self, answer: Awaitable[BlockResponse], bucket: str, key: str, meta: ObjectMeta, first: int,
              last: int, *, reader: bool = True, eager: bool = True, claimed: bool = False) -> Run:
         version = version_of(meta)
 
@@ -382,11 +382,11 @@ class BlockFetcher:
                    claimed=claimed)
 
 
-async def _given(response: OriginResponse) -> OriginResponse:
+async def _given(response: BlockResponse) -> BlockResponse:
     return response
 
 
-async def _answered_range(response: OriginResponse) -> tuple[int, int, int]:
+async def _answered_range(response: BlockResponse) -> tuple[int, int, int]:
     """(first, last, size) of the bytes a 200 or 206 answer holds."""
     if response.status == 206:
         got = content_range(response.headers.get("content-range", ""))

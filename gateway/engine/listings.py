@@ -10,8 +10,13 @@ from dataclasses import dataclass
 from gateway.cluster.level2 import Level2
 from gateway.config import ListingSettings
 from gateway.engine.coherence import Coherence
+from gateway.errors import S3Error
 from gateway.origin import Origin
 from gateway.store.meta import ListingCache, ListingKey
+
+# The most a listing page the origin sends may hold: S3's pages of 1,000 keys are a few MB at
+# most, even of keys of 1,024 characters that each escape to several (the page is read whole).
+_LARGEST_PAGE = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +61,12 @@ class Listings:
                     self.cache.put(cache_key, _Page(body, time.monotonic() + ttl - age))
                 return body
         self.stats["list_miss"] += 1
-        response = await self.origin.send("GET", bucket, None, query=query)
+        response = await self.origin.get_listing(bucket, query)
         if response.status >= 300:
             raise await self.origin.error_from(response, resource=f"/{bucket}")
-        body = await response.read()
+        body = await response.read_at_most(_LARGEST_PAGE)
+        if len(body) > _LARGEST_PAGE:
+            raise S3Error("ServiceUnavailable", "The origin sent a listing page too large to relay.")
         if self._coherence.epoch(bucket) == epoch:
             self.cache.put(cache_key, _Page(body, time.monotonic() + ttl))
             if self.shared is not None:

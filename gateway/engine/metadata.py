@@ -18,7 +18,7 @@ from gateway.engine.flight import SingleFlight
 from gateway.engine.runs import Run, Want
 from gateway.errors import S3Error
 from gateway.objects import Missing, ObjectMeta, decode_meta, encode_meta, meta_from_headers
-from gateway.origin import Origin, OriginResponse, error_for_status
+from gateway.origin import BlockResponse, Origin, error_for_status
 from gateway.store.meta import MetadataCache, MetaKey
 
 # Metadata is always asked for with its checksums, so one cached entry serves every
@@ -236,7 +236,7 @@ class Metadata:
         """A conditional HEAD: 304 keeps the entry (no data is fetched again)."""
         self.stats["meta_revalidate"] += 1
         try:
-            response = await self.origin.send("HEAD", cache_key[0], cache_key[1], query=query,
+            response = await self.origin.head(cache_key[0], cache_key[1], query=query,
                                               headers={"if-none-match": meta.etag, **_META_HEADERS})
         except S3Error:
             if age <= self.settings.ttl + self.settings.stale_if_error:
@@ -255,11 +255,11 @@ class Metadata:
         return await self._cache_answer(cache_key, query, response, epoch)
 
     async def _fetch_and_cache(self, cache_key: MetaKey, query: list[tuple[str, str]], epoch: Epoch) -> ObjectMeta:
-        response = await self.origin.send("HEAD", cache_key[0], cache_key[1], query=query, headers=_META_HEADERS)
+        response = await self.origin.head(cache_key[0], cache_key[1], query=query, headers=_META_HEADERS)
         return await self._cache_answer(cache_key, query, response, epoch)
 
     async def _cache_answer(
-        self, cache_key: MetaKey, query: list[tuple[str, str]], response: OriginResponse, epoch: Epoch
+        self, cache_key: MetaKey, query: list[tuple[str, str]], response: BlockResponse, epoch: Epoch
     ) -> ObjectMeta:
         bucket, key, _ = cache_key
         await response.aclose()
@@ -273,7 +273,7 @@ class Metadata:
         raise error
 
     async def _fetch_meta(self, bucket: str, key: str, query: list[tuple[str, str]], headers: dict[str, str]) -> ObjectMeta:
-        response = await self.origin.send("HEAD", bucket, key, query=query, headers=headers)
+        response = await self.origin.head(bucket, key, query=query, headers=headers)
         await response.aclose()
         if response.status >= 300:
             raise await self._explain(bucket, key, query, headers, response.status)

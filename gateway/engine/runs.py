@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from gateway.bytebudget import ByteBudget
 from gateway.engine.flight import SingleFlight
 from gateway.errors import S3Error
-from gateway.origin import OriginResponse
+from gateway.origin import BlockResponse
 from gateway.store.blocks import BlockId
 
 
@@ -83,14 +83,14 @@ class Run:
     before the run's blocks are stored (which could evict them).
     """
 
-    def __init__(self, answer: Awaitable[OriginResponse], blocks: Callable[[int], BlockId], first: int, last: int,
+    def __init__(self, answer: Awaitable[BlockResponse], blocks: Callable[[int], BlockId], first: int, last: int,
                  size: int, block_size: int, *, flights: SingleFlight[str, bytes], keep: Keep,
                  budget: ByteBudget, ahead: int, reader: bool = True, eager: bool = True,
                  claimed: bool = False) -> None:
         self.first, self.last, self.size = first, last, size
         self._answer = asyncio.ensure_future(answer)  # the origin's answer, its status checked
         self._answer.add_done_callback(_retrieved)
-        self._response: OriginResponse | None = None
+        self._response: BlockResponse | None = None
         self._blocks = blocks
         self._block_size = block_size
         self._flights = flights
@@ -272,11 +272,11 @@ class Run:
         self._release(0)
 
 
-def _retrieved(task: asyncio.Future[OriginResponse]) -> None:
+def _retrieved(task: asyncio.Future[BlockResponse]) -> None:
     if not task.cancelled():
         task.exception()  # the reader sees it (its piece or `started` raises), not the log
 
 
-def _drop_answer(task: asyncio.Future[OriginResponse]) -> None:
+def _drop_answer(task: asyncio.Future[BlockResponse]) -> None:
     if not task.cancelled() and task.exception() is None:
         asyncio.ensure_future(task.result().aclose())

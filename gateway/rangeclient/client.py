@@ -10,6 +10,7 @@ from collections import deque
 from gateway.rangeclient.connection import Connection
 
 _MAX_IDLE = 64  # pooled connections per host, at most
+_LARGEST_UNFRAMED = 64 * 1024 * 1024  # a body without a Content-Length read in parts: read whole, at most this
 
 
 class RangeResponse:
@@ -17,7 +18,7 @@ class RangeResponse:
     `aclose`). `header_items`: names lower-cased, values as latin-1 text; `headers` the same
     as a dict, repeated names joined with commas."""
 
-    __slots__ = ("status", "header_items", "headers", "_connection", "_client")
+    __slots__ = ("status", "header_items", "headers", "_connection", "_client", "_rest")
 
     def __init__(self, status: int, items: list[tuple[str, str]], connection: Connection,
                  client: RangeClient) -> None:
@@ -29,6 +30,7 @@ class RangeResponse:
         self.headers = headers
         self._connection: Connection | None = connection
         self._client = client
+        self._rest: bytes | None = None  # a body not framed by Content-Length, read whole, that read_part hands out
 
     async def read_at_most(self, limit: int) -> bytes:
         """The body if it is at most `limit` bytes; otherwise more than `limit` of its first
@@ -45,6 +47,43 @@ class RangeResponse:
             raise
         self._client.release(connection)
         return body
+
+    async def read_part(self, count: int) -> bytes:
+        """The next `count` bytes of a body framed by Content-Length, in a buffer of their own
+        (an answer of many blocks read block by block, memory bounded by a block); once its
+        last byte was read the connection is pooled again. A body framed otherwise (chunked, or
+        until close: not S3's way) is read whole first, up to 64 MiB, and handed out in parts.
+        ConnectionError when the body ends before them; TimeoutError if it stalled: the
+        connection is dropped then."""
+        if self._rest is not None:
+            return self._take(count)
+        connection = self._connection
+        if connection is None:
+            raise RuntimeError("the body was already read or dropped")
+        if connection.parts_left() is None:  # chunked, or until close (not S3's way): read whole, up to a bound
+            rest = await self.read_at_most(_LARGEST_UNFRAMED)
+            if len(rest) > _LARGEST_UNFRAMED:
+                raise ConnectionError(f"a body over {_LARGEST_UNFRAMED} bytes without a Content-Length")
+            self._rest = rest
+            return self._take(count)
+        try:
+            part = await connection.read_part(count)
+        except BaseException:
+            self._connection = None
+            connection.drop()
+            raise
+        if connection.parts_left() == 0:
+            self._connection = None
+            self._client.release(connection)
+        return part
+
+    def _take(self, count: int) -> bytes:
+        rest = self._rest
+        assert rest is not None
+        if count > len(rest):
+            raise ConnectionError(f"the body ends {len(rest)} bytes on, before {count} more")
+        part, self._rest = rest[:count], rest[count:]
+        return part
 
     def __del__(self) -> None:  # never read nor closed (its reader was cancelled): not pooled
         if self._connection is not None:
@@ -79,11 +118,14 @@ class RangeClient:
         self._idle: dict[str, deque[tuple[Connection, float]]] = {}
 
     async def get(self, host: str, target: str, headers: dict[str, str], *,
-                  read_timeout: float | None = None) -> RangeResponse:
+                  read_timeout: float | None = None, method: str = "GET") -> RangeResponse:
         """Send `GET target` to `host` with exactly `headers` (Host among them) and return once
         the answer's head is in. Its body must be read or closed (RangeResponse).
-        `read_timeout`: this request's, instead of the client's."""
-        request = _request_head(target, headers)
+        `read_timeout`: this request's, instead of the client's. `method` "HEAD": the answer
+        has no body (read_at_most gives b"", and the connection is pooled again)."""
+        if method not in ("GET", "HEAD"):
+            raise ValueError(f"method {method!r}")
+        request = _request_head(method, target, headers)
         await self._slots.acquire()
         try:
             while True:
@@ -92,7 +134,7 @@ class RangeClient:
                     connection, reused = await self._connect(host), False
                 connection.read_timeout = self.read_timeout if read_timeout is None else read_timeout
                 try:
-                    status, items = await connection.exchange(request)
+                    status, items = await connection.exchange(request, no_body=method == "HEAD")
                 except ConnectionError:
                     connection.drop()
                     if reused and connection.nothing_received:  # closed by the server while idle
@@ -156,8 +198,8 @@ class RangeClient:
         return connection
 
 
-def _request_head(target: str, headers: dict[str, str]) -> bytes:
-    lines = [f"GET {target} HTTP/1.1"]
+def _request_head(method: str, target: str, headers: dict[str, str]) -> bytes:
+    lines = [f"{method} {target} HTTP/1.1"]
     for name, value in headers.items():
         if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
             raise ValueError(f"header {name!r} cannot be sent")

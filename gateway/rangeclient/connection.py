@@ -27,6 +27,7 @@ class Connection(asyncio.BufferedProtocol):
         self._view = memoryview(self._scratch)
         self._filled = 0  # bytes of _scratch holding what arrived and is not used yet
         self._in_head = False
+        self._no_body = False  # the current request is a HEAD: its answer has no body, whatever it says
         self._head: tuple[int, list[tuple[str, str]]] | None = None
         self._length: int | None = None  # the body's, when framed by Content-Length
         self._chunks: ChunkedDecoder | None = None
@@ -35,6 +36,7 @@ class Connection(asyncio.BufferedProtocol):
         self._body_view: memoryview | None = None
         self._body_filled = 0  # ... and how much of it arrived
         self._body_cap = 0  # the most bytes kept (limit + 1 past a limit)
+        self._body_done = 0  # bytes of a Content-Length body returned by earlier read_part calls
         self._complete = False  # the body (up to _body_cap) is in
         self._waiter: asyncio.Future[None] | None = None
         self._loop = asyncio.get_running_loop()
@@ -44,14 +46,16 @@ class Connection(asyncio.BufferedProtocol):
 
     # --- the request ------------------------------------------------------------------------
 
-    async def exchange(self, request: bytes) -> tuple[int, list[tuple[str, str]]]:
-        """Send `request`; (status, header items) once the answer's head is in."""
+    async def exchange(self, request: bytes, *, no_body: bool = False) -> tuple[int, list[tuple[str, str]]]:
+        """Send `request`; (status, header items) once the answer's head is in. `no_body`: the
+        request is a HEAD, whose answer ends with its head (its Content-Length is the object's)."""
         if self._closed or self._transport is None:
             raise ConnectionError("the connection is closed")
         self.nothing_received = True
-        self._in_head, self._head = True, None
+        self._in_head, self._head, self._no_body = True, None, no_body
         self._length, self._chunks, self._until_close = None, None, None
         self._body, self._body_view, self._body_filled, self._body_cap, self._complete = None, None, 0, 0, False
+        self._body_done = 0
         self._transport.write(request)
         await self._wait(lambda: self._head is not None)
         assert self._head is not None
@@ -95,6 +99,36 @@ class Connection(asyncio.BufferedProtocol):
             self._keep_alive = False
         return bytes(pieces[:limit + 1])
 
+    async def read_part(self, count: int) -> bytes:
+        """The next `count` bytes of a body framed by Content-Length (see RangeResponse.read_part)."""
+        left = self.parts_left()
+        if left is None:
+            raise ConnectionError(f"an answer of {self.host} not framed by Content-Length is not read in parts")
+        if count > left:
+            raise ConnectionError(f"the body {self.host} sends ends {left} bytes on, before {count} more")
+        self._body_cap = count
+        if count > 0:
+            self._body, self._body_view = self._new_body(count)
+            taken = min(self._filled, count)
+            self._body_view[:taken] = self._view[:taken]
+            self._body_filled = taken
+            self._consume(taken)
+        self._complete = self._body_filled >= count
+        self._resume()
+        try:
+            await self._wait(lambda: self._complete)
+            part = self._body
+        finally:
+            if self._body_view is not None:
+                self._body_view.release()
+            self._body, self._body_view = None, None
+        self._body_done += count
+        self._body_cap = self._body_filled = 0  # what comes next waits in the scratch buffer
+        self._complete = self._body_done == self._length
+        if part is None:
+            return b""
+        return bytes(part) if isinstance(part, bytearray) else part
+
     @staticmethod
     def _new_body(size: int) -> tuple[bytes | bytearray, memoryview]:
         """What a body of `size` bytes is received into, and a writable view of it."""
@@ -109,7 +143,14 @@ class Connection(asyncio.BufferedProtocol):
             return None
         if self._length is None:
             return None if not self._complete else 0
-        return self._length - self._body_filled if self._body_cap else self._length - self._filled
+        return self._length - self._body_done - (self._body_filled if self._body_cap else self._filled)
+
+    def parts_left(self) -> int | None:
+        """Bytes of a Content-Length body that read_part has not returned yet (None: the answer
+        has no head yet, or is framed otherwise)."""
+        if self._head is None or self._length is None:
+            return None
+        return self._length - self._body_done
 
     def reusable(self) -> bool:
         return self._keep_alive and not self._closed and self._error is None and self._filled == 0 \
@@ -235,7 +276,7 @@ class Connection(asyncio.BufferedProtocol):
             self._consume(end + 4)
             if 100 <= status < 200:
                 continue  # an interim answer (100 Continue): the real one follows
-            length, chunked = body_framing(status, items)
+            length, chunked = (0, False) if self._no_body else body_framing(status, items)
             if http10 or any(name == "connection" and "close" in value.lower() for name, value in items):
                 self._keep_alive = False
             self._in_head = False

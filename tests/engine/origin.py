@@ -1,7 +1,7 @@
 """A small origin in memory for the engine's unit tests.
 
 Not a mock: a real, if small, implementation of what the engine asks of gateway.origin.Origin
-(`send`, `get_block` and `error_from`), answering as S3 answers: a HEAD or GET of an object (a
+(`send`, `get_block`, `get_run`, `head`, `get_listing` and `error_from`), answering as S3 answers: a HEAD or GET of an object (a
 304 to a matching If-None-Match, a 412 to an If-Match that is not, a 206 to a byte range), a
 bucket's configuration document (`?cors`), and 404s with their error document. It counts what it is sent; `hold()` keeps every answer until `release()`
 (for tests of concurrent askers), and `down` makes it unreachable, as a failed origin is to
@@ -45,6 +45,12 @@ class Answer:
     async def read(self) -> bytes:
         self.closed = True
         return self._body
+
+    async def read_exactly(self, count: int) -> bytes:
+        if count > len(self._body):
+            raise S3Error("ServiceUnavailable", "The origin failed while sending its response.")
+        part, self._body = self._body[:count], self._body[count:]
+        return part
 
     async def aclose(self) -> None:
         self.closed = True
@@ -109,6 +115,20 @@ class MemoryOrigin:
                         headers: dict[str, str]) -> Answer:
         """A ranged GET of at most one block (Origin.get_block)."""
         return await self.send("GET", bucket, key, query=query, headers=headers)
+
+    async def get_run(self, bucket: str, key: str, *, query: Iterable[tuple[str, str]] = (),
+                      headers: dict[str, str]) -> Answer:
+        """A GET of an object's bytes, read in parts (Origin.get_run)."""
+        return await self.send("GET", bucket, key, query=query, headers=headers)
+
+    async def head(self, bucket: str, key: str, *, query: Iterable[tuple[str, str]] = (),
+                   headers: dict[str, str] | None = None) -> Answer:
+        """A HEAD of an object (Origin.head)."""
+        return await self.send("HEAD", bucket, key, query=query, headers=headers)
+
+    async def get_listing(self, bucket: str, query: Iterable[tuple[str, str]]) -> Answer:
+        """A GET of a bucket (Origin.get_listing)."""
+        return await self.send("GET", bucket, None, query=query)
 
     def gets(self, key: str) -> int:
         """The GETs of `key` this origin was sent."""

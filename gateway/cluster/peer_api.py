@@ -15,8 +15,8 @@ import orjson
 from starlette.types import Receive, Scope, Send
 
 from gateway import log
-from gateway.cluster.peers import (AUTH_HEADER, BLOCK_HEADER, BLOCK_PATH, CACHED_HEADER, HELD_MAX, HELD_PATH,
-                                   HOLD_PATH, META_HEADER, MAX_SKEW, OPEN_PATH, PEER_PREFIX, TAKE_PATH, OpenAnswer,
+from gateway.cluster.peers import (AUTH_HEADER, BLOCK_HEADER, BLOCK_PATH, CACHED_HEADER, FETCHED_HEADER, HELD_MAX,
+                                   HELD_PATH, HOLD_PATH, META_HEADER, MAX_SKEW, OPEN_PATH, PEER_PREFIX, TAKE_PATH, OpenAnswer,
                                    PeerRefused, decode_query, mask_indexes, refusal, verify)
 from gateway.hitanswers import ASGI, BELOW_ASGI, REPLAYED
 from gateway.lru import LRU
@@ -26,11 +26,11 @@ __all__ = ["KEPT_REQUESTS", "KeptBlock", "PeerApp"]
 KEPT_REQUESTS = 1024  # block requests kept per process to be answered again, the oldest out first
 _MAX_KEPT_BYTES = 4096  # a longer request (a very long key) is answered the whole way every time
 
-# (bucket, key, etag, version id or "", object size, index, peers, in_file) -> the block's bytes, or
+# (bucket, key, etag, version id or "", object size, index, peers, in_file) -> (the block's bytes, or
 # None when another worker of this node asked `in_file` and the block is in this worker's file of
-# the node's memory tier. `peers`: another worker asked for its own read, which may go to the
+# the node's memory tier; whether it was fetched from the origin for this ask, not held). `peers`: another worker asked for its own read, which may go to the
 # fleet's owners; another node's request never goes to a third node (no circles).
-ServeBlock = Callable[[str, str, str, str, int, int, bool, bool], Awaitable["bytes | None"]]
+ServeBlock = Callable[[str, str, str, str, int, int, bool, bool], Awaitable["tuple[bytes | None, bool]"]]
 # (bucket, key, etag, version id or "", object size, index) -> the block's bytes when a tier holds
 # it now (read on the event loop, no wait), else None.
 ServeBlockNow = Callable[[str, str, str, str, int, int], "bytes | memoryview | None"]
@@ -112,11 +112,12 @@ class PeerApp:
             if path in (TAKE_PATH, HELD_PATH) or params.get("lent") == "1":
                 return await self._lending(send, path, params, sibling)
             if path == BLOCK_PATH:
-                data = await self._serve_block(*_block_asked(params), peers, in_file)
+                data, from_origin = await self._serve_block(*_block_asked(params), peers, in_file)
                 self._count("block")
+                told = _FETCHED if from_origin else []
                 if data is None:
-                    return await _answer(send, 200, b"", b"application/octet-stream", _IN_FILE)
-                return await _answer(send, 200, data, b"application/octet-stream")
+                    return await _answer(send, 200, b"", b"application/octet-stream", [*_IN_FILE, *told])
+                return await _answer(send, 200, data, b"application/octet-stream", told)
             if path == HOLD_PATH:
                 fetched = await self._serve_hold(params["bucket"], params["key"], params["etag"], params["vid"],
                                                  int(params["size"]), int(params["replicas"]))
@@ -295,6 +296,7 @@ _AUTH_HEADER = AUTH_HEADER.encode()
 _NOT_KEPT = KeptBlock(("", "", "", "", 0, -1), 0)  # what answer_now gives for an answer never to keep
 _IN_FILE = [(BLOCK_HEADER.encode(), b"file")]
 _CACHED = [(CACHED_HEADER.encode(), b"1")]
+_FETCHED = [(FETCHED_HEADER.encode(), b"1")]
 
 
 def _body_headers(length: int, content_type: bytes = b"application/octet-stream") -> list[tuple[bytes, bytes]]:

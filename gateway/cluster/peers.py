@@ -33,7 +33,9 @@ secret), `held` asks only of the blocks the asked worker owns, `take` (with `nod
 another node's offer) goes to the worker owning the block, and `block?...&lent=1` to the worker
 that lent it. Between the workers of one node, `block` and `open` may carry `file=1`: an owner that keeps the block in the node's shared memory tier then answers 200 with
 `x-gateway-block: file` and no body, and the asking worker reads the block from that file (a
-copy from memory instead of the block through the socket). Answers: 200 the block; 401 no or malformed signature;
+copy from memory instead of the block through the socket). A `block` answer the owner did not
+hold and fetched from its origin for the ask carries `x-gateway-fetched: 1` (the asker's
+`x-cache` then says miss, not hit). Answers: 200 the block; 401 no or malformed signature;
 403 a wrong or stale one; 400 bad parameters; 424 the origin's S3 error, as JSON
 `{"code", "message", "status", "headers", "changed"}` (`changed`: the object is no
 longer that version); 503 this node cannot serve blocks.
@@ -70,6 +72,7 @@ AUTH_HEADER = "x-gateway-peer"
 META_HEADER = "x-gateway-meta"
 BLOCK_HEADER = "x-gateway-block"  # "file": the block is in the owner's file, not in the body
 CACHED_HEADER = "x-gateway-cached"  # "1": an open's block came from the owner's cache, not its origin
+FETCHED_HEADER = "x-gateway-fetched"  # "1": a block the owner did not hold, fetched from its origin for this ask
 MAX_SKEW = 300  # seconds a signature stays valid, for clocks that differ between nodes
 # A request is signed for the start of its minute: the same block asked for again within it is the
 # same bytes, which its owner answers as kept (PeerApp.replay); clocks may then differ by 240 s.
@@ -186,25 +189,27 @@ class PeerClient:
     async def block(self, peer: Member, bucket: str, key: str, etag: str, version_id: str | None,
                     size: int, index: int, length: int) -> bytes:
         """Block `index` (of `length` bytes) of the object version, from `peer`."""
-        data = await self.block_or_file(peer, bucket, key, etag, version_id, size, index, length, in_file=False)
+        data, _ = await self.block_or_file(peer, bucket, key, etag, version_id, size, index, length, in_file=False)
         assert data is not None  # only an answer to `in_file` has no bytes
         return data
 
     async def block_or_file(self, peer: Member, bucket: str, key: str, etag: str, version_id: str | None,
                             size: int, index: int, length: int, *, in_file: bool,
-                            peers: bool = False) -> bytes | None:
-        """`block`; None when `in_file` was asked and the peer (a worker of this node) keeps the
-        block in its file of the node's shared memory tier. `peers`: that worker may ask the
-        fleet's owners for it (this worker's own read), else only its tiers and the origin."""
+                            peers: bool = False) -> tuple[bytes | None, bool]:
+        """(`block`, whether the peer fetched it from its origin for this ask, not holding it); the
+        bytes None when `in_file` was asked and the peer (a worker of this node) keeps the block in
+        its file of the node's shared memory tier. `peers`: that worker may ask the fleet's owners
+        for it (this worker's own read), else only its tiers and the origin."""
         params = [("bucket", bucket), ("key", key), ("etag", etag), ("vid", version_id or ""),
                   ("size", str(size)), ("index", str(index)), *([("file", "1")] if in_file else []),
                   *([("peers", "1")] if peers else [])]
         status, headers, body = await self._get(peer, BLOCK_PATH, params, length)
+        fetched = headers.get(FETCHED_HEADER) == "1"
         if in_file and status == 200 and headers.get(BLOCK_HEADER) == "file" and not body:
-            return None
+            return None, fetched
         if status != 200 or len(body) != length:
             raise PeerError(f"{peer.id} answered {status} with {len(body)} of {length} bytes")
-        return body
+        return body, fetched
 
     async def open(self, peer: Member, bucket: str, key: str, version_id: str | None, index: int, block_size: int,
                    *, budget: Budget | None = None) -> OpenAnswer | None:

@@ -285,7 +285,7 @@ class Engine:
         await self.replicas.spread(bucket, key, meta, replicas=replicas)
 
     async def serve_block(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
-                          peers: bool, in_file: bool) -> bytes | None:
+                          peers: bool, in_file: bool) -> tuple[bytes | None, bool]:
         return await self._serving().serve_block(bucket, key, etag, version_id, size, index, peers, in_file)
 
     def serve_block_now(self, bucket: str, key: str, etag: str, version_id: str, size: int,

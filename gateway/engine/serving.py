@@ -33,9 +33,10 @@ class Serving:
         self.hold = hold  # Replicas.hold, in a fleet
 
     async def serve_block(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
-                          peers: bool = False, in_file: bool = False) -> bytes | None:
-        """A block a peer asked for: from the tiers, else from the origin once (and kept);
-        None when `in_file` (another worker of this node asks) and this worker keeps it in
+                          peers: bool = False, in_file: bool = False) -> tuple[bytes | None, bool]:
+        """A block a peer asked for: from the tiers, else from the origin once (and kept), and
+        whether it was fetched for this ask (the asker's x-cache then says miss, not hit); the
+        bytes None when `in_file` (another worker of this node asks) and this worker keeps it in
         the node's shared memory tier, where the asker reads it. Another node's request is
         answered from this node or the origin, never from a third node (no circles); another
         worker's for its own read (`peers`) as this worker's own read is, the fleet's owners first.
@@ -48,8 +49,8 @@ class Serving:
         memory = self.fetch.store.memory
         held = 0 if memory is not None and block in memory else await self.fetch.budget.take(length)
         try:
-            data = await self.fetch.block(block, meta, from_peers=peers)
-            return None if in_file and self.fetch.store.in_shared_memory(block) else data
+            data, source = await self.fetch.sourced(block, meta, from_peers=peers)
+            return None if in_file and self.fetch.store.in_shared_memory(block) else data, source == "miss"
         except ObjectChanged as exc:
             raise PeerRefused(exc, changed=True) from exc
         except S3Error as exc:

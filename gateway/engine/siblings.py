@@ -14,7 +14,7 @@ from gateway.bytebudget import ByteBudget
 from gateway.cluster.membership import Member
 from gateway.cluster.peers import PeerClient, PeerError, PeerRefused
 from gateway.config import CacheSettings, ClusterSettings
-from gateway.engine.sources import Ask, Failures, Opened, Unanswered, length_of, opened_from, take_refusal
+from gateway.engine.sources import Ask, Failures, Got, Opened, Unanswered, length_of, opened_from, take_refusal
 from gateway.node.workers import WorkerSet
 from gateway.objects import ObjectMeta
 from gateway.store.blocks import BlockId
@@ -63,8 +63,9 @@ class Siblings:
         owner = self.owner(block.bucket, block.key, block.index)
         return None if owner is None else lambda: self.block(owner, block, meta, from_peers)
 
-    async def block(self, owner: int, block: BlockId, meta: ObjectMeta, from_peers: bool = True) -> bytes:
-        """The block from the worker that owns it; `from_peers`: which may ask the fleet's owners
+    async def block(self, owner: int, block: BlockId, meta: ObjectMeta, from_peers: bool = True) -> Got:
+        """The block from the worker that owns it, and how that worker had it (x-cache's word:
+        "miss" when it fetched it for this ask); `from_peers`: which may ask the fleet's owners
         (False for what another node asked of this one: never a third node). Unanswered when it
         does not answer."""
         length = length_of(block.index, self._block_size, meta)
@@ -80,19 +81,23 @@ class Siblings:
         self.stats["worker_fallback"] += 1
         raise Unanswered()
 
-    async def _ask_block(self, owner: int, block: BlockId, meta: ObjectMeta, length: int, peers: bool) -> bytes:
-        """The block from its owner: read from the owner's file of the shared memory tier when
-        it says it keeps it there, else (or when it was evicted meanwhile) through the socket."""
+    async def _ask_block(self, owner: int, block: BlockId, meta: ObjectMeta, length: int, peers: bool) -> Got:
+        """The block from its owner, and how it had it: read from the owner's file of the shared
+        memory tier when it says it keeps it there (hit-mem, unless it fetched it for this ask),
+        else (or when it was evicted meanwhile) through the socket (from its tiers, which are on
+        a disk when it does not keep the block in the memory the workers share)."""
         client, member = self._clients[owner], self._members[owner]
         ask = (member, block.bucket, block.key, meta.etag, meta.version_id, meta.size, block.index, length)
-        data = await client.block_or_file(*ask, in_file=self._in_files, peers=peers)
+        data, fetched = await client.block_or_file(*ask, in_file=self._in_files, peers=peers)
+        source = "hit-mem" if data is None or not self._store.disks else "hit-disk"
         if data is None:
             data = self._store.from_shared_memory(block)
             self.stats["worker_block_from_file" if data is not None else "worker_block_file_gone"] += 1
         if data is None:
-            data = await client.block_or_file(*ask, in_file=False, peers=peers)
+            data, again = await client.block_or_file(*ask, in_file=False, peers=peers)
+            fetched, source = fetched or again, "hit-disk" if self._store.disks else "hit-mem"
         assert data is not None  # asked without in_file: the bytes, or PeerError
-        return data
+        return data, "miss" if fetched else source
 
     async def open(self, owner: int, bucket: str, key: str, query: list[tuple[str, str]], index: int,
                    from_peers: bool = True) -> Opened | None:

@@ -15,9 +15,9 @@ import orjson
 from starlette.types import Receive, Scope, Send
 
 from gateway import log
-from gateway.cluster.peers import (AUTH_HEADER, BLOCK_HEADER, BLOCK_PATH, CACHED_HEADER, FETCHED_HEADER, HELD_MAX,
-                                   HELD_PATH, HOLD_PATH, META_HEADER, MAX_SKEW, OPEN_PATH, PEER_PREFIX, TAKE_PATH, OpenAnswer,
-                                   PeerRefused, decode_query, mask_indexes, refusal, verify)
+from gateway.cluster.peers import (AGE_HEADER, AUTH_HEADER, BLOCK_HEADER, BLOCK_PATH, CACHED_HEADER, FETCHED_HEADER,
+                                   HELD_MAX, HELD_PATH, HOLD_PATH, META_HEADER, MAX_SKEW, OPEN_PATH, PEER_PREFIX, TAKE_PATH,
+                                   OpenAnswer, PeerRefused, decode_query, mask_indexes, refusal, verify)
 from gateway.hitanswers import ASGI, BELOW_ASGI, REPLAYED
 from gateway.lru import LRU
 
@@ -145,7 +145,8 @@ class PeerApp:
         self._count("open")
         await _answer(send, 200, opened.data or b"", b"application/octet-stream",
                       [(META_HEADER.encode(), base64.b64encode(opened.meta)), *(_IN_FILE if opened.data is None else []),
-                       *(_CACHED if opened.cached else [])])
+                       *(_CACHED if opened.cached else []),
+                       *([(AGE_HEADER.encode(), f"{opened.age:.3f}".encode())] if opened.age else [])])
 
     async def _lending(self, send: Send, path: str, params: dict[str, str], sibling: bool) -> None:
         """Which blocks this node holds (`held`); a block lent to its owner, by another worker of

@@ -16,6 +16,8 @@ Routes (GET, on the S3 port, only when the fleet is on):
   one ranged GET (as a node alone does); the answer carries the block as its body and
   the metadata in `x-gateway-meta` (base64 of the shared-metadata form). 204: the
   owner could not (an empty object, a start past the end): ask the origin with a HEAD.
+  Between the workers of one node, `cached=1` asks only what the worker holds (204 otherwise),
+  its metadata's age in `x-gateway-age`; with `index=-1`, the metadata alone.
 - `/_peer/v1/held?bucket&key&etag&vid&size&first&mask`: which of some blocks of the object
   version the node holds now (in a tier, or on their way to it), asked before a read's answer
   starts: `mask` (hex) has bit i set for block `first + i` (at most HELD_MAX blocks); the answer
@@ -72,6 +74,7 @@ AUTH_HEADER = "x-gateway-peer"
 META_HEADER = "x-gateway-meta"
 BLOCK_HEADER = "x-gateway-block"  # "file": the block is in the owner's file, not in the body
 CACHED_HEADER = "x-gateway-cached"  # "1": an open's block came from the owner's cache, not its origin
+AGE_HEADER = "x-gateway-age"  # seconds a cached open's metadata had been known to the owner (not fresh for longer)
 FETCHED_HEADER = "x-gateway-fetched"  # "1": a block the owner did not hold, fetched from its origin for this ask
 MAX_SKEW = 300  # seconds a signature stays valid, for clocks that differ between nodes
 # A request is signed for the start of its minute: the same block asked for again within it is the
@@ -148,12 +151,14 @@ class PeerRefused(Exception):
 
 class OpenAnswer(NamedTuple):
     """An owner's answer to an open: the metadata in the shared form, the first block (None when
-    it is in the owner's file of the node's shared memory tier), and whether the owner had that
-    block cached (False: it fetched it from the origin for this open)."""
+    it is in the owner's file of the node's shared memory tier), whether the owner had that
+    block cached (False: it fetched it from the origin for this open), and how old the metadata
+    was then (seconds; a cached open's, so that it is not fresh for longer than in the owner)."""
 
     meta: bytes
     data: bytes | None
     cached: bool
+    age: float = 0.0
 
 
 class PeerClient:
@@ -230,7 +235,8 @@ class PeerClient:
                            in_file: bool, peers: bool = False, cached: bool = False) -> OpenAnswer | None:
         """`open`; the bytes are None when `in_file` was asked and the peer keeps the block in its
         file of the node's shared memory tier; `peers` as in `block_or_file`; `cached`: only what
-        the peer (a worker of this node) holds, never its origin (None when it holds nothing)."""
+        the peer (a worker of this node) holds, never its origin (None when it holds nothing);
+        with `index` -1, only the metadata (the bytes empty)."""
         params = [("bucket", bucket), ("key", key), ("vid", version_id or ""), ("index", str(index)),
                   *([("file", "1")] if in_file else []), *([("peers", "1")] if peers else []),
                   *([("cached", "1")] if cached else [])]
@@ -244,8 +250,12 @@ class PeerClient:
             shared = base64.b64decode(meta, validate=True)
         except ValueError:
             raise PeerError(f"{peer.id} sent unreadable metadata") from None
+        try:
+            age = float(headers.get(AGE_HEADER, "0"))
+        except ValueError:
+            raise PeerError(f"{peer.id} sent an unreadable age") from None
         return OpenAnswer(shared, None if in_file and headers.get(BLOCK_HEADER) == "file" and not body else body,
-                          headers.get(CACHED_HEADER) == "1")
+                          headers.get(CACHED_HEADER) == "1", age)
 
     async def held(self, peer: Member, bucket: str, key: str, etag: str, version_id: str | None, size: int,
                    indexes: list[int]) -> set[int]:

@@ -129,7 +129,7 @@ class Engine:
             Replicas(fleet, self.fetch, self.peers, self._describe)
         # What peers and workers ask here.
         self.serving = None if self.opens is None else \
-            Serving(self.opens, self.metadata.fresh_now, self._head_meta,
+            Serving(self.opens, self.metadata.fresh_aged, self._head_meta,
                     hold=None if self.replicas is None else self.replicas.hold)
         self.head_object = self.metadata.head_object
         self.bucket_exists = self.bucket_documents.note_exists  # a known user's request succeeded on it

@@ -18,7 +18,8 @@ from gateway.store.blocks import BlockId
 _EPOCH = datetime.fromtimestamp(0, timezone.utc)
 
 Hold = Callable[..., Awaitable[int]]  # Replicas.hold(bucket, key, meta, replicas=...)
-Fresh = Callable[[str, str, "str | None"], "ObjectMeta | None"]  # Metadata.fresh_now(bucket, key, version_id)
+# Metadata.fresh_aged(bucket, key, version_id): (the metadata, its age) when known fresh, else None
+Fresh = Callable[[str, str, "str | None"], "tuple[ObjectMeta, float] | None"]
 Describe = Callable[[str, str, "str | None"], Awaitable[ObjectMeta]]  # the metadata, from the origin if need be
 
 
@@ -28,7 +29,7 @@ class Serving:
     def __init__(self, opens: Opens, fresh: Fresh, describe: Describe, hold: Hold | None = None) -> None:
         self.fetch = opens.fetch
         self._opens = opens
-        self.fresh = fresh  # Metadata.fresh_now: what this worker knows of an object, fresh, without asking
+        self.fresh = fresh  # Metadata.fresh_aged: what this worker knows of an object, fresh, without asking
         self.describe = describe  # Metadata.head_object's metadata: a HEAD of the origin when not known
         self.hold = hold  # Replicas.hold, in a fleet
 
@@ -86,7 +87,8 @@ class Serving:
         `serve_block` when it is in the node's shared memory tier.
         It goes to the worker that owns the block; with `peers`, to the fleet's owner of it too.
         `cached` (another worker of this node, opening for its own read): only what this worker
-        has in memory, metadata and block, else None; never the origin."""
+        has in memory, metadata and block (with `index` -1: the metadata alone), else None;
+        never the origin."""
         if cached:
             return await self._open_cached(bucket, key, version_id, index, in_file)
         query = [("versionId", version_id)] if version_id else []
@@ -105,9 +107,10 @@ class Serving:
 
     async def _open_cached(self, bucket: str, key: str, version_id: str, index: int,
                            in_file: bool) -> OpenAnswer | None:
-        meta = self.fresh(bucket, key, version_id or None)
-        if meta is None:
-            meta = await self._describe_taken(bucket, key, version_id, index)
+        known = self.fresh(bucket, key, version_id or None)
+        if index < 0:  # the metadata alone (Siblings.known)
+            return None if known is None else OpenAnswer(encode_meta(known[0]), b"", cached=True, age=known[1])
+        meta, age = known if known is not None else (await self._describe_taken(bucket, key, version_id, index), 0.0)
         if meta is None or not 0 <= index * self.fetch.settings.block_size < meta.size:
             return None
         block = BlockId(bucket, key, version_of(meta), index)
@@ -117,7 +120,7 @@ class Serving:
         if hit is None:
             return None
         return OpenAnswer(encode_meta(meta), None if in_file and self.fetch.store.in_shared_memory(block) else hit[0],
-                          cached=True)
+                          cached=True, age=age)
 
     async def _describe_taken(self, bucket: str, key: str, version_id: str, index: int) -> ObjectMeta | None:
         """The metadata of an object whose block `index` another worker read from the origin and

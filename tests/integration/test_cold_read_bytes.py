@@ -234,6 +234,27 @@ def test_a_piece_fetched_through_one_worker_answers_a_read_on_the_other(two_work
         assert counted.since() == (0, 0), index
 
 
+def test_a_cold_open_through_another_worker_reads_the_piece_the_node_holds(two_workers, origin_endpoint, counted):
+    # An engine reads a file's footer first, then again through another connection, which the
+    # kernel may hand to the other worker: that worker knows nothing of the object, and asks the
+    # other workers for its metadata before the origin; the node's piece then answers the read.
+    nodes, clients = two_workers
+    origin = client(origin_endpoint, ("origin-key", "origin-secret"))
+    for first, then in ((0, 1), (1, 0)):  # (the last block's owner reads first once, second once)
+        key = f"footer{first}"
+        origin.put_object(Bucket="bkt", Key=key, Body=DATA)
+        counted.mark()
+        assert read(clients[first], "bytes=-16384", key) == DATA[-16384:]
+        assert counted.since()[0] == 1
+        got = client(nodes[then].endpoint).get_object(Bucket="bkt", Key=key, Range="bytes=-16384")  # a new connection
+        assert got["Body"].read() == DATA[-16384:]
+        assert got["ResponseMetadata"]["HTTPHeaders"]["x-cache"] == "hit-mem"
+        assert counted.since()[0] == 1, (first, then)
+        a = 2 * MiB + 1000  # a range elsewhere through the other worker: one GET, its metadata known
+        assert read(clients[then], f"bytes={a}-{a + 99}", key) == DATA[a:a + 100]
+        assert counted.since()[0] == 2
+
+
 def test_a_read_on_another_worker_of_what_a_piece_lacks_after_an_overwrite_answers_the_new_version(
         two_workers, origin_endpoint, counted):
     nodes, (first, second) = two_workers

@@ -37,7 +37,10 @@ that lent it. Between the workers of one node, `block` and `open` may carry `fil
 `x-gateway-block: file` and no body, and the asking worker reads the block from that file (a
 copy from memory instead of the block through the socket). A `block` answer the owner did not
 hold and fetched from its origin for the ask carries `x-gateway-fetched: 1` (the asker's
-`x-cache` then says miss, not hit). Answers: 200 the block; 401 no or malformed signature;
+`x-cache` then says miss, not hit). With `lo` and `hi` (another worker of this node asks), only the
+part of the block holding bytes [lo, hi) of it: the owner fetches what its piece lacks, once however
+many workers ask, and answers the bytes it holds around them, `x-gateway-at` saying where in the
+block they start. Answers: 200 the block; 401 no or malformed signature;
 403 a wrong or stale one; 400 bad parameters; 424 the origin's S3 error, as JSON
 `{"code", "message", "status", "headers", "changed"}` (`changed`: the object is no
 longer that version); 503 this node cannot serve blocks.
@@ -75,6 +78,7 @@ META_HEADER = "x-gateway-meta"
 BLOCK_HEADER = "x-gateway-block"  # "file": the block is in the owner's file, not in the body
 CACHED_HEADER = "x-gateway-cached"  # "1": an open's block came from the owner's cache, not its origin
 AGE_HEADER = "x-gateway-age"  # seconds a cached open's metadata had been known to the owner (not fresh for longer)
+AT_HEADER = "x-gateway-at"  # where in the block the bytes of a part's answer start
 FETCHED_HEADER = "x-gateway-fetched"  # "1": a block the owner did not hold, fetched from its origin for this ask
 MAX_SKEW = 300  # seconds a signature stays valid, for clocks that differ between nodes
 # A request is signed for the start of its minute: the same block asked for again within it is the
@@ -215,6 +219,20 @@ class PeerClient:
         if status != 200 or len(body) != length:
             raise PeerError(f"{peer.id} answered {status} with {len(body)} of {length} bytes")
         return body, fetched
+
+    async def part(self, peer: Member, bucket: str, key: str, etag: str, version_id: str | None, size: int,
+                   index: int, length: int, lo: int, hi: int) -> tuple[int, bytes, bool]:
+        """Bytes of block `index` (of `length` bytes) holding [lo, hi) (offsets in the block), from
+        `peer`, a worker of this node that owns the block and fetches what its piece lacks once
+        however many workers ask: (where in the block they start, the bytes, whether it fetched
+        them from its origin for this ask)."""
+        params = [("bucket", bucket), ("key", key), ("etag", etag), ("vid", version_id or ""),
+                  ("size", str(size)), ("index", str(index)), ("lo", str(lo)), ("hi", str(hi))]
+        status, headers, body = await self._get(peer, BLOCK_PATH, params, length)
+        at = headers.get(AT_HEADER, "0")  # (none: the whole block, as a block it holds is answered)
+        if status != 200 or not at.isdigit() or not int(at) <= lo < hi <= int(at) + len(body) <= length:
+            raise PeerError(f"{peer.id} answered {status} with {len(body)} bytes at {at} for [{lo}, {hi})")
+        return int(at), body, headers.get(FETCHED_HEADER) == "1"
 
     async def open(self, peer: Member, bucket: str, key: str, version_id: str | None, index: int, block_size: int,
                    *, budget: Budget | None = None) -> OpenAnswer | None:

@@ -288,6 +288,10 @@ class Engine:
                           peers: bool, in_file: bool) -> tuple[bytes | None, bool]:
         return await self._serving().serve_block(bucket, key, etag, version_id, size, index, peers, in_file)
 
+    async def serve_part(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
+                         lo: int, hi: int) -> tuple[int, bytes, bool]:
+        return await self._serving().serve_part(bucket, key, etag, version_id, size, index, lo, hi)
+
     def serve_block_now(self, bucket: str, key: str, etag: str, version_id: str, size: int,
                         index: int) -> bytes | memoryview | None:
         return self._serving().serve_block_now(bucket, key, etag, version_id, size, index)

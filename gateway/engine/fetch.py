@@ -9,7 +9,7 @@ import asyncio
 import re
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from gateway import log
 from gateway.bytebudget import ByteBudget
@@ -21,7 +21,7 @@ from gateway.engine.lending import Lending
 from gateway.engine.peers import Peers
 from gateway.engine.runs import GRANULE, Run, RunStopped, Want
 from gateway.engine.siblings import Siblings
-from gateway.engine.sources import Ask, BlockSource, Got, Unanswered, length_of, version_of
+from gateway.engine.sources import Ask, BlockSource, Got, Part, Unanswered, length_of, version_of
 from gateway.errors import S3Error
 from gateway.objects import ObjectChanged, ObjectMeta, meta_from_headers, meta_from_ranged_get
 from gateway.origin import Origin, OriginResponse
@@ -37,15 +37,6 @@ _WITH_CHECKSUMS = {"x-amz-checksum-mode": "ENABLED"}
 # Pieces a run reads ahead of its reader at least (cache.readahead_blocks when more): the origin's
 # bytes keep coming while the reader sends the ones before.
 _RUN_AHEAD = 4
-
-
-class Part(NamedTuple):
-    """What BlockFetcher.part brings: bytes of a block, where in the block they start, and how
-    the node had them (x-cache's word: hit-mem, hit-disk, hit-peer, miss)."""
-
-    data: bytes
-    at: int
-    source: str
 
 
 class BlockFetcher:
@@ -81,6 +72,7 @@ class BlockFetcher:
         self.coherence = coherence if coherence is not None else Coherence(None)
         self._from_origin: SingleFlight[str, bytes] = SingleFlight()
         self._from_elsewhere: SingleFlight[str, Got] = SingleFlight()  # blocks asked of the sources
+        self._parts: SingleFlight[tuple[str, int, int], Part] = SingleFlight()  # (block, lo, hi) from the origin
         self._background: set[asyncio.Future[Any]] = set()
         # Blocks this worker's runs brought that others own.
         self.lending = Lending(store, settings, self.stats, fleet=fleet, siblings=siblings, peers=peers,
@@ -237,8 +229,10 @@ class BlockFetcher:
         """Bytes of the block holding [lo, hi) (offsets in the block), where in the block they
         start, and how the node had them (as `sourced` says): the block's piece when it holds
         them (a hit); else, for a block this worker fetches itself and keeps in part, what the
-        piece lacks of [lo, hi) rounded out to the granule, one origin GET, joined with the
-        piece; else the whole block (`sourced`)."""
+        piece lacks of [lo, hi) rounded out to the granule, one origin GET however many reads
+        want it at once, joined with the piece; for a block another worker of this node owns,
+        that worker brings it so (one GET however many workers want it: Siblings.part), or this
+        one when it does not answer; else the whole block (`sourced`)."""
         kept = self.store.piece_hit(block, lo, hi)
         if kept is not None:
             self.stats["block_hit_piece"] += 1
@@ -250,6 +244,15 @@ class BlockFetcher:
         want = pieces.rounded(lo, hi, granule, length)
         if want == (0, length):
             return Part(*await self._whole(block, meta))
+        owner = self.siblings.owner(block.bucket, block.key, block.index) if self.siblings is not None else None
+        if owner is not None and self.siblings is not None:
+            got = await self.siblings.part(owner, block, meta, *want)
+            if got is not None:
+                return got
+        return await self._parts.run((block.name, *want), lambda: self._fetch_part(block, meta, want, length))
+
+    async def _fetch_part(self, block: BlockId, meta: ObjectMeta, want: tuple[int, int], length: int) -> Part:
+        """What the block's piece lacks of `want`, from the origin, kept as its piece and joined with it."""
         held = self.store.piece(block)
         ask = pieces.lacking(None if held is None else (held[0], held[0] + len(held[1])), *want)
         offset = block.index * self.settings.block_size

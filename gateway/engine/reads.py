@@ -9,10 +9,11 @@ from typing import NamedTuple
 
 from gateway.bytebudget import ByteBudget
 from gateway.config import CacheSettings
-from gateway.engine.fetch import BlockFetcher, Part, version_of
+from gateway.engine.fetch import BlockFetcher, version_of
 from gateway.engine.holders import fetched_here
 from gateway.engine.opens import FirstBlock
 from gateway.engine.runs import Run
+from gateway.engine.sources import Part
 from gateway.engine.xcache import asked, from_tiers, in_others_file, reads_others_disks
 from gateway.errors import S3Error
 from gateway.lru import LRU

@@ -59,6 +59,24 @@ class Serving:
         finally:
             self.fetch.budget.give(held)
 
+    async def serve_part(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
+                         lo: int, hi: int) -> tuple[int, bytes, bool]:
+        """Bytes of a block this worker owns holding [lo, hi) (offsets in the block), another
+        worker of this node asked for its read (BlockFetcher.part: what the block's piece lacks,
+        fetched once however many workers ask): (where they start in the block, the bytes,
+        whether they were fetched from the origin for this ask). Raises as `serve_block` does."""
+        meta = _described(etag, version_id, size)
+        block = BlockId(bucket, key, version_of(meta), index)
+        if not 0 <= index * self.fetch.settings.block_size < size or not 0 <= lo < hi <= self.fetch.length(block, meta):
+            raise ValueError("a part outside the block")
+        try:
+            part = await self.fetch.part(block, meta, lo, hi)
+        except ObjectChanged as exc:
+            raise PeerRefused(exc, changed=True) from exc
+        except S3Error as exc:
+            raise PeerRefused(exc, changed=False) from exc
+        return part.at, part.data, part.source == "miss"
+
     def serve_block_now(self, bucket: str, key: str, etag: str, version_id: str, size: int,
                         index: int) -> bytes | memoryview | None:
         """A block a peer asked for when a tier holds it now (read on the event loop, counted

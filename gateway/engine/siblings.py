@@ -15,7 +15,7 @@ from gateway.bytebudget import ByteBudget
 from gateway.cluster.membership import Member
 from gateway.cluster.peers import PeerClient, PeerError, PeerRefused
 from gateway.config import CacheSettings, ClusterSettings
-from gateway.engine.sources import Ask, Failures, Got, Opened, Unanswered, length_of, opened_from, take_refusal
+from gateway.engine.sources import Ask, Failures, Got, Opened, Part, Unanswered, length_of, opened_from, take_refusal
 from gateway.node.workers import WorkerSet
 from gateway.objects import ObjectMeta, decode_meta
 from gateway.store.blocks import BlockId
@@ -81,6 +81,26 @@ class Siblings:
             return data
         self.stats["worker_fallback"] += 1
         raise Unanswered()
+
+    async def part(self, owner: int, block: BlockId, meta: ObjectMeta, lo: int,
+                   hi: int) -> Part | None:
+        """Bytes of the block holding [lo, hi) (offsets in the block) from the worker that owns it,
+        which fetches what its piece lacks once however many workers ask (BlockFetcher.part); None when it does not answer
+        within the peer read timeout, or fails (this worker then fetches them alone)."""
+        length = length_of(block.index, self._block_size, meta)
+        try:
+            at, data, fetched = await self._clients[owner].part(
+                self._members[owner], block.bucket, block.key, meta.etag, meta.version_id, meta.size, block.index,
+                length, lo, hi)
+        except PeerRefused as refused:
+            await take_refusal(block.bucket, block.key, refused, self._on_changed)
+            self._failed(owner, refused, "fetching the part here")
+            return None
+        except PeerError as exc:
+            self._failed(owner, exc, "fetching the part here")
+            return None
+        self.stats["worker_part_fetch"] += 1
+        return Part(data, at, "miss" if fetched else "hit-mem")
 
     async def _ask_block(self, owner: int, block: BlockId, meta: ObjectMeta, length: int, peers: bool) -> Got:
         """The block from its owner, and how it had it: read from the owner's file of the shared

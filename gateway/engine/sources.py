@@ -9,7 +9,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from gateway.cluster.peers import OpenAnswer, PeerError, PeerRefused
 from gateway.objects import ObjectChanged, ObjectMeta, block_version, decode_meta
@@ -19,6 +19,15 @@ from gateway.store.blocks import BlockId
 # "hit-peer"; "miss": an owner fetched it from its origin for this ask); or Unanswered.
 Got = tuple[bytes, str]
 Ask = Callable[[], Awaitable[Got]]
+
+
+class Part(NamedTuple):
+    """What BlockFetcher.part brings: bytes of a block, where in the block they start, and how
+    the node had them (x-cache's word: hit-mem, hit-disk, hit-peer, miss)."""
+
+    data: bytes
+    at: int
+    source: str
 
 
 class Unanswered(Exception):

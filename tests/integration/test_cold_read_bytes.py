@@ -10,8 +10,10 @@ import os
 import secrets
 import subprocess
 import sys
+import threading
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -253,6 +255,27 @@ def test_a_cold_open_through_another_worker_reads_the_piece_the_node_holds(two_w
         a = 2 * MiB + 1000  # a range elsewhere through the other worker: one GET, its metadata known
         assert read(clients[then], f"bytes={a}-{a + 99}", key) == DATA[a:a + 100]
         assert counted.since()[0] == 2
+
+
+def test_two_workers_reading_the_same_cold_range_at_once_cost_one_origin_get(two_workers, counted):
+    # The block's owner worker fetches what its piece lacks, once however many workers ask; the
+    # other waits for it (up to the peer read timeout, then it fetches alone).
+    nodes, clients = two_workers
+    for s3 in clients:  # each worker knows the object's version
+        assert read(s3, "bytes=0-99") == DATA[:100]
+    for index in range(1, 5):
+        a = index * MiB + 300_000
+        counted.mark()
+        start = threading.Barrier(2)
+
+        def at_once(s3):  # type: ignore[no-untyped-def]
+            start.wait(timeout=10)
+            return read(s3, f"bytes={a}-{a + 4095}")
+
+        with ThreadPoolExecutor(2) as pool:
+            assert list(pool.map(at_once, clients)) == [DATA[a:a + 4096]] * 2
+        requests, sent = counted.since()
+        assert requests == 1 and sent <= 4096 + 2 * GRANULE, (index, requests, sent)
 
 
 def test_a_read_on_another_worker_of_what_a_piece_lacks_after_an_overwrite_answers_the_new_version(

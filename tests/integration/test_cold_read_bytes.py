@@ -278,6 +278,20 @@ def test_two_workers_reading_the_same_cold_range_at_once_cost_one_origin_get(two
         assert requests == 1 and sent <= 4096 + 2 * GRANULE, (index, requests, sent)
 
 
+def test_a_part_whose_owner_worker_does_not_answer_is_fetched_alone(two_workers, counted):
+    nodes, clients = two_workers
+    assert read(clients[0], "bytes=0-99") == DATA[:100]  # worker 0 knows the object's version
+    index = next(i for i in range(1, 5) if placement("bkt", "k", i) % 2 == 1)  # a block worker 1 owns
+    nodes[1].__exit__()  # worker 1 is gone (as while it is restarted)
+    a = index * MiB + 5000
+    counted.mark()
+    assert read(clients[0], f"bytes={a}-{a + 999}") == DATA[a:a + 1000]
+    requests, sent = counted.since()
+    assert requests == 1 and sent <= 1000 + 2 * GRANULE, (requests, sent)
+    siblings = nodes[0].server.config.app.s3.engine.fetch.siblings
+    assert siblings.stats["worker_failure"] >= 1 and siblings.stats["worker_part_fetch"] == 0
+
+
 def test_a_read_on_another_worker_of_what_a_piece_lacks_after_an_overwrite_answers_the_new_version(
         two_workers, origin_endpoint, counted):
     nodes, (first, second) = two_workers

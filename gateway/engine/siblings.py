@@ -82,11 +82,11 @@ class Siblings:
         self.stats["worker_fallback"] += 1
         raise Unanswered()
 
-    async def part(self, owner: int, block: BlockId, meta: ObjectMeta, lo: int,
-                   hi: int) -> Part | None:
+    async def part(self, owner: int, block: BlockId, meta: ObjectMeta, lo: int, hi: int) -> Part | None:
         """Bytes of the block holding [lo, hi) (offsets in the block) from the worker that owns it,
-        which fetches what its piece lacks once however many workers ask (BlockFetcher.part); None when it does not answer
-        within the peer read timeout, or fails (this worker then fetches them alone)."""
+        which fetches what its piece lacks once however many workers ask (BlockFetcher.part); None
+        when it does not answer within the peer read timeout, or fails (this worker then fetches
+        them alone)."""
         length = length_of(block.index, self._block_size, meta)
         try:
             at, data, fetched = await self._clients[owner].part(

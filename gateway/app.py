@@ -151,7 +151,7 @@ class GatewayApp:
         return PeerApp(self.settings.cluster.secret if self.fleet is not None else "", self.workers.secret.hex(),
                        engine.serve_block, engine.serve_open, engine.serve_hold, engine.serve_block_now,
                        serve_take=engine.serve_take, serve_lent=engine.serve_lent, serve_held=engine.serve_held,
-                       serve_held_now=engine.serve_held_now)
+                       serve_held_now=engine.serve_held_now, serve_part=engine.serve_part)
 
     async def shutdown(self) -> None:
         await _stop([task for task in [self._invalidations, *self._tasks] if task is not None])

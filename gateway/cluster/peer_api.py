@@ -15,9 +15,9 @@ import orjson
 from starlette.types import Receive, Scope, Send
 
 from gateway import log
-from gateway.cluster.peers import (AUTH_HEADER, BLOCK_HEADER, BLOCK_PATH, CACHED_HEADER, HELD_MAX, HELD_PATH,
-                                   HOLD_PATH, META_HEADER, MAX_SKEW, OPEN_PATH, PEER_PREFIX, TAKE_PATH, OpenAnswer,
-                                   PeerRefused, decode_query, mask_indexes, refusal, verify)
+from gateway.cluster.peers import (AGE_HEADER, AT_HEADER, AUTH_HEADER, BLOCK_HEADER, BLOCK_PATH, CACHED_HEADER, FETCHED_HEADER,
+                                   HELD_MAX, HELD_PATH, HOLD_PATH, META_HEADER, MAX_SKEW, OPEN_PATH, PEER_PREFIX, TAKE_PATH,
+                                   OpenAnswer, PeerRefused, decode_query, mask_indexes, refusal, verify)
 from gateway.hitanswers import ASGI, BELOW_ASGI, REPLAYED
 from gateway.lru import LRU
 
@@ -26,11 +26,14 @@ __all__ = ["KEPT_REQUESTS", "KeptBlock", "PeerApp"]
 KEPT_REQUESTS = 1024  # block requests kept per process to be answered again, the oldest out first
 _MAX_KEPT_BYTES = 4096  # a longer request (a very long key) is answered the whole way every time
 
-# (bucket, key, etag, version id or "", object size, index, peers, in_file) -> the block's bytes, or
+# (bucket, key, etag, version id or "", object size, index, peers, in_file) -> (the block's bytes, or
 # None when another worker of this node asked `in_file` and the block is in this worker's file of
-# the node's memory tier. `peers`: another worker asked for its own read, which may go to the
+# the node's memory tier; whether it was fetched from the origin for this ask, not held). `peers`: another worker asked for its own read, which may go to the
 # fleet's owners; another node's request never goes to a third node (no circles).
-ServeBlock = Callable[[str, str, str, str, int, int, bool, bool], Awaitable["bytes | None"]]
+ServeBlock = Callable[[str, str, str, str, int, int, bool, bool], Awaitable["tuple[bytes | None, bool]"]]
+# (bucket, key, etag, version id or "", object size, index, lo, hi) -> (where in the block the bytes
+# start, bytes of the block holding [lo, hi), whether they were fetched from the origin for this ask).
+ServePart = Callable[[str, str, str, str, int, int, int, int], Awaitable["tuple[int, bytes, bool]"]]
 # (bucket, key, etag, version id or "", object size, index) -> the block's bytes when a tier holds
 # it now (read on the event loop, no wait), else None.
 ServeBlockNow = Callable[[str, str, str, str, int, int], "bytes | memoryview | None"]
@@ -76,7 +79,8 @@ class PeerApp:
     def __init__(self, cluster_secret: str, node_secret: str, serve_block: ServeBlock, serve_open: ServeOpen,
                  serve_hold: ServeHold, serve_block_now: ServeBlockNow | None = None, *,
                  serve_take: ServeTake | None = None, serve_lent: ServeLent | None = None,
-                 serve_held: ServeHeld | None = None, serve_held_now: ServeHeldNow | None = None) -> None:
+                 serve_held: ServeHeld | None = None, serve_held_now: ServeHeldNow | None = None,
+                 serve_part: ServePart | None = None) -> None:
         # Other nodes sign with the cluster secret, this node's other workers with the node's own.
         self._secrets = [(secret.encode(), sibling) for secret, sibling in ((cluster_secret, False),
                                                                             (node_secret, True)) if secret]
@@ -88,6 +92,7 @@ class PeerApp:
         self._serve_lent = serve_lent
         self._serve_held = serve_held
         self._serve_held_now = serve_held_now
+        self._serve_part = serve_part
         self.served: Counter[str] = Counter()
         self._kept: LRU[bytes, KeptBlock] = LRU(KEPT_REQUESTS)
 
@@ -111,12 +116,19 @@ class PeerApp:
             peers = sibling and params.get("peers") == "1"
             if path in (TAKE_PATH, HELD_PATH) or params.get("lent") == "1":
                 return await self._lending(send, path, params, sibling)
+            if path == BLOCK_PATH and "lo" in params and sibling and self._serve_part is not None:
+                at, part, from_origin = await self._serve_part(*_block_asked(params), int(params["lo"]),
+                                                               int(params["hi"]))
+                self._count("part")
+                return await _answer(send, 200, part, b"application/octet-stream",
+                                     [(AT_HEADER.encode(), str(at).encode()), *(_FETCHED if from_origin else [])])
             if path == BLOCK_PATH:
-                data = await self._serve_block(*_block_asked(params), peers, in_file)
+                data, from_origin = await self._serve_block(*_block_asked(params), peers, in_file)
                 self._count("block")
+                told = _FETCHED if from_origin else []
                 if data is None:
-                    return await _answer(send, 200, b"", b"application/octet-stream", _IN_FILE)
-                return await _answer(send, 200, data, b"application/octet-stream")
+                    return await _answer(send, 200, b"", b"application/octet-stream", [*_IN_FILE, *told])
+                return await _answer(send, 200, data, b"application/octet-stream", told)
             if path == HOLD_PATH:
                 fetched = await self._serve_hold(params["bucket"], params["key"], params["etag"], params["vid"],
                                                  int(params["size"]), int(params["replicas"]))
@@ -144,7 +156,8 @@ class PeerApp:
         self._count("open")
         await _answer(send, 200, opened.data or b"", b"application/octet-stream",
                       [(META_HEADER.encode(), base64.b64encode(opened.meta)), *(_IN_FILE if opened.data is None else []),
-                       *(_CACHED if opened.cached else [])])
+                       *(_CACHED if opened.cached else []),
+                       *([(AGE_HEADER.encode(), f"{opened.age:.3f}".encode())] if opened.age else [])])
 
     async def _lending(self, send: Send, path: str, params: dict[str, str], sibling: bool) -> None:
         """Which blocks this node holds (`held`); a block lent to its owner, by another worker of
@@ -190,8 +203,8 @@ class PeerApp:
             return self._held_now(params, sibling)
         if self._serve_block_now is None:
             return None
-        if params.get("file") == "1" or params.get("lent") == "1":  # __call__ says (a file, a lent block)
-            return None
+        if params.get("file") == "1" or params.get("lent") == "1" or "lo" in params:
+            return None  # __call__ says (a file, a lent block, a part)
         try:
             block = _block_asked(params)
         except (KeyError, ValueError):
@@ -295,6 +308,7 @@ _AUTH_HEADER = AUTH_HEADER.encode()
 _NOT_KEPT = KeptBlock(("", "", "", "", 0, -1), 0)  # what answer_now gives for an answer never to keep
 _IN_FILE = [(BLOCK_HEADER.encode(), b"file")]
 _CACHED = [(CACHED_HEADER.encode(), b"1")]
+_FETCHED = [(FETCHED_HEADER.encode(), b"1")]
 
 
 def _body_headers(length: int, content_type: bytes = b"application/octet-stream") -> list[tuple[bytes, bytes]]:

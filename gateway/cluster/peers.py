@@ -16,6 +16,8 @@ Routes (GET, on the S3 port, only when the fleet is on):
   one ranged GET (as a node alone does); the answer carries the block as its body and
   the metadata in `x-gateway-meta` (base64 of the shared-metadata form). 204: the
   owner could not (an empty object, a start past the end): ask the origin with a HEAD.
+  Between the workers of one node, `cached=1` asks only what the worker holds (204 otherwise),
+  its metadata's age in `x-gateway-age`; with `index=-1`, the metadata alone.
 - `/_peer/v1/held?bucket&key&etag&vid&size&first&mask`: which of some blocks of the object
   version the node holds now (in a tier, or on their way to it), asked before a read's answer
   starts: `mask` (hex) has bit i set for block `first + i` (at most HELD_MAX blocks); the answer
@@ -33,7 +35,12 @@ secret), `held` asks only of the blocks the asked worker owns, `take` (with `nod
 another node's offer) goes to the worker owning the block, and `block?...&lent=1` to the worker
 that lent it. Between the workers of one node, `block` and `open` may carry `file=1`: an owner that keeps the block in the node's shared memory tier then answers 200 with
 `x-gateway-block: file` and no body, and the asking worker reads the block from that file (a
-copy from memory instead of the block through the socket). Answers: 200 the block; 401 no or malformed signature;
+copy from memory instead of the block through the socket). A `block` answer the owner did not
+hold and fetched from its origin for the ask carries `x-gateway-fetched: 1` (the asker's
+`x-cache` then says miss, not hit). With `lo` and `hi` (another worker of this node asks), only the
+part of the block holding bytes [lo, hi) of it: the owner fetches what its piece lacks, once however
+many workers ask, and answers the bytes it holds around them, `x-gateway-at` saying where in the
+block they start. Answers: 200 the block; 401 no or malformed signature;
 403 a wrong or stale one; 400 bad parameters; 424 the origin's S3 error, as JSON
 `{"code", "message", "status", "headers", "changed"}` (`changed`: the object is no
 longer that version); 503 this node cannot serve blocks.
@@ -70,6 +77,9 @@ AUTH_HEADER = "x-gateway-peer"
 META_HEADER = "x-gateway-meta"
 BLOCK_HEADER = "x-gateway-block"  # "file": the block is in the owner's file, not in the body
 CACHED_HEADER = "x-gateway-cached"  # "1": an open's block came from the owner's cache, not its origin
+AGE_HEADER = "x-gateway-age"  # seconds a cached open's metadata had been known to the owner (not fresh for longer)
+AT_HEADER = "x-gateway-at"  # where in the block the bytes of a part's answer start
+FETCHED_HEADER = "x-gateway-fetched"  # "1": a block the owner did not hold, fetched from its origin for this ask
 MAX_SKEW = 300  # seconds a signature stays valid, for clocks that differ between nodes
 # A request is signed for the start of its minute: the same block asked for again within it is the
 # same bytes, which its owner answers as kept (PeerApp.replay); clocks may then differ by 240 s.
@@ -145,12 +155,14 @@ class PeerRefused(Exception):
 
 class OpenAnswer(NamedTuple):
     """An owner's answer to an open: the metadata in the shared form, the first block (None when
-    it is in the owner's file of the node's shared memory tier), and whether the owner had that
-    block cached (False: it fetched it from the origin for this open)."""
+    it is in the owner's file of the node's shared memory tier), whether the owner had that
+    block cached (False: it fetched it from the origin for this open), and how old the metadata
+    was then (seconds; a cached open's, so that it is not fresh for longer than in the owner)."""
 
     meta: bytes
     data: bytes | None
     cached: bool
+    age: float = 0.0
 
 
 class PeerClient:
@@ -186,25 +198,41 @@ class PeerClient:
     async def block(self, peer: Member, bucket: str, key: str, etag: str, version_id: str | None,
                     size: int, index: int, length: int) -> bytes:
         """Block `index` (of `length` bytes) of the object version, from `peer`."""
-        data = await self.block_or_file(peer, bucket, key, etag, version_id, size, index, length, in_file=False)
+        data, _ = await self.block_or_file(peer, bucket, key, etag, version_id, size, index, length, in_file=False)
         assert data is not None  # only an answer to `in_file` has no bytes
         return data
 
     async def block_or_file(self, peer: Member, bucket: str, key: str, etag: str, version_id: str | None,
                             size: int, index: int, length: int, *, in_file: bool,
-                            peers: bool = False) -> bytes | None:
-        """`block`; None when `in_file` was asked and the peer (a worker of this node) keeps the
-        block in its file of the node's shared memory tier. `peers`: that worker may ask the
-        fleet's owners for it (this worker's own read), else only its tiers and the origin."""
+                            peers: bool = False) -> tuple[bytes | None, bool]:
+        """(`block`, whether the peer fetched it from its origin for this ask, not holding it); the
+        bytes None when `in_file` was asked and the peer (a worker of this node) keeps the block in
+        its file of the node's shared memory tier. `peers`: that worker may ask the fleet's owners
+        for it (this worker's own read), else only its tiers and the origin."""
         params = [("bucket", bucket), ("key", key), ("etag", etag), ("vid", version_id or ""),
                   ("size", str(size)), ("index", str(index)), *([("file", "1")] if in_file else []),
                   *([("peers", "1")] if peers else [])]
         status, headers, body = await self._get(peer, BLOCK_PATH, params, length)
+        fetched = headers.get(FETCHED_HEADER) == "1"
         if in_file and status == 200 and headers.get(BLOCK_HEADER) == "file" and not body:
-            return None
+            return None, fetched
         if status != 200 or len(body) != length:
             raise PeerError(f"{peer.id} answered {status} with {len(body)} of {length} bytes")
-        return body
+        return body, fetched
+
+    async def part(self, peer: Member, bucket: str, key: str, etag: str, version_id: str | None, size: int,
+                   index: int, length: int, lo: int, hi: int) -> tuple[int, bytes, bool]:
+        """Bytes of block `index` (of `length` bytes) holding [lo, hi) (offsets in the block), from
+        `peer`, a worker of this node that owns the block and fetches what its piece lacks once
+        however many workers ask: (where in the block they start, the bytes, whether it fetched
+        them from its origin for this ask)."""
+        params = [("bucket", bucket), ("key", key), ("etag", etag), ("vid", version_id or ""),
+                  ("size", str(size)), ("index", str(index)), ("lo", str(lo)), ("hi", str(hi))]
+        status, headers, body = await self._get(peer, BLOCK_PATH, params, length)
+        at = headers.get(AT_HEADER, "0")  # (none: the whole block, as a block it holds is answered)
+        if status != 200 or not at.isdigit() or not int(at) <= lo < hi <= int(at) + len(body) <= length:
+            raise PeerError(f"{peer.id} answered {status} with {len(body)} bytes at {at} for [{lo}, {hi})")
+        return int(at), body, headers.get(FETCHED_HEADER) == "1"
 
     async def open(self, peer: Member, bucket: str, key: str, version_id: str | None, index: int, block_size: int,
                    *, budget: Budget | None = None) -> OpenAnswer | None:
@@ -225,7 +253,8 @@ class PeerClient:
                            in_file: bool, peers: bool = False, cached: bool = False) -> OpenAnswer | None:
         """`open`; the bytes are None when `in_file` was asked and the peer keeps the block in its
         file of the node's shared memory tier; `peers` as in `block_or_file`; `cached`: only what
-        the peer (a worker of this node) holds, never its origin (None when it holds nothing)."""
+        the peer (a worker of this node) holds, never its origin (None when it holds nothing);
+        with `index` -1, only the metadata (the bytes empty)."""
         params = [("bucket", bucket), ("key", key), ("vid", version_id or ""), ("index", str(index)),
                   *([("file", "1")] if in_file else []), *([("peers", "1")] if peers else []),
                   *([("cached", "1")] if cached else [])]
@@ -239,8 +268,12 @@ class PeerClient:
             shared = base64.b64decode(meta, validate=True)
         except ValueError:
             raise PeerError(f"{peer.id} sent unreadable metadata") from None
+        try:
+            age = float(headers.get(AGE_HEADER, "0"))
+        except ValueError:
+            raise PeerError(f"{peer.id} sent an unreadable age") from None
         return OpenAnswer(shared, None if in_file and headers.get(BLOCK_HEADER) == "file" and not body else body,
-                          headers.get(CACHED_HEADER) == "1")
+                          headers.get(CACHED_HEADER) == "1", age)
 
     async def held(self, peer: Member, bucket: str, key: str, etag: str, version_id: str | None, size: int,
                    indexes: list[int]) -> set[int]:

@@ -129,7 +129,7 @@ class Engine:
             Replicas(fleet, self.fetch, self.peers, self._describe)
         # What peers and workers ask here.
         self.serving = None if self.opens is None else \
-            Serving(self.opens, self.metadata.fresh_now, self._head_meta,
+            Serving(self.opens, self.metadata.fresh_aged, self._head_meta,
                     hold=None if self.replicas is None else self.replicas.hold)
         self.head_object = self.metadata.head_object
         self.bucket_exists = self.bucket_documents.note_exists  # a known user's request succeeded on it
@@ -285,8 +285,12 @@ class Engine:
         await self.replicas.spread(bucket, key, meta, replicas=replicas)
 
     async def serve_block(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
-                          peers: bool, in_file: bool) -> bytes | None:
+                          peers: bool, in_file: bool) -> tuple[bytes | None, bool]:
         return await self._serving().serve_block(bucket, key, etag, version_id, size, index, peers, in_file)
+
+    async def serve_part(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
+                         lo: int, hi: int) -> tuple[int, bytes, bool]:
+        return await self._serving().serve_part(bucket, key, etag, version_id, size, index, lo, hi)
 
     def serve_block_now(self, bucket: str, key: str, etag: str, version_id: str, size: int,
                         index: int) -> bytes | memoryview | None:

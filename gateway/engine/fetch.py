@@ -21,7 +21,7 @@ from gateway.engine.lending import Lending
 from gateway.engine.peers import Peers
 from gateway.engine.runs import GRANULE, Run, RunStopped, Want
 from gateway.engine.siblings import Siblings
-from gateway.engine.sources import Ask, BlockSource, Unanswered, length_of, version_of
+from gateway.engine.sources import Ask, BlockSource, Got, Part, Unanswered, length_of, version_of
 from gateway.errors import S3Error
 from gateway.objects import ObjectChanged, ObjectMeta, meta_from_headers, meta_from_ranged_get
 from gateway.origin import BlockResponse, Origin
@@ -71,7 +71,8 @@ class BlockFetcher:
         self._on_changed = on_changed
         self.coherence = coherence if coherence is not None else Coherence(None)
         self._from_origin: SingleFlight[str, bytes] = SingleFlight()
-        self._from_elsewhere: SingleFlight[str, bytes] = SingleFlight()  # blocks asked of the sources
+        self._from_elsewhere: SingleFlight[str, Got] = SingleFlight()  # blocks asked of the sources
+        self._parts: SingleFlight[tuple[str, int, int], Part] = SingleFlight()  # (block, lo, hi) from the origin
         self._background: set[asyncio.Future[Any]] = set()
         # Blocks this worker's runs brought that others own.
         self.lending = Lending(store, settings, self.stats, fleet=fleet, siblings=siblings, peers=peers,
@@ -81,7 +82,15 @@ class BlockFetcher:
 
     async def block(self, block: BlockId, meta: ObjectMeta, *, from_peers: bool = True,
                     replicas: int | None = None) -> bytes:
-        """One block: from a tier, else fetched exactly once however many wait.
+        """One block: from a tier, else fetched exactly once however many wait (`sourced`)."""
+        return (await self.sourced(block, meta, from_peers=from_peers, replicas=replicas))[0]
+
+    async def sourced(self, block: BlockId, meta: ObjectMeta, *, from_peers: bool = True,
+                      replicas: int | None = None) -> Got:
+        """One block, and how the node had it, as x-cache says it: "hit-mem" or "hit-disk" (a
+        tier of this node, this worker's or its owner worker's), "hit-peer" (another node held
+        it), "miss" (fetched from the origin for it, by this worker or the owner it asked, or a
+        fetch under way joined).
 
         A block another worker of this node, or (`from_peers`) another node owns is asked of its
         sources instead, in order, once however many wait, and from the origin only if none
@@ -91,12 +100,12 @@ class BlockFetcher:
             hit = await self.store.get(block)
             if hit is not None:
                 self.stats[f"block_hit_{hit[1]}"] += 1
-                return hit[0]
+                return hit[0], self.tier_source(hit[1])
             flight = self._from_origin.joined(block.name)
             if flight is not None:
                 self.stats["block_wait"] += 1
                 try:
-                    return await asyncio.shield(flight)
+                    return await asyncio.shield(flight), "miss"
                 except RunStopped:  # the run that was bringing it stopped first: look again
                     continue
             if block not in self.store:  # else stored between our look and now: look again
@@ -105,14 +114,19 @@ class BlockFetcher:
                 if (ask := source.asking(block, meta, from_peers=from_peers, replicas=replicas)) is not None]
         if not asks:
             self.stats["block_miss"] += 1
-            return await self.from_origin(block, meta)
-        flight = self._from_elsewhere.joined(block.name)
-        if flight is not None:
+            return await self.from_origin(block, meta), "miss"
+        asking = self._from_elsewhere.joined(block.name)
+        if asking is not None:
             self.stats["block_wait"] += 1
-            return await asyncio.shield(flight)
+            return await asyncio.shield(asking)
         return await self._from_elsewhere.run(block.name, lambda: self._asked(block, meta, asks))
 
-    async def _asked(self, block: BlockId, meta: ObjectMeta, asks: list[tuple[BlockSource, Ask]]) -> bytes:
+    def tier_source(self, tier: str) -> str:
+        """The x-cache word of a hit in the tier named `tier`."""
+        memory = self.store.memory
+        return "hit-mem" if memory is not None and tier == memory.name else "hit-disk"
+
+    async def _asked(self, block: BlockId, meta: ObjectMeta, asks: list[tuple[BlockSource, Ask]]) -> Got:
         """The block from the first source that answers, else from the origin (and kept where this
         worker keeps it: its owners are failing, and the next read should not wait for them again).
         The miss is counted here once, unless the source that answers counts it (an owner worker)."""
@@ -128,10 +142,10 @@ class BlockFetcher:
         hit = await self.store.get(block)  # (stored meanwhile: a take, another read's run)
         if hit is not None:
             self.stats[f"block_hit_{hit[1]}"] += 1
-            return hit[0]
+            return hit[0], self.tier_source(hit[1])
         if not counted:
             self.stats["block_miss"] += 1
-        return await self.from_origin(block, meta)
+        return await self.from_origin(block, meta), "miss"
 
     async def from_origin(self, block: BlockId, meta: ObjectMeta) -> bytes:
         """The block from the origin, once however many wait, kept if this worker keeps it."""
@@ -211,22 +225,34 @@ class BlockFetcher:
         the block."""
         return self.store.keeps_pieces and self.route(block.bucket, block.key, block.index) is None
 
-    async def part(self, block: BlockId, meta: ObjectMeta, lo: int, hi: int) -> tuple[bytes, int]:
-        """Bytes of the block holding [lo, hi) (offsets in the block), and where in the block
-        they start: the block's piece when it holds them (a hit); else, for a block this worker
-        fetches itself and keeps in part, what the piece lacks of [lo, hi) rounded out to the
-        granule, one origin GET, joined with the piece; else the whole block (`block`)."""
+    async def part(self, block: BlockId, meta: ObjectMeta, lo: int, hi: int) -> Part:
+        """Bytes of the block holding [lo, hi) (offsets in the block), where in the block they
+        start, and how the node had them (as `sourced` says): the block's piece when it holds
+        them (a hit); else, for a block this worker fetches itself and keeps in part, what the
+        piece lacks of [lo, hi) rounded out to the granule, one origin GET however many reads
+        want it at once, joined with the piece; for a block another worker of this node owns,
+        that worker brings it so (one GET however many workers want it: Siblings.part), or this
+        one when it does not answer; else the whole block (`sourced`)."""
         kept = self.store.piece_hit(block, lo, hi)
         if kept is not None:
             self.stats["block_hit_piece"] += 1
-            return kept, lo
+            return Part(kept, lo, "hit-mem")
         length = self.length(block, meta)
         granule = self.granule
         if granule is None or not self.keeps_part(block) or self.missing_here(block) is not True:
-            return await self.block(block, meta), 0
+            return Part(*await self._whole(block, meta))
         want = pieces.rounded(lo, hi, granule, length)
         if want == (0, length):
-            return await self.block(block, meta), 0
+            return Part(*await self._whole(block, meta))
+        owner = self.siblings.owner(block.bucket, block.key, block.index) if self.siblings is not None else None
+        if owner is not None and self.siblings is not None:
+            got = await self.siblings.part(owner, block, meta, *want)
+            if got is not None:
+                return got
+        return await self._parts.run((block.name, *want), lambda: self._fetch_part(block, meta, want, length))
+
+    async def _fetch_part(self, block: BlockId, meta: ObjectMeta, want: tuple[int, int], length: int) -> Part:
+        """What the block's piece lacks of `want`, from the origin, kept as its piece and joined with it."""
         held = self.store.piece(block)
         ask = pieces.lacking(None if held is None else (held[0], held[0] + len(held[1])), *want)
         offset = block.index * self.settings.block_size
@@ -236,7 +262,11 @@ class BlockFetcher:
         self.stats["origin_part_fetch"] += 1
         await self.store.put_piece(block, ask[0], data, length)
         lo_in_hand, in_hand = pieces.join(held, ask[0], data)  # (whatever the store could keep)
-        return in_hand, lo_in_hand
+        return Part(in_hand, lo_in_hand, "miss")
+
+    async def _whole(self, block: BlockId, meta: ObjectMeta) -> tuple[bytes, int, str]:
+        data, source = await self.sourced(block, meta)
+        return data, 0, source
 
     def block_now(self, block: BlockId) -> tuple[bytes | memoryview, str] | None:
         """(data, tier name) of a block a tier can answer at once, counted as `block` counts

@@ -150,11 +150,16 @@ class Metadata:
 
     async def _fetch_missing(self, cache_key: MetaKey, query: list[tuple[str, str]], epoch: Epoch,
                              want: Want | None, checksums: bool, reopen: bool = False) -> ObjectHead:
-        """Metadata the caches do not have, from the origin, cached before the flight ends. An
+        """Metadata the caches do not have: from another worker of this node that knows it fresh
+        (no Redis: `_from_siblings`), else from the origin, cached before the flight ends. An
         object some blocks of which are held here (after a restart; or lent by another worker) is
         not read from the origin with its metadata: its metadata comes alone (another worker's,
         else a HEAD), and the blocks serve the read; unless the read is asked again because the
         version changed under it (`reopen`)."""
+        if not reopen:
+            known = await self._from_siblings(cache_key, epoch, checksums)
+            if known is not None:
+                return known
         if want is not None:
             assert self.fetch is not None
             held = self.fetch.store.holds_object(cache_key[0], cache_key[1]) and not reopen
@@ -162,6 +167,31 @@ class Metadata:
             if opened is not None:
                 return opened
         return ObjectHead(await self._fetch_and_cache(cache_key, query, epoch))
+
+    async def _from_siblings(self, cache_key: MetaKey, epoch: Epoch, checksums: bool) -> ObjectHead | None:
+        """Metadata another worker of this node knows fresh (Siblings.known), kept here as old as it
+        is there; None when none does, or this node shares metadata in Redis (L2 was asked). A read
+        through any worker then finds the blocks and pieces the node holds, with no origin request."""
+        siblings = self.fetch.siblings if self.fetch is not None else None
+        if siblings is None or self.shared is not None:
+            return None
+        found = await siblings.known(*cache_key[:2], cache_key[2] or None)
+        if found is None:
+            return None
+        known = _Known(found[0], head_start=found[1])
+        if not self._usable((known, found[1]), checksums):
+            return None
+        if self._coherence.epoch(cache_key[0]) == epoch:
+            self.cache.put(cache_key, known, missing=False)
+        self.stats["meta_from_worker"] += 1
+        return ObjectHead(found[0], from_memory=True)
+
+    def fresh_aged(self, bucket: str, key: str, version_id: str | None = None) -> tuple[ObjectMeta, float] | None:
+        """`fresh_now`, and the entry's age (seconds since the origin said it, wherever it was learnt)."""
+        found = self._from_l1((bucket, key, version_id or ""))
+        if found is None or found[0].missing or not self._usable(found):
+            return None
+        return found[0].value, found[1]  # type: ignore[return-value]
 
     async def _open(self, cache_key: MetaKey, query: list[tuple[str, str]], want: Want,
                     epoch: Epoch, checksums: bool, *, run: bool) -> ObjectHead | None:

@@ -13,7 +13,7 @@ from gateway.cluster.fleet import Fleet, Route
 from gateway.cluster.membership import Member
 from gateway.cluster.peers import PeerError, PeerRefused
 from gateway.config import CacheSettings
-from gateway.engine.sources import Ask, Failures, Opened, Unanswered, length_of, opened_from, take_refusal
+from gateway.engine.sources import Ask, Failures, Got, Opened, Unanswered, length_of, opened_from, take_refusal
 from gateway.objects import ObjectMeta
 from gateway.store.blocks import BlockId
 from gateway.store.tiers import TieredStore
@@ -47,7 +47,7 @@ class Peers:
         route = self.fleet.route(block.bucket, block.key, block.index, replicas)
         return None if not route.ask else lambda: self.block(block, meta, route)
 
-    async def block(self, block: BlockId, meta: ObjectMeta, route: Route) -> bytes:
+    async def block(self, block: BlockId, meta: ObjectMeta, route: Route) -> Got:
         """The block from the first owner that answers (kept when this node keeps it); Unanswered
         when none does: the block then comes from the origin, and is kept (its owners are failing,
         and the next read should not wait for them again)."""
@@ -66,7 +66,7 @@ class Peers:
             self.stats["peer_block_fetch"] += 1
             if route.keep:
                 await self._store.put(block, data)
-            return data
+            return data, "hit-peer"
         self.stats["peer_fallback"] += 1
         raise Unanswered()
 

@@ -13,6 +13,7 @@ from gateway.engine.fetch import BlockFetcher, version_of
 from gateway.engine.holders import fetched_here
 from gateway.engine.opens import FirstBlock
 from gateway.engine.runs import Run
+from gateway.engine.sources import Part
 from gateway.engine.xcache import asked, from_tiers, in_others_file, reads_others_disks
 from gateway.errors import S3Error
 from gateway.lru import LRU
@@ -131,18 +132,11 @@ class Reads:
         finally:
             self._read_around(fetch, blocks, meta, start, end)
         source = asked(source, blocks, runs, fetched=fetched, node_disks=reads_others_disks(fetch))
-        chunks = self._stream(fetch, blocks, meta, start, end, runs, in_hand)
-        # Started here, so that closing the read runs its `finally` (which gives the budget
-        # back and stops the runs) even if the response never asks for a byte: an unstarted
-        # generator's is not run.
-        try:
-            head = await anext(chunks)
-        except StopAsyncIteration:  # (never: a read of a non-empty object has a first piece)
-            head = b""
-        except BaseException:
-            for started in runs:  # (the stream closed them if it began: closing again is harmless)
-                await started.aclose()
-            raise
+        first_source: list[str] = []
+        chunks = self._stream(fetch, blocks, meta, start, end, runs, in_hand, first_source)
+        head = await _started(chunks, runs)
+        if first_source == ["miss"] and source.startswith("hit"):
+            source = "partial"  # its owner worker said it held the first block, and fetched it for this read
         if len(blocks) == 1:  # a cold open's run of one block: the body in hand
             return ObjectRead(source, body=head, close=chunks.aclose)  # (closing gives its buffer back)
         return ObjectRead(source, chunks=_prepend(head, chunks), close=chunks.aclose)
@@ -159,7 +153,10 @@ class Reads:
             if in_hand is None and source == "miss" and in_others_file(fetch, block):
                 in_hand = await from_tiers(fetch, block)
                 source = "miss" if in_hand is None else "hit-disk"
-            data, at = (in_hand, 0) if in_hand is not None else await fetch.part(block, meta, lo, hi)
+            if in_hand is not None:
+                data, at = in_hand, 0
+            else:  # x-cache says how the node had it (its owner worker may have fetched it for this read)
+                data, at, source = await fetch.part(block, meta, lo, hi)
         except BaseException:
             self.budget.give(held)
             raise
@@ -328,12 +325,13 @@ class Reads:
         return runs
 
     async def _stream(self, fetch: BlockFetcher, blocks: list[BlockId], meta: ObjectMeta, start: int, end: int,
-                      runs: list[Run], in_hand: bytes | None) -> AsyncGenerator[bytes, None]:
+                      runs: list[Run], in_hand: bytes | None, first_source: list[str]) -> AsyncGenerator[bytes, None]:
         """Each block's bytes of the read in turn: from the run that brings it, else from the
         tiers or its fetch (started up to the readahead window ahead). The read buffer a block
-        holds is given back once it was sent."""
+        holds is given back once it was sent. How the node had the first block, when it was
+        fetched here (BlockFetcher.part), is put in `first_source` (x-cache's word)."""
         size = self.settings.block_size
-        ahead: dict[int, tuple[asyncio.Future[tuple[bytes, int]], int]] = {}  # position -> (fetch, budget it holds)
+        ahead: dict[int, tuple[asyncio.Future[Part], int]] = {}  # position -> (fetch, budget it holds)
         held = 0
         position = 0
         try:
@@ -359,13 +357,15 @@ class Reads:
                 elif position in ahead:
                     fetching, held = ahead.pop(position)
                     self._fill(fetch, blocks, position + 1, ahead, runs, meta, (start, end))
-                    data, at = await fetching
+                    data, at, _ = await fetching
                     offset += at
                 else:
                     held = await self.budget.take(fetch.length(block, meta))
                     self._fill(fetch, blocks, position + 1, ahead, runs, meta, (start, end))
-                    data, at = await fetch.part(block, meta, *slice_for(block.index, size, start, end))
+                    data, at, got = await fetch.part(block, meta, *slice_for(block.index, size, start, end))
                     offset += at
+                    if position == 0:
+                        first_source.append(got)
                 lo, hi = max(start, offset) - offset, min(end, offset + len(data) - 1) - offset + 1
                 yield data if (lo, hi) == (0, len(data)) else data[lo:hi]
                 self.budget.give(held)
@@ -383,7 +383,7 @@ class Reads:
                 await run.aclose()
 
     def _fill(self, fetch: BlockFetcher, blocks: list[BlockId], position: int,
-              ahead: dict[int, tuple[asyncio.Future[tuple[bytes, int]], int]], runs: list[Run], meta: ObjectMeta,
+              ahead: dict[int, tuple[asyncio.Future[Part], int]], runs: list[Run], meta: ObjectMeta,
               read: tuple[int, int]) -> None:
         """Start the blocks of positions [position, position + readahead) that no run brings,
         while the budget allows (the read's part of each: BlockFetcher.part)."""
@@ -414,6 +414,20 @@ class Reads:
         if response.status >= 300:
             raise await self.origin.error_from(response, resource=f"/{bucket}/{key}")
         return response
+
+
+async def _started(chunks: AsyncGenerator[bytes, None], runs: list[Run]) -> bytes:
+    """The first piece of a read's stream. Started here, so that closing the read runs its
+    `finally` (which gives the budget back and stops the runs) even if the response never asks
+    for a byte: an unstarted generator's is not run."""
+    try:
+        return await anext(chunks)
+    except StopAsyncIteration:  # (never: a read of a non-empty object has a first piece)
+        return b""
+    except BaseException:
+        for started in runs:  # (the stream closed them if it began: closing again is harmless)
+            await started.aclose()
+        raise
 
 
 async def _prepend(head: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

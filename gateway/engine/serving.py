@@ -18,7 +18,8 @@ from gateway.store.blocks import BlockId
 _EPOCH = datetime.fromtimestamp(0, timezone.utc)
 
 Hold = Callable[..., Awaitable[int]]  # Replicas.hold(bucket, key, meta, replicas=...)
-Fresh = Callable[[str, str, "str | None"], "ObjectMeta | None"]  # Metadata.fresh_now(bucket, key, version_id)
+# Metadata.fresh_aged(bucket, key, version_id): (the metadata, its age) when known fresh, else None
+Fresh = Callable[[str, str, "str | None"], "tuple[ObjectMeta, float] | None"]
 Describe = Callable[[str, str, "str | None"], Awaitable[ObjectMeta]]  # the metadata, from the origin if need be
 
 
@@ -28,14 +29,15 @@ class Serving:
     def __init__(self, opens: Opens, fresh: Fresh, describe: Describe, hold: Hold | None = None) -> None:
         self.fetch = opens.fetch
         self._opens = opens
-        self.fresh = fresh  # Metadata.fresh_now: what this worker knows of an object, fresh, without asking
+        self.fresh = fresh  # Metadata.fresh_aged: what this worker knows of an object, fresh, without asking
         self.describe = describe  # Metadata.head_object's metadata: a HEAD of the origin when not known
         self.hold = hold  # Replicas.hold, in a fleet
 
     async def serve_block(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
-                          peers: bool = False, in_file: bool = False) -> bytes | None:
-        """A block a peer asked for: from the tiers, else from the origin once (and kept);
-        None when `in_file` (another worker of this node asks) and this worker keeps it in
+                          peers: bool = False, in_file: bool = False) -> tuple[bytes | None, bool]:
+        """A block a peer asked for: from the tiers, else from the origin once (and kept), and
+        whether it was fetched for this ask (the asker's x-cache then says miss, not hit); the
+        bytes None when `in_file` (another worker of this node asks) and this worker keeps it in
         the node's shared memory tier, where the asker reads it. Another node's request is
         answered from this node or the origin, never from a third node (no circles); another
         worker's for its own read (`peers`) as this worker's own read is, the fleet's owners first.
@@ -48,14 +50,32 @@ class Serving:
         memory = self.fetch.store.memory
         held = 0 if memory is not None and block in memory else await self.fetch.budget.take(length)
         try:
-            data = await self.fetch.block(block, meta, from_peers=peers)
-            return None if in_file and self.fetch.store.in_shared_memory(block) else data
+            data, source = await self.fetch.sourced(block, meta, from_peers=peers)
+            return None if in_file and self.fetch.store.in_shared_memory(block) else data, source == "miss"
         except ObjectChanged as exc:
             raise PeerRefused(exc, changed=True) from exc
         except S3Error as exc:
             raise PeerRefused(exc, changed=False) from exc
         finally:
             self.fetch.budget.give(held)
+
+    async def serve_part(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
+                         lo: int, hi: int) -> tuple[int, bytes, bool]:
+        """Bytes of a block this worker owns holding [lo, hi) (offsets in the block), another
+        worker of this node asked for its read (BlockFetcher.part: what the block's piece lacks,
+        fetched once however many workers ask): (where they start in the block, the bytes,
+        whether they were fetched from the origin for this ask). Raises as `serve_block` does."""
+        meta = _described(etag, version_id, size)
+        block = BlockId(bucket, key, version_of(meta), index)
+        if not 0 <= index * self.fetch.settings.block_size < size or not 0 <= lo < hi <= self.fetch.length(block, meta):
+            raise ValueError("a part outside the block")
+        try:
+            part = await self.fetch.part(block, meta, lo, hi)
+        except ObjectChanged as exc:
+            raise PeerRefused(exc, changed=True) from exc
+        except S3Error as exc:
+            raise PeerRefused(exc, changed=False) from exc
+        return part.at, part.data, part.source == "miss"
 
     def serve_block_now(self, bucket: str, key: str, etag: str, version_id: str, size: int,
                         index: int) -> bytes | memoryview | None:
@@ -85,7 +105,8 @@ class Serving:
         `serve_block` when it is in the node's shared memory tier.
         It goes to the worker that owns the block; with `peers`, to the fleet's owner of it too.
         `cached` (another worker of this node, opening for its own read): only what this worker
-        has in memory, metadata and block, else None; never the origin."""
+        has in memory, metadata and block (with `index` -1: the metadata alone), else None;
+        never the origin."""
         if cached:
             return await self._open_cached(bucket, key, version_id, index, in_file)
         query = [("versionId", version_id)] if version_id else []
@@ -104,9 +125,10 @@ class Serving:
 
     async def _open_cached(self, bucket: str, key: str, version_id: str, index: int,
                            in_file: bool) -> OpenAnswer | None:
-        meta = self.fresh(bucket, key, version_id or None)
-        if meta is None:
-            meta = await self._describe_taken(bucket, key, version_id, index)
+        known = self.fresh(bucket, key, version_id or None)
+        if index < 0:  # the metadata alone (Siblings.known)
+            return None if known is None else OpenAnswer(encode_meta(known[0]), b"", cached=True, age=known[1])
+        meta, age = known if known is not None else (await self._describe_taken(bucket, key, version_id, index), 0.0)
         if meta is None or not 0 <= index * self.fetch.settings.block_size < meta.size:
             return None
         block = BlockId(bucket, key, version_of(meta), index)
@@ -116,7 +138,7 @@ class Serving:
         if hit is None:
             return None
         return OpenAnswer(encode_meta(meta), None if in_file and self.fetch.store.in_shared_memory(block) else hit[0],
-                          cached=True)
+                          cached=True, age=age)
 
     async def _describe_taken(self, bucket: str, key: str, version_id: str, index: int) -> ObjectMeta | None:
         """The metadata of an object whose block `index` another worker read from the origin and

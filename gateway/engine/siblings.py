@@ -5,6 +5,7 @@ however many workers miss it, and keeps it. The same goes for the open of a cold
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -14,9 +15,9 @@ from gateway.bytebudget import ByteBudget
 from gateway.cluster.membership import Member
 from gateway.cluster.peers import PeerClient, PeerError, PeerRefused
 from gateway.config import CacheSettings, ClusterSettings
-from gateway.engine.sources import Ask, Failures, Opened, Unanswered, length_of, opened_from, take_refusal
+from gateway.engine.sources import Ask, Failures, Got, Opened, Part, Unanswered, length_of, opened_from, take_refusal
 from gateway.node.workers import WorkerSet
-from gateway.objects import ObjectMeta
+from gateway.objects import ObjectMeta, decode_meta
 from gateway.store.blocks import BlockId
 from gateway.store.shared import SharedTier
 from gateway.store.tiers import TieredStore
@@ -63,8 +64,9 @@ class Siblings:
         owner = self.owner(block.bucket, block.key, block.index)
         return None if owner is None else lambda: self.block(owner, block, meta, from_peers)
 
-    async def block(self, owner: int, block: BlockId, meta: ObjectMeta, from_peers: bool = True) -> bytes:
-        """The block from the worker that owns it; `from_peers`: which may ask the fleet's owners
+    async def block(self, owner: int, block: BlockId, meta: ObjectMeta, from_peers: bool = True) -> Got:
+        """The block from the worker that owns it, and how that worker had it (x-cache's word:
+        "miss" when it fetched it for this ask); `from_peers`: which may ask the fleet's owners
         (False for what another node asked of this one: never a third node). Unanswered when it
         does not answer."""
         length = length_of(block.index, self._block_size, meta)
@@ -80,19 +82,43 @@ class Siblings:
         self.stats["worker_fallback"] += 1
         raise Unanswered()
 
-    async def _ask_block(self, owner: int, block: BlockId, meta: ObjectMeta, length: int, peers: bool) -> bytes:
-        """The block from its owner: read from the owner's file of the shared memory tier when
-        it says it keeps it there, else (or when it was evicted meanwhile) through the socket."""
+    async def part(self, owner: int, block: BlockId, meta: ObjectMeta, lo: int, hi: int) -> Part | None:
+        """Bytes of the block holding [lo, hi) (offsets in the block) from the worker that owns it,
+        which fetches what its piece lacks once however many workers ask (BlockFetcher.part); None
+        when it does not answer within the peer read timeout, or fails (this worker then fetches
+        them alone)."""
+        length = length_of(block.index, self._block_size, meta)
+        try:
+            at, data, fetched = await self._clients[owner].part(
+                self._members[owner], block.bucket, block.key, meta.etag, meta.version_id, meta.size, block.index,
+                length, lo, hi)
+        except PeerRefused as refused:
+            await take_refusal(block.bucket, block.key, refused, self._on_changed)
+            self._failed(owner, refused, "fetching the part here")
+            return None
+        except PeerError as exc:
+            self._failed(owner, exc, "fetching the part here")
+            return None
+        self.stats["worker_part_fetch"] += 1
+        return Part(data, at, "miss" if fetched else "hit-mem")
+
+    async def _ask_block(self, owner: int, block: BlockId, meta: ObjectMeta, length: int, peers: bool) -> Got:
+        """The block from its owner, and how it had it: read from the owner's file of the shared
+        memory tier when it says it keeps it there (hit-mem, unless it fetched it for this ask),
+        else (or when it was evicted meanwhile) through the socket (from its tiers, which are on
+        a disk when it does not keep the block in the memory the workers share)."""
         client, member = self._clients[owner], self._members[owner]
         ask = (member, block.bucket, block.key, meta.etag, meta.version_id, meta.size, block.index, length)
-        data = await client.block_or_file(*ask, in_file=self._in_files, peers=peers)
+        data, fetched = await client.block_or_file(*ask, in_file=self._in_files, peers=peers)
+        source = "hit-mem" if data is None or not self._store.disks else "hit-disk"
         if data is None:
             data = self._store.from_shared_memory(block)
             self.stats["worker_block_from_file" if data is not None else "worker_block_file_gone"] += 1
         if data is None:
-            data = await client.block_or_file(*ask, in_file=False, peers=peers)
+            data, again = await client.block_or_file(*ask, in_file=False, peers=peers)
+            fetched, source = fetched or again, "hit-disk" if self._store.disks else "hit-mem"
         assert data is not None  # asked without in_file: the bytes, or PeerError
-        return data
+        return data, "miss" if fetched else source
 
     async def open(self, owner: int, bucket: str, key: str, query: list[tuple[str, str]], index: int,
                    from_peers: bool = True) -> Opened | None:
@@ -144,6 +170,30 @@ class Siblings:
         meta, first = opened
         first.from_origin = False
         return meta, first
+
+    async def known(self, bucket: str, key: str, version_id: str | None) -> tuple[ObjectMeta, float] | None:
+        """The metadata of an object that another worker of this node knows fresh, and its age
+        there (the youngest of their answers), or None: every other worker is asked at once, and
+        none asks its origin. The node's shared place for metadata when there is no Redis."""
+        answers = await asyncio.gather(*(self._known_by(worker, bucket, key, version_id) for worker in self._clients))
+        found = [answer for answer in answers if answer is not None]
+        if not found:
+            return None
+        self.stats["worker_meta_known"] += 1
+        return min(found, key=lambda answer: answer[1])
+
+    async def _known_by(self, worker: int, bucket: str, key: str,
+                        version_id: str | None) -> tuple[ObjectMeta, float] | None:
+        try:
+            answer = await self._clients[worker].open_or_file(self._members[worker], bucket, key, version_id, -1,
+                                                              self._block_size, in_file=False, cached=True)
+        except PeerError as exc:  # PeerRefused included: nothing is asked of the origin
+            self._failed(worker, exc, "asking the origin")
+            return None
+        if answer is None:
+            return None
+        meta = decode_meta(answer.meta)
+        return (meta, answer.age) if isinstance(meta, ObjectMeta) else None
 
     async def held(self, owner: int, blocks: list[BlockId], meta: ObjectMeta) -> set[int]:
         """Which of `blocks` (of one object version) the owner worker holds now (none when it

@@ -9,13 +9,25 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from gateway.cluster.peers import OpenAnswer, PeerError, PeerRefused
 from gateway.objects import ObjectChanged, ObjectMeta, block_version, decode_meta
 from gateway.store.blocks import BlockId
 
-Ask = Callable[[], Awaitable[bytes]]  # the block from a source's owners, or Unanswered
+# The block from a source's owners, and the x-cache word of how they had it ("hit-mem", "hit-disk",
+# "hit-peer"; "miss": an owner fetched it from its origin for this ask); or Unanswered.
+Got = tuple[bytes, str]
+Ask = Callable[[], Awaitable[Got]]
+
+
+class Part(NamedTuple):
+    """What BlockFetcher.part brings: bytes of a block, where in the block they start, and how
+    the node had them (x-cache's word: hit-mem, hit-disk, hit-peer, miss)."""
+
+    data: bytes
+    at: int
+    source: str
 
 
 class Unanswered(Exception):
@@ -30,7 +42,7 @@ class BlockSource(Protocol):
     counts_miss: bool
 
     def asking(self, block: BlockId, meta: ObjectMeta, *, from_peers: bool, replicas: int | None) -> Ask | None:
-        """How to ask for the block: a call that returns its bytes, raises Unanswered, or raises an
+        """How to ask for the block: a call that returns its bytes and how they were had (Got), raises Unanswered, or raises an
         owner's refusal (take_refusal); None when none of this source's owners is asked for it
         (`from_peers` False: what another node asked of this one, never asked of a third)."""
 

@@ -18,7 +18,7 @@ from gateway.config import CacheSettings, DiskTierSettings
 from gateway.node.workers import placement
 from gateway.objects import block_version
 from gateway.store.blocks import BlockId
-from tests.advisor.test_workers_against_advisor import node, origin_gets
+from tests.advisor.test_workers_against_advisor import counted, node, origin_gets
 from tests.support import client
 from tests.waiting import wait_for
 
@@ -75,3 +75,46 @@ def test_a_block_on_another_worker_s_disk_answers_a_hit(origin_endpoint: str, cl
         first.head_object(Bucket=BUCKET, Key=four)  # worker 0 knows the object: its read asks the owner
         assert get(first, four) == (bodies[four], "hit-disk")
         assert origin_gets(workers) == 3
+
+
+def test_a_block_its_owner_fetched_for_the_read_is_a_miss_in_x_cache_and_stats(
+        origin_endpoint: str, clean_origin: str, tmp_path: Path) -> None:
+    # Worker 1 owns the four blocks and says it holds them all, but the file of the first is gone
+    # (as when it is evicted between the owner's answer and the read): the owner fetches it from
+    # the origin for worker 0's read, and says so. Before, x-cache said hit-disk while the node's
+    # stats counted that block a miss.
+    taken: set[str] = set()
+    four, other = owned_by(1, 4, taken), owned_by(1, 4, taken)
+    body = bytes(range(256)) * (4 * BLOCK // 256)
+    origin = client(origin_endpoint, ("origin-key", "origin-secret"))
+    origin.create_bucket(Bucket=BUCKET)
+    for key in (four, other):
+        origin.put_object(Bucket=BUCKET, Key=key, Body=body)
+    cache = CacheSettings(block_size=BLOCK, policy="lru", memory_quota=2 * BLOCK, shadow_rate=0,
+                          disk=(DiskTierSettings(str(tmp_path / "disk"), 64 * BLOCK),), readahead_blocks=0)
+    with node(origin_endpoint, tmp_path / "run", cache, 2) as workers:
+        first, second = (client(worker.endpoint) for worker in workers)
+        owner = workers[1].server.config.app.s3.engine
+        for key in (four, other):  # worker 1 keeps the blocks of both; those of `four` all go down to its disk
+            assert get(second, key) == (body, "miss")
+            meta = owner.fresh_now(BUCKET, key)
+            assert meta is not None
+            blocks = [BlockId(BUCKET, key, block_version(meta.version_id, meta.etag), i) for i in range(4)]
+            wait_for(lambda: all(block in owner.fetch.store for block in blocks), "worker 1 keeps the four blocks")
+        disk = owner.fetch.store.disks[0].own
+        meta = owner.fresh_now(BUCKET, four)
+        assert meta is not None
+        blocks = [BlockId(BUCKET, four, block_version(meta.version_id, meta.etag), i) for i in range(4)]
+        assert all(block in disk for block in blocks)
+        Path(disk.block_path(blocks[0].name)).unlink()
+        first.head_object(Bucket=BUCKET, Key=four)  # worker 0 knows the object: its read asks the owner
+        before, gets = counted(workers), origin_gets(workers)
+        assert get(first, four) == (body, "partial")
+        hits, misses = (now - then for now, then in zip(counted(workers), before))
+        assert (hits, misses) == (3, 1)  # the node's stats: 3 of the 4 blocks held
+        assert origin_gets(workers) == gets + 1
+        before = counted(workers)
+        assert get(first, four) == (body, "hit-disk")  # now all held: x-cache and stats agree again
+        hits, misses = (now - then for now, then in zip(counted(workers), before))
+        assert (hits, misses) == (4, 0)
+        assert origin_gets(workers) == gets + 1

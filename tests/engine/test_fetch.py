@@ -17,7 +17,7 @@ from gateway.bytebudget import ByteBudget
 from gateway.cluster.peers import PeerRefused
 from gateway.config import CacheSettings
 from gateway.engine.fetch import BlockFetcher
-from gateway.engine.sources import Ask, Unanswered, take_refusal, version_of
+from gateway.engine.sources import Ask, Got, Unanswered, take_refusal, version_of
 from gateway.errors import S3Error
 from gateway.objects import ObjectChanged, ObjectMeta, meta_from_headers
 from gateway.store.blocks import BlockId
@@ -64,14 +64,14 @@ class Owner:
             return None
         return lambda: self.block(block, meta, from_peers)
 
-    async def block(self, block: BlockId, meta: ObjectMeta, from_peers: bool) -> bytes:
+    async def block(self, block: BlockId, meta: ObjectMeta, from_peers: bool) -> Got:
         self.asked.append((block.index, from_peers))
         if self.gate is not None:
             await self.gate.wait()
         if self.down:
             raise Unanswered()
         try:
-            return await self.fetch.block(block, meta, from_peers=False)
+            return await self.fetch.sourced(block, meta, from_peers=False)
         except ObjectChanged as exc:  # as Serving answers it, and the asker takes that answer
             await take_refusal(block.bucket, block.key, PeerRefused(exc, changed=True), self._changes)
             raise AssertionError("a change is the asker's answer too") from exc

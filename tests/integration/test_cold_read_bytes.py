@@ -10,8 +10,10 @@ import os
 import secrets
 import subprocess
 import sys
+import threading
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -232,6 +234,62 @@ def test_a_piece_fetched_through_one_worker_answers_a_read_on_the_other(two_work
         counted.mark()
         assert read(first, f"bytes={a}-{b}") == DATA[a:b + 1]
         assert counted.since() == (0, 0), index
+
+
+def test_a_cold_open_through_another_worker_reads_the_piece_the_node_holds(two_workers, origin_endpoint, counted):
+    # An engine reads a file's footer first, then again through another connection, which the
+    # kernel may hand to the other worker: that worker knows nothing of the object, and asks the
+    # other workers for its metadata before the origin; the node's piece then answers the read.
+    nodes, clients = two_workers
+    origin = client(origin_endpoint, ("origin-key", "origin-secret"))
+    for first, then in ((0, 1), (1, 0)):  # (the last block's owner reads first once, second once)
+        key = f"footer{first}"
+        origin.put_object(Bucket="bkt", Key=key, Body=DATA)
+        counted.mark()
+        assert read(clients[first], "bytes=-16384", key) == DATA[-16384:]
+        assert counted.since()[0] == 1
+        got = client(nodes[then].endpoint).get_object(Bucket="bkt", Key=key, Range="bytes=-16384")  # a new connection
+        assert got["Body"].read() == DATA[-16384:]
+        assert got["ResponseMetadata"]["HTTPHeaders"]["x-cache"] == "hit-mem"
+        assert counted.since()[0] == 1, (first, then)
+        a = 2 * MiB + 1000  # a range elsewhere through the other worker: one GET, its metadata known
+        assert read(clients[then], f"bytes={a}-{a + 99}", key) == DATA[a:a + 100]
+        assert counted.since()[0] == 2
+
+
+def test_two_workers_reading_the_same_cold_range_at_once_cost_one_origin_get(two_workers, counted):
+    # The block's owner worker fetches what its piece lacks, once however many workers ask; the
+    # other waits for it (up to the peer read timeout, then it fetches alone).
+    nodes, clients = two_workers
+    for s3 in clients:  # each worker knows the object's version
+        assert read(s3, "bytes=0-99") == DATA[:100]
+    for index in range(1, 5):
+        a = index * MiB + 300_000
+        counted.mark()
+        start = threading.Barrier(2)
+
+        def at_once(s3):  # type: ignore[no-untyped-def]
+            start.wait(timeout=10)
+            return read(s3, f"bytes={a}-{a + 4095}")
+
+        with ThreadPoolExecutor(2) as pool:
+            assert list(pool.map(at_once, clients)) == [DATA[a:a + 4096]] * 2
+        requests, sent = counted.since()
+        assert requests == 1 and sent <= 4096 + 2 * GRANULE, (index, requests, sent)
+
+
+def test_a_part_whose_owner_worker_does_not_answer_is_fetched_alone(two_workers, counted):
+    nodes, clients = two_workers
+    assert read(clients[0], "bytes=0-99") == DATA[:100]  # worker 0 knows the object's version
+    index = next(i for i in range(1, 5) if placement("bkt", "k", i) % 2 == 1)  # a block worker 1 owns
+    nodes[1].__exit__()  # worker 1 is gone (as while it is restarted)
+    a = index * MiB + 5000
+    counted.mark()
+    assert read(clients[0], f"bytes={a}-{a + 999}") == DATA[a:a + 1000]
+    requests, sent = counted.since()
+    assert requests == 1 and sent <= 1000 + 2 * GRANULE, (requests, sent)
+    siblings = nodes[0].server.config.app.s3.engine.fetch.siblings
+    assert siblings.stats["worker_failure"] >= 1 and siblings.stats["worker_part_fetch"] == 0
 
 
 def test_a_read_on_another_worker_of_what_a_piece_lacks_after_an_overwrite_answers_the_new_version(

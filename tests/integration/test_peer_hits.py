@@ -73,8 +73,10 @@ def test_a_block_a_node_holds_is_answered_to_peers_below_asgi_and_alike(fleet, d
     def without_date(answer: httpx.Response) -> list[tuple[str, str]]:
         return [(name, value) for name, value in answer.headers.multi_items() if name != "date"]
 
-    first = get()  # not held yet: the ASGI app fetches it, keeps it and answers
+    first = get()  # not held yet: the ASGI app fetches it, keeps it and answers, saying it fetched it
     assert peer_app.served["below_asgi"] == 0
+    assert first.headers.get("x-gateway-fetched") == "1"
+    first.headers.pop("x-gateway-fetched")  # (the hits below are alike but for that)
     for connection in ("keep-alive", "close"):
         before = peer_app.served["below_asgi"]
         answer = get(connection=connection)

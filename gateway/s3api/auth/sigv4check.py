@@ -23,7 +23,7 @@ from gateway.s3api.auth.common import _percent_decode
 from gateway.s3api.auth.sigv4 import _canonical_uris
 from gateway.signing import ALGORITHM, uri_encode
 
-__all__ = ["canonical", "canonical_query", "header_parts", "keyed", "verify"]
+__all__ = ["canonical", "canonical_query", "header_parts", "keyed", "shape", "signs", "verify"]
 
 Keyed = tuple["hashlib._Hash", "hashlib._Hash", str]  # inner, outer, the string to sign's first part
 Parts = tuple["str | None", "str | None", "str | None", "str | None", "str | None"]
@@ -189,3 +189,94 @@ def canonical(method: str, raw_path: str, canonical_query: str, headers: tuple[t
         signature.update(mac.digest())
         forms.append((request, to_sign + request_hash, signature.hexdigest()))
     return tuple(forms)
+
+
+Shape = tuple[bytes, str, str, str, "str | None", "str | None"]
+
+_REQUEST_LINE = re.compile(rb"(?:GET|HEAD) /[A-Za-z0-9\-._~!$&'()*+,;=:@/%?]* HTTP/1\.1")
+_HEADER_LINE = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[\x20-\x7e\t]*")
+_PLAIN_VALUE = re.compile(rb"[\x21-\x7e]+(?: [\x21-\x7e]+)*")  # visible ASCII, single inner spaces
+_AMZ_DATE = re.compile(rb"[0-9]{8}T[0-9]{6}Z")
+_AUTHORIZATION = re.compile(rb"AWS4-HMAC-SHA256 Credential=[\x21-\x2b\x2d-\x2e\x30-\x7e]+/([0-9]{8})/"
+                            rb"[\x21-\x2b\x2d-\x2e\x30-\x7e]+/s3/aws4_request, SignedHeaders=[\x21-\x2b\x2d-\x7e]+"
+                            rb", Signature=([0-9a-f]{64})")
+_SLOTS = {b"x-amz-date": 0, b"authorization": 2, b"amz-sdk-invocation-id": 3, b"amz-sdk-request": 4}
+
+
+def _shape_line(line: bytes, offset: int, cuts: dict[int, tuple[int, int]]) -> bool:
+    """One header line of a head being shaped: its slots' (offset, length) into `cuts` (by slot:
+    0 x-amz-date, 1 the credential's date, 2 the signature, 3 and 4 the SDK's two); False when it
+    is not of the usual shape."""
+    match = _HEADER_LINE.fullmatch(line)
+    if match is None:
+        return False
+    slot = _SLOTS.get(match[1].lower())
+    if slot is None:
+        return True
+    value, at = line[len(match[1]) + 2:], offset + len(match[1]) + 2
+    if slot in cuts or line[len(match[1]) + 1:len(match[1]) + 2] != b" " or not _PLAIN_VALUE.fullmatch(value):
+        return False
+    if slot == 0 and not _AMZ_DATE.fullmatch(value):
+        return False
+    if slot == 2:
+        form = _AUTHORIZATION.fullmatch(value)
+        if form is None:
+            return False
+        cuts[1] = (at + form.start(1), 8)
+        at, value = at + form.start(2), form[2]
+    cuts[slot] = (at, len(value))
+    return True
+
+
+def shape(head: bytes) -> Shape | None:
+    """(key, x-amz-date, the credential's date, the signature, amz-sdk-invocation-id, amz-sdk-request)
+    of one whole request head (bytes as read) of the usual SDK shape: GET or HEAD, the request line
+    as gateway.requesthead reads it, header lines `name:value` of visible ASCII; exactly one
+    Authorization of the SDKs' form "AWS4-HMAC-SHA256 Credential=AK/YYYYMMDD/REGION/s3/aws4_request,
+    SignedHeaders=..., Signature=<64 lowercase hex>" and one x-amz-date YYYYMMDDTHHMMSSZ, at most one
+    of each of the SDK's two, each of those written "Name: value" with a value that is its own
+    canonical form (visible ASCII, single inner spaces); no signing parameter in the query. The key
+    is the head with those values cut out (names and separators kept). None: any other head."""
+    if not isinstance(head, bytes):
+        raise TypeError("shape takes the bytes of a request head")
+    if not head.endswith(b"\r\n\r\n"):
+        return None
+    lines = head[:-4].split(b"\r\n")
+    if not _REQUEST_LINE.fullmatch(lines[0]):
+        return None
+    query = lines[0].partition(b"?")[2].lower()
+    if b"signature" in query or b"x-amz-" in query or b"awsaccesskeyid" in query:
+        return None
+    cuts: dict[int, tuple[int, int]] = {}
+    offset = len(lines[0]) + 2
+    for line in lines[1:]:
+        if not _shape_line(line, offset, cuts):
+            return None
+        offset += len(line) + 2
+    if 0 not in cuts or 2 not in cuts:
+        return None
+    key, start = [], 0
+    for at, length in sorted(cuts.values()):
+        key.append(head[start:at])
+        start = at + length
+    key.append(head[start:])
+    values = [head[at:at + length].decode("ascii") for at, length in (cuts[0], cuts[1], cuts[2])]
+    sdk = [head[cuts[slot][0]:sum(cuts[slot])].decode("ascii") if slot in cuts else None for slot in (3, 4)]
+    return b"".join(key), values[0], values[1], values[2], sdk[0], sdk[1]
+
+
+def signs(canonical_request: bytes, keyed: Keyed, provided: str) -> bool:
+    """Whether `provided` is the signature of `canonical_request` (bytes, as hashed) with `keyed`,
+    compared in constant time."""
+    if not isinstance(canonical_request, bytes) or not isinstance(provided, str):
+        raise TypeError("signs(canonical request: bytes, keyed: bytes, signature: str)")
+    if len(provided) != 64 or not provided.isascii():
+        return False
+    inner, outer, _ = keyed
+    digest = _SHA256.copy()
+    digest.update(canonical_request)
+    mac = inner.copy()
+    mac.update(digest.hexdigest().encode())
+    signature = outer.copy()
+    signature.update(mac.digest())
+    return hmac.compare_digest(signature.hexdigest(), provided)

@@ -42,12 +42,12 @@ def gateway(origin_endpoint: str) -> Iterator[RunningGateway]:
 
 
 def sdk(gateway: RunningGateway, method: str, key: str, *, headers: dict[str, str] | None = None,
-        who: tuple[str, str] = ADMIN, at: datetime | None = None) -> bytes:
+        who: tuple[str, str] = ADMIN, at: datetime | None = None, bucket: str = BUCKET) -> bytes:
     """The whole head of `method` of `key` as an SDK writes it: signed in its headers by botocore
     (at `at`, else now), with a new amz-sdk-invocation-id."""
     sdk_headers = {"amz-sdk-invocation-id": str(uuid.uuid4()), "amz-sdk-request": "attempt=1; max=3",
                    "User-Agent": "Boto3/1.35.0 md/Botocore#1.35.0", **(headers or {})}
-    request = AWSRequest(method=method, url=f"{gateway.endpoint}/{BUCKET}/{key}", headers=sdk_headers)
+    request = AWSRequest(method=method, url=f"{gateway.endpoint}/{bucket}/{key}", headers=sdk_headers)
     with _clock(at or datetime.now(timezone.utc)):
         botocore.auth.S3SigV4Auth(Credentials(*who), "s3", REGION).add_auth(request)
     prepared = request.prepare()

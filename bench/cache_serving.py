@@ -1157,7 +1157,7 @@ def best_cell(measure: Callable[[], Cell], busy: float, retries: int, what: str)
     return cell
 
 
-HIT_ROW_NAMES = {"sdk": "SDK-signed", "sdk-ranges": "SDK-signed, each its own Range", "presigned-new": "each-new presigned",
+HIT_ROW_NAMES = {"sdk": "SDK-signed", "sdk-ranges": "SDK-signed (no shape twice)", "presigned-new": "each-new presigned",
                  "same-bytes": "same bytes again"}
 # gateway / nginx req/s that docs/benchmarks.md holds each row of --hits to (none for same-bytes: a reference)
 HIT_TARGETS = {"sdk 4KiB": 0.5, "sdk 1MiB": 1.0, "presigned-new 4KiB": 0.4}

@@ -1,4 +1,5 @@
-"""Requests sent again byte for byte: a cache hit answered without parsing the request again.
+"""Requests sent again, byte for byte or by their shape: a cache hit answered without parsing the
+request again.
 
 Dashboards, browsers and tools fetch the same presigned URL over and over, and an engine's
 workers send one signed request many times within its clock window. When the hit path

@@ -27,7 +27,10 @@ Such a request's answer, authorization and access-log entry are a function of th
 object, so a request of a kept shape is answered as the kept one once its signature is checked
 anew: the Credential's date is x-amz-date's, the clock within the skew of x-amz-date, the access
 key's secret still the one it was kept with, and the signature of its canonical request (the kept
-one's, its new values put in their places) matched in constant time. Other clients sign each
+one's, its new values put in their places) matched in constant time. Presigned URLs made anew (a
+web page's images, a notebook's generate_presigned_url per read) are kept the same way, with
+X-Amz-Date, the Credential's date and X-Amz-Signature cut out of the query and the URL's window
+checked anew. Other clients sign each
 request anew too without saying so (DuckDB, curl and s3cmd put the second in `x-amz-date`: kept by
 their bytes and by their shape), so a request is kept only from its second arrival (the same bytes,
 or the same shape): the hashes of the last SEEN requests' bytes and shapes are counted, and what

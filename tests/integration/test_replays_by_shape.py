@@ -194,3 +194,29 @@ def test_cors_rules_changed_after_keeping_are_answered_anew(gateway: RunningGate
     status, headers, _ = answer(gateway, sdk(gateway, "GET", "cors.txt", headers=origin))
     assert (status, headers.get("access-control-allow-origin")) == (200, None)
     admin.delete_bucket_cors(Bucket=BUCKET)
+
+
+def presigned_new(gateway: RunningGateway, key: str, *, at: datetime, expires: int = 300,
+                  who: tuple[str, str] = ADMIN) -> bytes:
+    """The whole head of a presigned GET of `key` made at `at` (each second its own URL)."""
+    request = AWSRequest(method="GET", url=f"{gateway.endpoint}/{BUCKET}/{key}")
+    with _clock(at):
+        botocore.auth.S3SigV4QueryAuth(Credentials(*who), "s3", REGION, expires=expires).add_auth(request)
+    target = request.url.removeprefix(gateway.endpoint)
+    return f"GET {target} HTTP/1.1\r\nHost: {gateway.endpoint.removeprefix('http://')}\r\n\r\n".encode()
+
+
+def test_presigned_urls_each_new_are_answered_by_their_shape(gateway: RunningGateway) -> None:
+    client(gateway.endpoint).put_object(Bucket=BUCKET, Key="page.png", Body=b"p" * 1000)
+    now = datetime.now(timezone.utc)
+    before = replays(gateway).by_shape
+    answers = [answer(gateway, presigned_new(gateway, "page.png", at=now - timedelta(seconds=n))) for n in range(5)]
+    assert replays(gateway).by_shape == before + 3  # a miss, a hit kept by its shape, three by shape
+    assert {(status, body) for status, _, body in answers} == {(200, b"p" * 1000)}
+    expired = presigned_new(gateway, "page.png", at=now - timedelta(minutes=10), expires=300)
+    assert as_the_app(gateway, expired)[0] == 403
+    tampered = re.sub(rb"X-Amz-Signature=[0-9a-f]{64}", b"X-Amz-Signature=" + b"0" * 64,
+                      presigned_new(gateway, "page.png", at=now - timedelta(seconds=7)))
+    assert as_the_app(gateway, tampered)[0] == 403
+    other = presigned_new(gateway, "page.png", at=now - timedelta(seconds=8), who=(ADMIN[0], "not-the-secret"))
+    assert as_the_app(gateway, other)[0] == 403

@@ -1,4 +1,4 @@
-"""auth.shaped: the shape of a request head (the compiled _sigv4check.shape and its twin, byte for
+"""auth.shaped: the shape of a request head (signed in its headers or presigned) (the compiled _sigv4check.shape and its twin, byte for
 byte), the canonical request of a kept request cut around its values, and the signature of a new
 request of the same shape checked anew: accepted only where the full check accepts it.
 
@@ -9,6 +9,7 @@ headers repeated, bytes not ASCII, a signature, a date, the query) and made up.
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import replace
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 
 from gateway.s3api.auth import Identity, RequestView, authenticate, shaped
 from tests.s3api import test_auth_fastpath as header_signed
+from tests.s3api import test_auth_presigned_fast as presigned
 from tests.s3api.test_auth_fastpath import NOW, SECRETS, SKEW, _clock, outcome
 from tests.s3api.test_sigv4check_twin import _both, _Key, needs_compiled
 
@@ -231,3 +233,72 @@ def test_a_new_request_is_checked_with_the_secret_it_was_kept_with(secret: str) 
     again = shaped.shape_of(head_of(signed("GET", "/bucket/object", "", {}, at=NOW + timedelta(seconds=2))))
     assert again is not None
     assert shaped.signed_anew(made, again, secret, NOW, SKEW) == (secret == SECRET)
+
+
+def presigned_at(method: str, path: str, query: str, headers: dict[str, str], *, at: datetime = NOW,
+                 secret: str = SECRET, expires: int = 3600) -> RequestView:
+    """The URL botocore presigns at `at`, as the server hands it over (with `headers` besides)."""
+    url = f"http://{HOST}{quote(path, safe='/~%')}" + (f"?{query}" if query else "")
+    request = AWSRequest(method=method, url=url, headers=dict(headers))
+    with _clock(at):
+        botocore.auth.S3SigV4QueryAuth(Credentials(ACCESS_KEY, secret), "s3", "us-east-1",
+                                       expires=expires).add_auth(request)
+    parts = urlsplit(request.prepare().url)
+    return RequestView(method, parts.path, parts.query, (("host", parts.netloc), *headers.items()))
+
+
+@needs_compiled
+@settings(max_examples=600, deadline=None)
+@given(method=METHODS, path=PATHS, query=QUERIES, headers=HEADERS, expires=st.sampled_from([60, 3600, 604800]),
+       view_mutations=st.lists(st.sampled_from(presigned.MUTATIONS), max_size=1),
+       mutations=st.lists(st.sampled_from(HEAD_MUTATIONS), max_size=1))
+def test_presigned_heads_shape_alike(method: str, path: str, query: str, headers: dict[str, str], expires: int,
+                                     view_mutations: list[presigned.Mutation],
+                                     mutations: list[HeadMutation | None]) -> None:
+    view = presigned_at(method, path, query, headers, expires=expires)
+    for view_mutation in view_mutations:
+        view = view_mutation(view)
+    head = head_of(view)
+    for mutation in mutations:
+        if mutation is not None:
+            head = mutation(head)
+    _both("shape", head)
+
+
+def _second_presigned(kind: str, method: str, path: str, query: str, headers: dict[str, str],
+                      expires: int) -> RequestView:
+    """Another presigned URL of the same request, made anew, as `kind` says."""
+    if kind == "later":
+        return presigned_at(method, path, query, headers, at=NOW + timedelta(seconds=37), expires=expires)
+    if kind == "other secret":
+        return presigned_at(method, path, query, headers, secret="not-the-secret", expires=expires)
+    if kind == "long ago":
+        return presigned_at(method, path, query, headers, at=NOW - timedelta(hours=2), expires=expires)
+    view = presigned_at(method, path, query, headers, at=NOW + timedelta(seconds=1), expires=expires)
+    if kind == "signature":
+        return replace(view, query_string=re.sub(r"X-Amz-Signature=[0-9a-f]{63}", "X-Amz-Signature=" + "0" * 63,
+                                                 view.query_string))
+    assert kind == "credential date"
+    return replace(view, query_string=view.query_string.replace("%2F20240309%2F", "%2F20240308%2F"))
+
+
+@settings(max_examples=400, deadline=None)
+@given(method=METHODS, path=PATHS, query=QUERIES, headers=HEADERS, expires=st.sampled_from([60, 3600, 604800]),
+       kind=st.sampled_from(["later", "later", "other secret", "long ago", "signature", "credential date"]),
+       clock=st.sampled_from([timedelta(0), timedelta(seconds=61), timedelta(hours=1, seconds=1), -SKEW,
+                              -SKEW - timedelta(seconds=2), timedelta(days=8)]))
+def test_a_presigned_url_of_a_kept_shape_is_accepted_only_as_the_full_check_accepts_it(
+        method: str, path: str, query: str, headers: dict[str, str], expires: int, kind: str,
+        clock: timedelta) -> None:
+    first = presigned_at(method, path, query, headers, expires=expires)
+    shape = shaped.shape_of(head_of(first))
+    assume(shape is not None and isinstance(full(first, NOW), Identity))
+    assert shape is not None
+    made = shaped.template(first, shape, SECRET, SKEW)
+    assert made is not None and made.expires == str(expires)
+    second = _second_presigned(kind, method, path, query, headers, expires)
+    again = shaped.shape_of(head_of(second))
+    assert again is not None and again[0] == shape[0]
+    accepted = shaped.signed_anew(made, again, SECRET, NOW + clock, SKEW)
+    answer = full(second, NOW + clock)
+    assert accepted == (isinstance(answer, Identity) and answer.access_key == ACCESS_KEY), (kind, answer)

@@ -15,8 +15,8 @@
  *          -> True | False | None
  *   canonical(<the same but the signature>) -> ((canonical request, string to sign, signature), ...) | None
  *   shape(head) -> (key, x-amz-date, credential date, signature, amz-sdk-invocation-id | None,
- *          amz-sdk-request | None) | None: an SDK-signed GET or HEAD head cut around what changes
- *          between two sends of it (s3api.replays keeps requests by that key)
+ *          amz-sdk-request | None) | None: an SDK-signed (or presigned) GET or HEAD head cut around
+ *          what changes between two sends of it (s3api.replays keeps requests by that key)
  *   signs(canonical_request, keyed, signature) -> bool: a canonical request (bytes) signed with keyed
  *
  * SHA-256 is OpenSSL's (libcrypto; libssl-dev to build).
@@ -749,7 +749,7 @@ enum { AMZ_DATE, CREDENTIAL_DATE, SIGNATURE_SLOT, INVOCATION_ID, SDK_REQUEST, SL
 /* One header line of a head being shaped: its slot's place in `at`/`len` (offsets into the head) and
  * `seen` counted; 0, or 1: not of the usual shape. */
 static int shape_line(const unsigned char *head, size_t start, size_t end, size_t at[SLOTS], size_t len[SLOTS],
-                      int seen[SLOTS])
+                      int seen[SLOTS], int presigned)
 {
     const unsigned char *p = head + start;
     size_t n = end - start, colon = 0;
@@ -760,6 +760,8 @@ static int shape_line(const unsigned char *head, size_t start, size_t end, size_
     for (size_t i = colon + 1; i < n; i++)
         if ((p[i] < 0x20 || p[i] > 0x7e) && p[i] != '\t')
             return 1;
+    if (presigned && lower_is(p, colon, "x-amz-content-sha256"))
+        return 1;  /* (auth.fastpath.presigned_fast leaves it to the general path) */
     int which = lower_is(p, colon, "authorization") ? SIGNATURE_SLOT : lower_is(p, colon, "x-amz-date") ? AMZ_DATE
                 : lower_is(p, colon, "amz-sdk-invocation-id") ? INVOCATION_ID
                 : lower_is(p, colon, "amz-sdk-request") ? SDK_REQUEST : -1;
@@ -788,6 +790,99 @@ static int shape_line(const unsigned char *head, size_t start, size_t end, size_
     return 0;
 }
 
+/* Whether text names (or may name) a signing parameter: x-amz-*, *signature*, AWSAccessKeyId. */
+static int signing_name(const unsigned char *p, size_t n)
+{
+    return lower_has(p, n, "signature") || lower_has(p, n, "x-amz-") || lower_has(p, n, "awsaccesskeyid");
+}
+
+static int alnum(unsigned char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); }
+
+/* Where the date starts in an X-Amz-Credential value as the SDKs encode it
+ * (AK%2FYYYYMMDD%2FREGION%2Fs3%2Faws4_request, AK and REGION of letters, digits and "-"), or 0. */
+static size_t presigned_credential(const unsigned char *p, size_t n)
+{
+    static const char tail[] = "%2Fs3%2Faws4_request";
+    size_t i = 0, tail_n = sizeof tail - 1;
+    while (i < n && alnum(p[i]))
+        i++;
+    if (i == 0 || i + 14 > n || memcmp(p + i, "%2F", 3) != 0 || !digits(p + i + 3, 8) || memcmp(p + i + 11, "%2F", 3) != 0)
+        return 0;
+    size_t date = i + 3, region = i + 14;
+    for (i = region; i < n && (alnum(p[i]) || p[i] == '-'); i++)
+        ;
+    if (i == region || n - i != tail_n || memcmp(p + i, tail, tail_n) != 0)
+        return 0;
+    return date;
+}
+
+static const char *const PRESIGN_PARAMS[] = {"X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
+                                             "X-Amz-SignedHeaders", "X-Amz-Signature"};
+
+/* One value of the six presigned parameters (`which`, at `offset` in the head): 0, or 1 when it is not
+ * of the SDKs' form; the slots' places into at/len. */
+static int presigned_value(int which, const unsigned char *v, size_t n, size_t offset, size_t at[SLOTS],
+                           size_t len[SLOTS])
+{
+    size_t date;
+    switch (which) {
+    case 0:
+        return n == 16 && memcmp(v, "AWS4-HMAC-SHA256", 16) == 0 ? 0 : 1;
+    case 1:
+        if ((date = presigned_credential(v, n)) == 0)
+            return 1;
+        at[CREDENTIAL_DATE] = offset + date;
+        len[CREDENTIAL_DATE] = 8;
+        return 0;
+    case 2:
+        if (n != 16 || !digits(v, 8) || v[8] != 'T' || !digits(v + 9, 6) || v[15] != 'Z')
+            return 1;
+        at[AMZ_DATE] = offset;
+        len[AMZ_DATE] = 16;
+        return 0;
+    case 3:
+        return n >= 1 && n <= 12 && digits(v, n) ? 0 : 1;
+    case 4:
+        return n >= 1 ? 0 : 1;
+    default:
+        if (n != 64)
+            return 1;
+        for (size_t i = 0; i < 64; i++)
+            if (!((v[i] >= '0' && v[i] <= '9') || (v[i] >= 'a' && v[i] <= 'f')))
+                return 1;
+        at[SIGNATURE_SLOT] = offset;
+        len[SIGNATURE_SLOT] = 64;
+        return 0;
+    }
+}
+
+/* A presigned URL's query (head[start:end]): the six X-Amz-* parameters once each, named as the SDKs
+ * name them, of their forms; no other parameter whose name may name a signing one. 0, or 1. */
+static int presigned_query(const unsigned char *head, size_t start, size_t end, size_t at[SLOTS], size_t len[SLOTS],
+                           int seen[SLOTS])
+{
+    int found = 0;
+    for (size_t i = start; i <= end;) {
+        const unsigned char *amp = memchr(head + i, '&', end - i);
+        size_t stop = amp ? (size_t)(amp - head) : end, n = stop - i;
+        const unsigned char *p = head + i, *eq = memchr(p, '=', n);
+        size_t name_n = eq ? (size_t)(eq - p) : n;
+        if (signing_name(p, name_n) || memchr(p, '%', name_n) != NULL) {
+            int which = -1;
+            for (int k = 0; k < 6; k++)
+                if (strlen(PRESIGN_PARAMS[k]) == name_n && memcmp(PRESIGN_PARAMS[k], p, name_n) == 0)
+                    which = k;
+            if (which < 0 || eq == NULL || (found & (1 << which))
+                || presigned_value(which, eq + 1, n - name_n - 1, i + name_n + 1, at, len) != 0)
+                return 1;
+            found |= 1 << which;
+        }
+        i = stop + 1;
+    }
+    seen[AMZ_DATE] = seen[SIGNATURE_SLOT] = 1;
+    return found == 63 ? 0 : 1;
+}
+
 /* The slots' places in `head` when it is one request head of the usual shape: 0, or 1 when not. */
 static int shape_slots(const unsigned char *head, size_t n, size_t at[SLOTS], size_t len[SLOTS], int seen[SLOTS])
 {
@@ -803,16 +898,16 @@ static int shape_slots(const unsigned char *head, size_t n, size_t at[SLOTS], si
         if (!TARGET[head[i]])
             return 1;
     const unsigned char *query = memchr(head + target, '?', target_end - target);
-    if (query != NULL) {
-        size_t query_n = (size_t)(head + target_end - query);
-        if (lower_has(query, query_n, "signature") || lower_has(query, query_n, "x-amz-")
-            || lower_has(query, query_n, "awsaccesskeyid"))
+    int presigned = 0;
+    if (query != NULL && signing_name(query, (size_t)(head + target_end - query))) {
+        if (presigned_query(head, (size_t)(query - head) + 1, target_end, at, len, seen) != 0)
             return 1;
+        presigned = 1;
     }
     for (size_t start = line + 2; start < n - 2;) {
         const unsigned char *cr = memchr(head + start, '\r', n - start);
         size_t end = (size_t)(cr - head);
-        if (head[end + 1] != '\n' || end == start || shape_line(head, start, end, at, len, seen) != 0)
+        if (head[end + 1] != '\n' || end == start || shape_line(head, start, end, at, len, seen, presigned) != 0)
             return 1;
         start = end + 2;
     }

@@ -203,13 +203,56 @@ _AUTHORIZATION = re.compile(rb"AWS4-HMAC-SHA256 Credential=[\x21-\x2b\x2d-\x2e\x
 _SLOTS = {b"x-amz-date": 0, b"authorization": 2, b"amz-sdk-invocation-id": 3, b"amz-sdk-request": 4}
 
 
-def _shape_line(line: bytes, offset: int, cuts: dict[int, tuple[int, int]]) -> bool:
+_PRESIGN_VALUES = {
+    b"X-Amz-Algorithm": re.compile(rb"AWS4-HMAC-SHA256"),
+    b"X-Amz-Credential": re.compile(rb"[A-Za-z0-9]+%2F([0-9]{8})%2F[A-Za-z0-9-]+%2Fs3%2Faws4_request"),
+    b"X-Amz-Date": re.compile(rb"[0-9]{8}T[0-9]{6}Z"),
+    b"X-Amz-Expires": re.compile(rb"[0-9]{1,12}"),
+    b"X-Amz-SignedHeaders": re.compile(rb".+", re.DOTALL),
+    b"X-Amz-Signature": re.compile(rb"[0-9a-f]{64}"),
+}
+
+
+def _signing_name(text: bytes) -> bool:
+    lowered = text.lower()
+    return b"signature" in lowered or b"x-amz-" in lowered or b"awsaccesskeyid" in lowered
+
+
+def _presigned_query(query: bytes, offset: int, cuts: dict[int, tuple[int, int]]) -> bool:
+    """A presigned URL's query (at `offset` in the head): the six X-Amz-* parameters once each, named
+    as the SDKs name them, of their forms, their slots into `cuts`; no other parameter whose name may
+    name a signing one."""
+    found = set()
+    for part in query.split(b"&"):
+        name, eq, value = part.partition(b"=")
+        if _signing_name(name) or b"%" in name:
+            form = _PRESIGN_VALUES.get(name)
+            if form is None or not eq or name in found:
+                return False
+            match = form.fullmatch(value)
+            if match is None:
+                return False
+            found.add(name)
+            at = offset + len(name) + 1
+            if name == b"X-Amz-Credential":
+                cuts[1] = (at + match.start(1), 8)
+            elif name == b"X-Amz-Date":
+                cuts[0] = (at, 16)
+            elif name == b"X-Amz-Signature":
+                cuts[2] = (at, 64)
+        offset += len(part) + 1
+    return len(found) == len(_PRESIGN_VALUES)
+
+
+def _shape_line(line: bytes, offset: int, cuts: dict[int, tuple[int, int]], presigned: bool) -> bool:
     """One header line of a head being shaped: its slots' (offset, length) into `cuts` (by slot:
     0 x-amz-date, 1 the credential's date, 2 the signature, 3 and 4 the SDK's two); False when it
     is not of the usual shape."""
     match = _HEADER_LINE.fullmatch(line)
     if match is None:
         return False
+    if presigned and match[1].lower() == b"x-amz-content-sha256":
+        return False  # (auth.fastpath.presigned_fast leaves it to the general path)
     slot = _SLOTS.get(match[1].lower())
     if slot is None:
         return True
@@ -231,12 +274,14 @@ def _shape_line(line: bytes, offset: int, cuts: dict[int, tuple[int, int]]) -> b
 def shape(head: bytes) -> Shape | None:
     """(key, x-amz-date, the credential's date, the signature, amz-sdk-invocation-id, amz-sdk-request)
     of one whole request head (bytes as read) of the usual SDK shape: GET or HEAD, the request line
-    as gateway.requesthead reads it, header lines `name:value` of visible ASCII; exactly one
-    Authorization of the SDKs' form "AWS4-HMAC-SHA256 Credential=AK/YYYYMMDD/REGION/s3/aws4_request,
-    SignedHeaders=..., Signature=<64 lowercase hex>" and one x-amz-date YYYYMMDDTHHMMSSZ, at most one
-    of each of the SDK's two, each of those written "Name: value" with a value that is its own
-    canonical form (visible ASCII, single inner spaces); no signing parameter in the query. The key
-    is the head with those values cut out (names and separators kept). None: any other head."""
+    as gateway.requesthead reads it, header lines `name:value` of visible ASCII; signed either in its
+    headers (exactly one Authorization of the SDKs' form "AWS4-HMAC-SHA256 Credential=AK/YYYYMMDD/
+    REGION/s3/aws4_request, SignedHeaders=..., Signature=<64 lowercase hex>" and one x-amz-date
+    YYYYMMDDTHHMMSSZ, no signing parameter in the query) or presigned (the six X-Amz-* parameters
+    once each as the SDKs write them, no Authorization, x-amz-date or x-amz-content-sha256 header);
+    at most one of each of the SDK's two headers; each of those headers written "Name: value" with a
+    value that is its own canonical form (visible ASCII, single inner spaces). The key is the head
+    with those values cut out (names and separators kept). None: any other head."""
     if not isinstance(head, bytes):
         raise TypeError("shape takes the bytes of a request head")
     if not head.endswith(b"\r\n\r\n"):
@@ -244,13 +289,15 @@ def shape(head: bytes) -> Shape | None:
     lines = head[:-4].split(b"\r\n")
     if not _REQUEST_LINE.fullmatch(lines[0]):
         return None
-    query = lines[0].partition(b"?")[2].lower()
-    if b"signature" in query or b"x-amz-" in query or b"awsaccesskeyid" in query:
-        return None
+    target = lines[0].split(b" ")[1]
+    path, question, query = target.partition(b"?")
     cuts: dict[int, tuple[int, int]] = {}
+    presigned = bool(question) and _signing_name(query)
+    if presigned and not _presigned_query(query, lines[0].index(b" ") + 1 + len(path) + 1, cuts):
+        return None
     offset = len(lines[0]) + 2
     for line in lines[1:]:
-        if not _shape_line(line, offset, cuts):
+        if not _shape_line(line, offset, cuts, presigned):
             return None
         offset += len(line) + 2
     if 0 not in cuts or 2 not in cuts:

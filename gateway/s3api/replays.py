@@ -21,22 +21,21 @@ again, because none of that can come out otherwise for the same bytes:
 
 Requests an AWS SDK signs each anew (their own x-amz-date, Credential date, Signature,
 `amz-sdk-invocation-id` and `amz-sdk-request`) are never sent again byte for byte: they are kept by
-their shape instead (auth.shaped): the request head with those values cut out, every other byte
-the same (method, target, every other header and value, the access key, region, signed headers).
-Such a request's answer, authorization and access-log entry are a function of those bytes and the
-object, so a request of a kept shape is answered as the kept one once its signature is checked
-anew: the Credential's date is x-amz-date's, the clock within the skew of x-amz-date, the access
-key's secret still the one it was kept with, and the signature of its canonical request (the kept
-one's, its new values put in their places) matched in constant time. Presigned URLs made anew (a
-web page's images, a notebook's generate_presigned_url per read) are kept the same way, with
-X-Amz-Date, the Credential's date and X-Amz-Signature cut out of the query and the URL's window
-checked anew. Other clients sign each
-request anew too without saying so (DuckDB, curl and s3cmd put the second in `x-amz-date`: kept by
-their bytes and by their shape), so a request is kept only from its second arrival (the same bytes,
-or the same shape): the hashes of the last SEEN requests' bytes and shapes are counted, and what
-keeping one takes is made only then (`Keeper`). A request sent once costs a count instead of a
-kept answer made for nothing (and dropped later), and does not push out of the kept ones a request
-that is sent again.
+their shape instead (auth.shaped): the request head with those values cut out, every other byte the
+same (method, target, every other header and value, the access key, region, signed headers). Such a
+request's answer, authorization and access-log entry are a function of those bytes and the object,
+so a request of a kept shape is answered as the kept one once its signature is checked anew: the
+Credential's date is x-amz-date's, the clock within the skew of x-amz-date, the access key's secret
+still the one it was kept with, and the signature of its canonical request (the kept one's, its new
+values put in their places) matched in constant time. Presigned URLs made anew (a web page's
+images, a notebook's generate_presigned_url per read) are kept the same way, with X-Amz-Date, the
+Credential's date and X-Amz-Signature cut out of the query and the URL's window checked anew. Other
+clients sign each request anew too without saying so (DuckDB, curl and s3cmd put the second in
+`x-amz-date`: kept by their bytes and by their shape), so a request is kept only from its second
+arrival (the same bytes, or the same shape): the hashes of the last SEEN requests' bytes and shapes
+are counted, and what keeping one takes is made only then (`Keeper`). A request sent once costs a
+count instead of a kept answer made for nothing (and dropped later), and does not push out of the
+kept ones a request that is sent again.
 
 What can change between two sends is asked again every time, of the same functions the hit
 path asks: the bucket's CORS document, for a request with an Origin, must still be the same one

@@ -6,7 +6,9 @@ same requests and compares what they build, byte for byte. Each function answers
 request outside the shapes built here (a character above U+00FF in the path or query, a header
 name or signed value that is not ASCII, a header twice, a signed header absent, an x-amz-*
 header not signed): auth.fastpath then leaves it to the general path. The checks of scopes,
-dates, keys and windows are auth.fastpath's.
+dates, keys and windows are auth.fastpath's. `shape` and `signs` are auth.shaped's (a request head
+cut around what changes between two sends of it; a canonical request's signature compared), held
+to the compiled ones by tests/s3api/test_auth_shaped.py.
 """
 
 from __future__ import annotations

@@ -20,8 +20,10 @@ with two load generators, both sending SigV4-signed requests:
               script), one row per kind (--signing): by default `sdk`, GetObject requests as
               boto3 sends them, made by botocore itself (a client's get_object caught before
               sending): SigV4 in the Authorization header, each with its own x-amz-date (one
-              second apart, within S3's 15-minute skew for the run) and amz-sdk-invocation-id;
-              `presigned-new`, presigned URLs each its own (its own X-Amz-Date and signature);
+              second apart, within S3's 15-minute skew for the run) and amz-sdk-invocation-id
+              (gateway.s3api.replays answers the second and later of one shape as kept, the
+              signature checked anew); `sdk-ranges`, the same with each request its own Range,
+              so that no shape comes twice; `presigned-new`, presigned URLs each its own (its own X-Amz-Date and signature);
               `same-bytes`, one presigned URL per object sent again and again (what only a
               dashboard reusing one URL sends: gateway.s3api.replays answers it as kept).
   py          an asyncio + aiohttp client, N workers, that signs every request in the
@@ -53,8 +55,8 @@ the rows of --hits), from which bench/charts.py draws the charts of docs/benchma
 `--hits` measures only warm hits, as docs/benchmarks.md "Hits against nginx" reports them:
 the gateway (one worker, memory tier) against nginx proxy_cache on tmpfs (one worker, sendfile
 off), both on CPU 0 and wrk on CPU 1 (taskset), 1,000 objects of 4 KiB and 100 of 1 MiB, one
-row per --hits-rows entry (SDK-signed 4 KiB and 1 MiB, each-new presigned 4 KiB, same-bytes
-4 KiB), the same request file sent to both; with --profile, py-spy of SDK-signed 4 KiB hits.
+row per --hits-rows entry (SDK-signed 4 KiB and 1 MiB, SDK-signed 4 KiB each its own Range,
+each-new presigned 4 KiB, same-bytes 4 KiB), the same request file sent to both; with --profile, py-spy of SDK-signed 4 KiB hits.
 
 Needs: apt-get install -y nginx wrk; .venv/bin/pip install aiohttp (py-spy for --profile).
 Results and the machine they were taken on: docs/benchmarks.md (the latest) and
@@ -495,7 +497,10 @@ class HeaderSigner:
 #   presigned-new  a presigned GET, each URL its own (its own X-Amz-Date, so its own signature)
 #   same-bytes     one presigned URL per key, sent again byte for byte (what only a dashboard
 #                  reusing one URL sends; gateway.s3api.replays answers it as kept)
-SIGNINGS = ("sdk", "presigned-new", "same-bytes")
+#   sdk-ranges     as sdk, each request with its own Range (bytes=N-, N the times its key came
+#                  before): no two requests of the file have the same shape (s3api.replays keeps
+#                  an SDK's request by its shape, so this row is answered the whole way)
+SIGNINGS = ("sdk", "sdk-ranges", "presigned-new", "same-bytes")
 DATE_WINDOW = 600  # seconds a request file's dates spread over: well inside S3's 15-minute skew
 
 
@@ -550,11 +555,12 @@ def wire_bytes(method: str, url: str, headers: Sequence[tuple[str, str | bytes]]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
-def sdk_requests(endpoint: str, keys: Sequence[str], count: int, *, start: float | None = None) -> list[bytes]:
+def sdk_requests(endpoint: str, keys: Sequence[str], count: int, *, start: float | None = None,
+                 ranges: bool = False) -> list[bytes]:
     """`count` GetObject requests (keys in turn) as boto3 sends them to `endpoint`: made by a
     boto3 client's own get_object (handlers, signer, user agent, invocation id), caught before
     sending (botocore's before-send event answers them with an empty 200), each signed at its
-    own date (_dates)."""
+    own date (_dates); `ranges`: each with its own Range (bytes=N-, N the times its key came before)."""
     from botocore.awsrequest import AWSResponse
 
     s3 = s3_client(endpoint, USER)
@@ -573,7 +579,8 @@ def sdk_requests(endpoint: str, keys: Sequence[str], count: int, *, start: float
     with botocore_clock(start) as set_time:
         for i, date in enumerate(_dates(count, start)):
             set_time(date)
-            s3.get_object(Bucket=BUCKET, Key=keys[i % len(keys)])
+            ranged = {"Range": f"bytes={i // len(keys)}-"} if ranges else {}
+            s3.get_object(Bucket=BUCKET, Key=keys[i % len(keys)], **ranged)
     return caught
 
 
@@ -610,6 +617,8 @@ def wrk_requests(signing: str, endpoint: str, keys: Sequence[str], count: int) -
     a cold row, whose keys are each read once, passes count=len(keys))."""
     if signing == "sdk":
         return sdk_requests(endpoint, keys, count)
+    if signing == "sdk-ranges":
+        return sdk_requests(endpoint, keys, count, ranges=True)
     if signing == "presigned-new":
         return presigned_new_requests(endpoint, keys, count)
     if signing == "same-bytes":
@@ -1124,7 +1133,7 @@ def _status_kib_meminfo() -> int:
 
 # --- hits as SDKs send them (--hits) ---------------------------------------------------------------
 
-HIT_ROWS = "4KiB:sdk,1MiB:sdk,4KiB:presigned-new,4KiB:same-bytes"
+HIT_ROWS = "4KiB:sdk,4KiB:sdk-ranges,1MiB:sdk,4KiB:presigned-new,4KiB:same-bytes"
 HIT_OBJECTS = "4KiB=1000,1MiB=100"
 
 
@@ -1148,7 +1157,8 @@ def best_cell(measure: Callable[[], Cell], busy: float, retries: int, what: str)
     return cell
 
 
-HIT_ROW_NAMES = {"sdk": "SDK-signed", "presigned-new": "each-new presigned", "same-bytes": "same bytes again"}
+HIT_ROW_NAMES = {"sdk": "SDK-signed", "sdk-ranges": "SDK-signed (no shape twice)", "presigned-new": "each-new presigned",
+                 "same-bytes": "same bytes again"}
 # gateway / nginx req/s that docs/benchmarks.md holds each row of --hits to (none for same-bytes: a reference)
 HIT_TARGETS = {"sdk 4KiB": 0.5, "sdk 1MiB": 1.0, "presigned-new 4KiB": 0.4}
 
@@ -1303,7 +1313,8 @@ def hits_as_sent(args: argparse.Namespace, tmp: Path, code: Path, version: str) 
                 gets, below, kept = (b - a for a, b in zip(before, gw.hit_path()))
                 cell.server_cpu = gw.cpu() - cpu
                 cell.note = "; ".join(filter(None, [cell.note, f"below ASGI {below / max(gets, 1):.0%}, "
-                                                               f"kept {kept / max(gets, 1):.0%}"]))
+                                                               f"kept {kept / max(gets, 1):.0%}"
+                                                               + (" (by shape)" if signing.startswith("sdk") else "")]))
                 return cell
 
             def nginx_cell(plan: SizePlan = plan, signing: str = signing,

@@ -83,8 +83,8 @@ class Client:
         while b"\r\n\r\n" not in data:
             data += sock.recv(65536)
         head, _, body = data.partition(b"\r\n\r\n")
-        if not head.startswith(b"HTTP/1.1 200"):
-            raise SystemExit(f"not a 200: {head[:200]!r}")
+        if not head.startswith((b"HTTP/1.1 200", b"HTTP/1.1 206")):  # (206: sdk-ranges)
+            raise SystemExit(f"not a 200 or 206: {head[:200]!r}")
         length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
         while len(body) < length:
             body += sock.recv(max(65536, length - len(body)))

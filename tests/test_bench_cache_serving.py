@@ -23,6 +23,7 @@ import pytest
 from botocore.config import Config
 
 from bench import charts
+from gateway.s3api.auth.shaped import shape_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -141,25 +142,42 @@ def test_hits_rows_are_named_as_the_docs_name_them() -> None:
     assert rows[0]["gateway_cpu_us"] == 200 and rows[0]["nginx_cpu_us"] == 20
 
 
+def test_the_sdk_ranges_file_never_has_a_shape_twice() -> None:
+    """sdk-ranges: no two requests of one pass of the file have the same shape (auth.shaped); sdk:
+    one shape per object, each signed anew."""
+    cs = serving_module()
+    keys = [f"warm/4KiB/{n}" for n in range(5)]
+    ranged = [shape_of(request) for request in cs.wrk_requests("sdk-ranges", "http://127.0.0.1:9", keys, 60)]
+    plain = [shape_of(request) for request in cs.wrk_requests("sdk", "http://127.0.0.1:9", keys, 60)]
+    assert all(ranged) and all(plain)
+    assert len({shape[0] for shape in ranged if shape}) == 60
+    assert len({shape[0] for shape in plain if shape}) == 5 and len({shape[3] for shape in plain if shape}) == 60
+
+
 @pytest.mark.skipif(any(shutil.which(tool) is None for tool in ("wrk", "nginx", "taskset")),
                     reason="needs wrk, nginx and taskset (apt)")
 def test_hits_mode_runs_every_kind_of_row(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "cache_serving.py"), "--hits", "--seconds", "1", "--requests", "400",
          "--hits-objects", "4KiB=20,1MiB=4", "--retries", "0",
-         "--hits-rows", "4KiB:sdk,1MiB:sdk,4KiB:presigned-new,4KiB:same-bytes", "--json", str(tmp_path / "hits.json")],
+         "--hits-rows", "4KiB:sdk,4KiB:sdk-ranges,1MiB:sdk,4KiB:presigned-new,4KiB:same-bytes",
+         "--json", str(tmp_path / "hits.json")],
         capture_output=True, text=True, timeout=100, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:]]
             for line in done.stdout.splitlines() if line.startswith("| ") and "req/s" not in line}
-    assert set(rows) == {"sdk 4KiB", "sdk 1MiB", "presigned-new 4KiB", "same-bytes 4KiB"}
+    assert set(rows) == {"sdk 4KiB", "sdk-ranges 4KiB", "sdk 1MiB", "presigned-new 4KiB", "same-bytes 4KiB"}
     for name, cells in rows.items():
         assert cells[9] == "0/0", (name, cells)  # no errors at the gateway or nginx: every signature passed
         assert float(cells[0].replace(",", "")) > 0 and float(cells[2].replace(",", "")) > 0, (name, cells)
-    assert "kept 0%" in rows["sdk 4KiB"][10]  # a request signed anew is never answered as kept
+    # An SDK's request signed anew is answered by its shape from the shape's second arrival (each
+    # of the 20 objects' shapes comes 20 times a pass of the file: 19 of 20 kept).
+    kept = re.search(r"kept (\d+)% \(by shape\)", rows["sdk 4KiB"][10])
+    assert kept is not None and int(kept[1]) >= 80, rows["sdk 4KiB"]
     document = json.loads((tmp_path / "hits.json").read_text())
     assert document["bench"] == "cache_serving.hits" and "--hits" in document["command"] and document["load"]
     assert [row["row"] for row in document["rows"]] == [
-        "SDK-signed 4 KiB", "SDK-signed 1 MiB", "each-new presigned 4 KiB", "same bytes again 4 KiB (reference)"]
+        "SDK-signed 4 KiB", "SDK-signed (no shape twice) 4 KiB", "SDK-signed 1 MiB", "each-new presigned 4 KiB",
+        "same bytes again 4 KiB (reference)"]
     assert all(row["gateway_rps"] > 0 and row["nginx_rps"] > 0 for row in document["rows"])
     assert charts.draw(tmp_path / "hits.png", [tmp_path / "hits.json"]).read_bytes()[:4] == b"\x89PNG"

@@ -74,7 +74,7 @@ class HitPath:
     def __init__(self, services: Services, authenticator: Authenticator, accounts: Accounts) -> None:
         self.services, self.authenticator, self.accounts = services, authenticator, accounts
         self._domain = services.server.domain
-        self.replays = Replays(services, accounts)
+        self.replays = Replays(services, accounts, max_skew=authenticator.max_skew)
 
     def answer(self, scope: dict[str, Any], default_headers: list[tuple[bytes, bytes]], keep_alive: bool,
                ) -> tuple[list[bytes | memoryview], Keeper] | _Later | None:

@@ -23,7 +23,7 @@ class Authenticator:
 
     def __init__(self, auth: AuthSettings, policy: AccessPolicy) -> None:
         self.policy = policy
-        self._skew = timedelta(seconds=auth.max_clock_skew)
+        self.max_skew = timedelta(seconds=auth.max_clock_skew)  # of a request's signing time from the clock
         self.verified = VerifiedSignatures()  # SigV4 checks that passed lately (auth.memo)
 
     def identify(self, req: S3Request) -> None:
@@ -34,7 +34,7 @@ class Authenticator:
             req.identity = _PREFLIGHT
         else:
             req.identity = authenticate(
-                req.view, self.policy.secret_for, now=datetime.now(timezone.utc), max_skew=self._skew,
+                req.view, self.policy.secret_for, now=datetime.now(timezone.utc), max_skew=self.max_skew,
                 bucket_from_host=req.host_bucket, verified=self.verified,
             )
             if req.identity.access_key is not None:

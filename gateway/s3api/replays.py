@@ -1,4 +1,5 @@
-"""Requests sent again byte for byte: a cache hit answered without parsing the request again.
+"""Requests sent again, byte for byte or by their shape: a cache hit answered without parsing the
+request again.
 
 Dashboards, browsers and tools fetch the same presigned URL over and over, and an engine's
 workers send one signed request many times within its clock window. When the hit path
@@ -18,13 +19,23 @@ again, because none of that can come out otherwise for the same bytes:
   If-Modified-Since and If-Unmodified-Since, which compare with the clock: requests carrying
   them are not kept.
 
-Nor are requests an AWS SDK marked as its own (`amz-sdk-invocation-id`, a new id per request,
-signed anew on a retry): they are never sent again byte for byte. Other clients sign each
-request anew too without saying so (DuckDB, curl and s3cmd put the second in `x-amz-date`), so
-a request is kept only from its second arrival: the hashes of the last SEEN requests' bytes are
-counted, and what keeping one takes is made only then (`Keeper`). A request sent once costs a
-count instead of a kept answer made for nothing (and dropped later), and does not push out of
-the kept ones a request that is sent again.
+Requests an AWS SDK signs each anew (their own x-amz-date, Credential date, Signature,
+`amz-sdk-invocation-id` and `amz-sdk-request`) are never sent again byte for byte: they are kept by
+their shape instead (auth.shaped): the request head with those values cut out, every other byte the
+same (method, target, every other header and value, the access key, region, signed headers). Such a
+request's answer, authorization and access-log entry are a function of those bytes and the object,
+so a request of a kept shape is answered as the kept one once its signature is checked anew: the
+Credential's date is x-amz-date's, the clock within the skew of x-amz-date, the access key's secret
+still the one it was kept with, and the signature of its canonical request (the kept one's, its new
+values put in their places) matched in constant time. Presigned URLs made anew (a web page's
+images, a notebook's generate_presigned_url per read) are kept the same way, with X-Amz-Date, the
+Credential's date and X-Amz-Signature cut out of the query and the URL's window checked anew. Other
+clients sign each request anew too without saying so (DuckDB, curl and s3cmd put the second in
+`x-amz-date`: kept by their bytes and by their shape), so a request is kept only from its second
+arrival (the same bytes, or the same shape): the hashes of the last SEEN requests' bytes and shapes
+are counted, and what keeping one takes is made only then (`Keeper`). A request sent once costs a
+count instead of a kept answer made for nothing (and dropped later), and does not push out of the
+kept ones a request that is sent again.
 
 What can change between two sends is asked again every time, of the same functions the hit
 path asks: the bucket's CORS document, for a request with an Origin, must still be the same one
@@ -41,15 +52,18 @@ kept).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 
 from gateway.engine import ObjectMeta, OneBlock
 from gateway.errors import S3Error
 from gateway.lru import LRU
 from gateway.s3api.auth import Identity
+from gateway.s3api.auth.shaped import Shape, Template, shape_of, signed_anew, template
 from gateway.s3api.auth.memo import KNOWN_REQUEST_MAX, SDK_INVOCATION_ID, kept_size
 from gateway.s3api.accounting import REPLAYED, Accounts, Answered, Served
 from gateway.s3api.context import Services
@@ -62,8 +76,10 @@ CLOCK_HEADERS = ("if-modified-since", "if-unmodified-since")
 MAX_REQUEST_BYTES = 4096  # larger requests are answered the whole way; and, as the signature memo,
 # those whose kept_size (their headers counted at what each holds once parsed) is above KNOWN_REQUEST_MAX
 MAX_KEPT = 2048  # requests kept per process, the oldest dropped first (each ~3 KB besides its request)
-SEEN = 4 * MAX_KEPT  # requests whose arrivals are counted (by hash), the least recently seen forgotten first
+MAX_SHAPED = MAX_KEPT  # shapes kept per process (auth.shaped), the oldest dropped first
+SEEN = 4 * MAX_KEPT  # requests and shapes whose arrivals are counted (by hash), the least recently seen forgotten first
 _RID = b"x-amz-request-id"
+_SDK_INVOCATION_ID = SDK_INVOCATION_ID.encode("ascii")
 _XCACHE = b"x-cache"
 
 
@@ -95,6 +111,7 @@ class Replay:
     # What each answer served (`answered`, REPLAYED), made with the first: each answer sets its own
     # request id, bytes, source and time in it before Accounts.record, which keeps nothing of it.
     served: Served | None = None
+    template: Template | None = None  # kept by its shape: its canonical request, cut around what changes
 
 
 Keeper = Callable[[], "Replay | None"]
@@ -107,9 +124,10 @@ block came, or None: the request goes the whole way."""
 
 def keepable(req: S3Request, identity: Identity, secret: str | None) -> tuple[float, float] | None:
     """The times (after, until) within which `req` may be answered again, or None when it
-    may not be kept: its answer depends on the clock, it is signed by a key whose secret
-    is unknown, or an SDK marked it as its own (it is never sent again byte for byte)."""
-    if SDK_INVOCATION_ID in req.headers or any(name in req.headers for name in CLOCK_HEADERS):
+    may not be kept: its answer depends on the clock, or it is signed by a key whose secret
+    is unknown. (One an SDK marked as its own is never sent again byte for byte: Replays.keep
+    keeps it by its shape only.)"""
+    if any(name in req.headers for name in CLOCK_HEADERS):
         return None
     if identity.access_key is not None and secret is None:
         return None
@@ -141,45 +159,89 @@ def head_template(raw_headers: list[tuple[bytes, bytes]], closing: bytes) -> tup
 
 
 class Replays:
-    """The kept requests of one process, by their bytes (at most MAX_KEPT, the oldest first
-    out). Event loop only."""
+    """The kept requests of one process, by their bytes and by their shapes (at most MAX_KEPT
+    and MAX_SHAPED, the oldest first out). Event loop only."""
 
-    def __init__(self, services: Services, accounts: Accounts, size: int = MAX_KEPT) -> None:
+    def __init__(self, services: Services, accounts: Accounts, size: int = MAX_KEPT,
+                 max_skew: timedelta = timedelta(seconds=900)) -> None:
         self.services, self.accounts = services, accounts
-        self.size = size
+        self.size, self.max_skew = size, max_skew
         self._kept: LRU[bytes, Replay] = LRU(size)  # the oldest kept first out
-        self._arrivals: LRU[int, int] = LRU(SEEN)  # hash of a request's bytes: times seen
+        self._shaped: LRU[bytes, Replay] = LRU(min(size, MAX_SHAPED))  # by shape key (auth.shaped)
+        self._arrivals: LRU[int, int] = LRU(SEEN)  # hash of a request's bytes or shape key: times seen
         self._defaults: tuple[list[tuple[bytes, bytes]] | None, bytes] = (None, b"")
+        self._last: tuple[bytes | None, Shape | None] = (None, None)  # the last request shaped, its shape
+        self.by_shape = 0  # answers given to requests of a kept shape
 
     def kept(self) -> list[bytes]:
         """The requests kept, oldest first."""
         return list(self._kept)
 
+    def shapes(self) -> list[bytes]:
+        """The shape keys kept, oldest first."""
+        return list(self._shaped)
+
     def keep(self, request: bytes, keeper: Keeper) -> None:
-        """Keep `request`, just answered by the hit path, if its bytes arrived before."""
-        if len(request) > MAX_REQUEST_BYTES or self.size <= 0 or (self._arrivals.get(hash(request)) or 0) < 2:
+        """Keep `request`, just answered by the hit path, if its bytes (or its shape) arrived before."""
+        if len(request) > MAX_REQUEST_BYTES or self.size <= 0:
             return
         if kept_size(len(request), request.count(b"\n")) > KNOWN_REQUEST_MAX:  # many headers: large once parsed
+            return
+        again = (self._arrivals.get(hash(request)) or 0) >= 2
+        shape = self._shape(request)
+        again_shaped = shape is not None and (self._arrivals.get(hash(shape[0])) or 0) >= 2
+        if not again and not again_shaped:
             return
         replay = keeper()
         if replay is None:
             return
-        self._kept.put(request, replay)
+        if again and _SDK_INVOCATION_ID not in request.lower():  # (an SDK's never comes again byte for byte)
+            self._kept.put(request, replay)
+        if again_shaped and shape is not None and replay.access_key is not None and replay.secret is not None:
+            made = template(replay.req.view, shape, replay.secret, self.max_skew)
+            if made is not None:  # its own window checked anew for each request of the shape
+                self._shaped.put(shape[0], dataclasses.replace(replay, after=float("-inf"), until=float("inf"),
+                                                               template=made, served=None, segments=None))
 
     def answer(self, request: bytes, default_headers: list[tuple[bytes, bytes]],
                ) -> tuple[list[bytes | memoryview], bool] | LaterReplay | None:
-        """(the whole HTTP answer, keep the connection open) to `request` sent again; for a GET
-        whose block another node owns, what gives that answer once the block came (None: the
-        request goes the whole way); or None (nothing counted): the hit path and the app take
-        it as a new request."""
+        """(the whole HTTP answer, keep the connection open) to `request` sent again (or of a
+        kept shape, signed anew); for a GET whose block another node owns, what gives that answer
+        once the block came (None: the request goes the whole way); or None (nothing counted):
+        the hit path and the app take it as a new request."""
         replay = self._kept.get(request)
-        if replay is None:
-            self._arrived(request)
-            return None
+        if replay is not None:
+            return self._again(replay, request, self._kept, default_headers)
+        shape = self._shape(request)
+        if shape is not None:
+            replay = self._shaped.get(shape[0])
+            if replay is not None and self._signed_anew(replay, shape):
+                return self._again(replay, shape[0], self._shaped, default_headers)
+            self._arrived(shape[0])
+        self._arrived(request)
+        return None
+
+    def _shape(self, request: bytes) -> Shape | None:
+        """auth.shaped.shape_of(request), made once for the answer and the keeping of a request."""
+        last, shape = self._last
+        if last is not request:
+            shape = shape_of(request) if len(request) <= MAX_REQUEST_BYTES else None
+            self._last = request, shape
+        return shape
+
+    def _signed_anew(self, replay: Replay, shape: Shape) -> bool:
+        """Whether a request of a kept shape is signed anew as auth.shaped checks it, with the
+        secret its shape was kept with."""
+        assert replay.template is not None and replay.secret is not None  # (kept by shape only with both)
+        return signed_anew(replay.template, shape, replay.secret, datetime.now(timezone.utc), self.max_skew)
+
+    def _again(self, replay: Replay, key: bytes, kept: LRU[bytes, Replay], default_headers: list[tuple[bytes, bytes]],
+               ) -> tuple[list[bytes | memoryview], bool] | LaterReplay | None:
+        """The answer to a request kept (in `kept`, under `key`), as `answer` says."""
         started = time.perf_counter()
         if not self._still_holds(replay):
-            self._kept.pop(request)
-            self._arrived(request, again=True)  # sent again before: kept anew once answered
+            kept.pop(key)
+            self._arrived(key, again=True)  # sent again before: kept anew once answered
             return None
         engine = self.services.engine
         if replay.read is None:  # a HEAD
@@ -225,6 +287,7 @@ class Replays:
         served.request_id, served.sent, served.cache, served.seconds = \
             request_id, len(body), source, time.perf_counter() - started
         self.accounts.record(served)
+        self.by_shape += replay.template is not None
         return [head, body], replay.keep_alive
 
     def _arrived(self, request: bytes, *, again: bool = False) -> None:

@@ -2,7 +2,8 @@
 request answered by the ASGI app, by the hit path below it, by the hit path once its block came
 from the node that owns it (a later answer), and as a kept request sent again byte for byte,
 leaves the same request counts, bytes served by source, engine counters, object heat and
-access-log entry; only the count of the way it took differs. A block request of the peer API
+access-log entry; only the count of the way it took differs. An SDK's request, signed anew each
+time, is answered the same ways, the last by its shape. A block request of the peer API
 (cluster.peer_api) is counted alike whether the app, `answer_now` or `replay` answers it.
 
 A fleet of three nodes (Redis, moto), each request written to a raw socket so that the bytes
@@ -29,6 +30,7 @@ from gateway.cluster.peers import encode_query
 from tests.integration.test_fleet import BLOCK, engine, make_fleet  # noqa: F401
 from tests.integration.test_peer_hits import presigned, raw_block_request, reader_of
 from tests.integration.test_replays import read_head
+from tests.integration.test_replays_by_shape import sdk
 from tests.support import ADMIN, REGION, RunningGateway
 from tests.waiting import wait_for
 
@@ -91,17 +93,20 @@ def _answered(node: RunningGateway, request: bytes, log: list[dict[str, Any]],
     return {book: after[book] - before[book] for book in after}, entry, answer
 
 
-def _every_way(node: RunningGateway, make_request: Callable[[dict[str, str]], bytes], source: str) -> None:
+def _every_way(node: RunningGateway, make_request: Callable[[dict[str, str]], bytes], source: str,
+               signed_anew: bool = False) -> None:
     """The request `make_request(headers)` gives (with `headers` besides) answered by the app, then
     by the hit path, sent again (kept at its second arrival) and answered as kept: alike in every
     book but the count of the way it took. (A header no signature covers makes each request its
-    own bytes: a presigned URL made in the same second is the same.)"""
+    own bytes: a presigned URL made in the same second is the same.) `signed_anew`: each request
+    made anew, as an SDK signs each (kept by its shape, auth.shaped)."""
     log: list[dict[str, Any]] = []
     node.server.config.app.s3.accounts.observers.append(log.append)
     try:
         asgi = _answered(node, make_request({"x-test-request": uuid.uuid4().hex}), log, asgi=True)
-        request = make_request({"x-test-request": uuid.uuid4().hex})
-        others = [_answered(node, request, log) for _ in range(3)]
+        headers = {"x-test-request": uuid.uuid4().hex}
+        request = make_request(headers)
+        others = [_answered(node, make_request(headers) if signed_anew else request, log) for _ in range(3)]
     finally:
         node.server.config.app.s3.accounts.observers.remove(log.append)
     books, entry, answer = asgi
@@ -124,6 +129,9 @@ def test_a_hit_in_memory_is_counted_alike_by_every_path(fleet, direct):  # type:
     _every_way(owner, lambda unsigned: presigned_head(owner, "k", unsigned), "hit-mem")
     # One more hit of the object per GET answered, whichever way: 2 x 4 answers, and the cold read.
     assert _books(owner)["heat"][("bkt", "k")] == 9
+    for method, ranged in (("GET", {}), ("GET", {"Range": "bytes=10-99"}), ("HEAD", {})):  # SDKs': by shape
+        _every_way(owner, lambda headers: sdk(owner, method, "k", headers=ranged | headers, bucket="bkt"), "hit-mem",
+                   signed_anew=True)
 
 
 def test_a_block_another_node_holds_is_counted_alike_by_every_path(fleet, direct):  # type: ignore[no-untyped-def]
@@ -131,6 +139,8 @@ def test_a_block_another_node_holds_is_counted_alike_by_every_path(fleet, direct
     reader, _ = reader_of(fleet)
     _send(reader, presigned(reader, "k"))  # cold: the block is kept by its owner
     _every_way(reader, lambda unsigned: presigned(reader, "k", {"Range": "bytes=3-70"} | unsigned), "hit-peer")
+    _every_way(reader, lambda headers: sdk(reader, "GET", "k", headers={"Range": "bytes=4-70"} | headers, bucket="bkt"),
+               "hit-peer", signed_anew=True)
 
 
 def test_a_block_request_of_a_peer_is_counted_alike_by_every_path(fleet, direct):  # type: ignore[no-untyped-def]

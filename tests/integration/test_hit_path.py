@@ -4,8 +4,9 @@ Two gateways on one origin, alike but for server.hit_path, are warmed the same w
 blocks in the memory tier; again, with only a disk tier, whose blocks the page cache holds); then
 the same request (every way of signing it: SDK-signed anew, presigned each its own, skewed,
 expired, tampered; anonymous, users without the grant, ranges,
-conditionals, response overrides, HEAD, checksums) goes to both, twice (the second time, a
-hit is answered as kept: s3api.replays). Status, headers (but Date and the request id) and
+conditionals, response overrides, HEAD, checksums) goes to both, three times (an SDK's signed
+anew each time; the third time, a hit is answered as kept: s3api.replays, by its bytes or, an
+SDK's, by its shape). Status, headers (but Date and the request id) and
 body must be byte for byte the same, and so must what each gateway counted and logged.
 """
 
@@ -205,21 +206,43 @@ def test_a_plain_hit_is_answered_below_asgi_and_alike(pair: Pair) -> None:
             assert answers[0][0] in (200, 206) and (b"x-cache", hit) in answers[0][1]
 
 
+def test_an_sdks_request_signed_anew_is_answered_by_its_shape_and_alike(pair: Pair) -> None:
+    replays = pair.fast.server.config.app.hits.replays
+    with httpx.Client() as http:
+        for method, who, headers in [("GET", "team", {}), ("GET", "admin", {"range": "bytes=3-40"}),
+                                     ("HEAD", "reader", {})]:
+            spec = {"method": method, "bucket": "shared", "key": "team/small.txt", "query": [], "headers": headers,
+                    "who": who, "signing": "v4-sdk"}
+            before = replays.by_shape
+            fast = [_answer(http, to_fast) for to_fast in _three(pair.fast.endpoint, spec)]
+            assert replays.by_shape == before + 1, spec  # the third, kept at the second's arrival
+            assert fast == [_answer(http, to_asgi) for to_asgi in _three(pair.asgi.endpoint, spec)]
+            _settled(pair)
+            assert _counted(pair.fast) == _counted(pair.asgi)
+            assert _logged(pair.logs["fast"]) == _logged(pair.logs["asgi"])
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_both_paths_answer_every_read_alike(pair: Pair, data: st.DataObject) -> None:
     spec = data.draw(requests(pair.etags))
     with httpx.Client() as http:
-        # Each request sent three times, byte for byte: a hit the hit path answered is kept from
-        # its second arrival and answered the third time as kept (s3api.replays), which must
-        # still be the ASGI path's answer.
-        to_fast, to_asgi = _request(pair.fast.endpoint, **spec), _request(pair.asgi.endpoint, **spec)
-        fast = [_answer(http, to_fast) for _ in range(3)]
-        asgi = [_answer(http, to_asgi) for _ in range(3)]
+        # Each request sent three times, byte for byte (an SDK's signed anew each time): a hit the
+        # hit path answered is kept from its second arrival (an SDK's by its shape) and answered
+        # the third time as kept (s3api.replays), which must still be the ASGI path's answer.
+        fast = [_answer(http, to_fast) for to_fast in _three(pair.fast.endpoint, spec)]
+        asgi = [_answer(http, to_asgi) for to_asgi in _three(pair.asgi.endpoint, spec)]
     assert fast == asgi
     _settled(pair)
     assert _counted(pair.fast) == _counted(pair.asgi)
     assert _logged(pair.logs["fast"]) == _logged(pair.logs["asgi"])
+
+
+def _three(endpoint: str, spec: dict[str, Any]) -> list[httpx.Request]:
+    """A request three times: the same bytes, or an SDK's signed anew each time."""
+    if spec["signing"] == "v4-sdk":
+        return [_request(endpoint, **spec) for _ in range(3)]
+    return [_request(endpoint, **spec)] * 3
 
 
 def _settled(pair: Pair) -> None:

@@ -4,7 +4,8 @@ One module per part: model (what is read and answered), common (wire bytes, quer
 clock, secrets), payload (x-amz-content-sha256), sigv4 (header, credential scope, the
 signature check), fastpath (the SigV4 check of an SDK's GET or HEAD, signed or presigned,
 answering as sigv4 does or leaving the request to it; its work in the compiled _sigv4check, or
-in sigv4check, its pure-Python twin, where that was not built), memo (checks that passed lately), presigned (SigV4 query
+in sigv4check, its pure-Python twin, where that was not built), shaped (the signature of an SDK's
+request of a kept shape checked anew), memo (checks that passed lately), presigned (SigV4 query
 string), sigv2, dispatch (which one applies).
 """
 

@@ -1,6 +1,6 @@
 /* gateway.s3api.auth._sigv4check: the pure work of the SigV4 fast path (auth.fastpath), compiled.
  *
- * Its twin in Python is gateway/s3api/auth/sigv4check.py: the same five functions, the same answers
+ * Its twin in Python is gateway/s3api/auth/sigv4check.py: the same seven functions, the same answers
  * byte for byte (tests/s3api/test_sigv4check_twin.py compares them). What this module decides is only
  * what it can build: it answers None for a request outside the shapes it builds (a character above
  * U+00FF in the path or query, a header value or name that is not ASCII, a header twice, a signed
@@ -14,6 +14,10 @@
  *   verify(method, raw_path, canonical_query, headers, names, signed_headers, payload_hash, keyed, signature)
  *          -> True | False | None
  *   canonical(<the same but the signature>) -> ((canonical request, string to sign, signature), ...) | None
+ *   shape(head) -> (key, x-amz-date, credential date, signature, amz-sdk-invocation-id | None,
+ *          amz-sdk-request | None) | None: an SDK-signed (or presigned) GET or HEAD head cut around
+ *          what changes between two sends of it (s3api.replays keeps requests by that key)
+ *   signs(canonical_request, keyed, signature) -> bool: a canonical request (bytes) signed with keyed
  *
  * SHA-256 is OpenSSL's (libcrypto; libssl-dev to build).
  */
@@ -661,6 +665,344 @@ done:
 static PyObject *verify(PyObject *module, PyObject *const *args, Py_ssize_t nargs) { return check(args, nargs, 1); }
 static PyObject *canonical(PyObject *module, PyObject *const *args, Py_ssize_t nargs) { return check(args, nargs, 0); }
 
+/* ------------------------------------------------------------------------------------ shape, signs */
+
+/* The bytes a request line's target may hold (gateway.requesthead), a header name's (a token), and
+ * what a value of one of the slots (amz-sdk-invocation-id, amz-sdk-request) may hold besides single
+ * inner spaces: made at import. */
+static unsigned char TARGET[256], TOKEN[256];
+
+static int lower_is(const unsigned char *p, size_t n, const char *what)
+{
+    size_t m = strlen(what);
+    if (n != m)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((p[i] >= 'A' && p[i] <= 'Z' ? p[i] + 32 : p[i]) != (unsigned char)what[i])
+            return 0;
+    return 1;
+}
+
+static int lower_has(const unsigned char *p, size_t n, const char *what)
+{
+    size_t m = strlen(what);
+    for (size_t i = 0; i + m <= n; i++)
+        if (lower_is(p + i, m, what))
+            return 1;
+    return 0;
+}
+
+static int digits(const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] < '0' || p[i] > '9')
+            return 0;
+    return 1;
+}
+
+/* A slot's value: visible ASCII with single inner spaces, neither end a space (its canonical form). */
+static int plain_value(const unsigned char *p, size_t n)
+{
+    if (n == 0 || p[0] == ' ' || p[n - 1] == ' ')
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (p[i] < 0x20 || p[i] > 0x7e || (p[i] == ' ' && p[i + 1] == ' '))
+            return 0;
+    return 1;
+}
+
+static int cred_char(unsigned char c) { return c > 0x20 && c < 0x7f && c != '/' && c != ','; }
+
+#define AUTH_HEAD "AWS4-HMAC-SHA256 Credential="
+#define AUTH_SCOPE_END "/s3/aws4_request, SignedHeaders="
+#define AUTH_SIGNATURE ", Signature="
+
+/* Where the credential's date starts in an Authorization value of the SDKs' exact form, or 0. */
+static size_t authorization_form(const unsigned char *p, size_t n)
+{
+    size_t head = sizeof AUTH_HEAD - 1, scope_end = sizeof AUTH_SCOPE_END - 1, sig = sizeof AUTH_SIGNATURE - 1;
+    if (n < head + 64 + sig || memcmp(p, AUTH_HEAD, head) != 0)
+        return 0;
+    size_t i = head, key = head;
+    while (i < n && cred_char(p[i]))
+        i++;
+    if (i == key || i + 10 > n || p[i] != '/' || !digits(p + i + 1, 8) || p[i + 9] != '/')
+        return 0;
+    size_t date = i + 1, region = i + 10;
+    for (i = region; i < n && cred_char(p[i]); i++)
+        ;
+    if (i == region || n - i < scope_end || memcmp(p + i, AUTH_SCOPE_END, scope_end) != 0)
+        return 0;
+    size_t names = i + scope_end;
+    for (i = names; i < n && p[i] > 0x20 && p[i] < 0x7f && p[i] != ','; i++)
+        ;
+    if (i == names || n - i != sig + 64 || memcmp(p + i, AUTH_SIGNATURE, sig) != 0)
+        return 0;
+    for (i += sig; i < n; i++)
+        if (!((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f')))
+            return 0;
+    return date;
+}
+
+enum { AMZ_DATE, CREDENTIAL_DATE, SIGNATURE_SLOT, INVOCATION_ID, SDK_REQUEST, SLOTS };
+
+/* One header line of a head being shaped: its slot's place in `at`/`len` (offsets into the head) and
+ * `seen` counted; 0, or 1: not of the usual shape. */
+static int shape_line(const unsigned char *head, size_t start, size_t end, size_t at[SLOTS], size_t len[SLOTS],
+                      int seen[SLOTS], int presigned)
+{
+    const unsigned char *p = head + start;
+    size_t n = end - start, colon = 0;
+    while (colon < n && TOKEN[p[colon]])
+        colon++;
+    if (colon == 0 || colon == n || p[colon] != ':')
+        return 1;
+    for (size_t i = colon + 1; i < n; i++)
+        if ((p[i] < 0x20 || p[i] > 0x7e) && p[i] != '\t')
+            return 1;
+    if (presigned && lower_is(p, colon, "x-amz-content-sha256"))
+        return 1;  /* (auth.fastpath.presigned_fast leaves it to the general path) */
+    int which = lower_is(p, colon, "authorization") ? SIGNATURE_SLOT : lower_is(p, colon, "x-amz-date") ? AMZ_DATE
+                : lower_is(p, colon, "amz-sdk-invocation-id") ? INVOCATION_ID
+                : lower_is(p, colon, "amz-sdk-request") ? SDK_REQUEST : -1;
+    if (which < 0)
+        return 0;
+    if (seen[which]++ || n < colon + 3 || p[colon + 1] != ' ')  /* "Name: value", the value its canonical form */
+        return 1;
+    const unsigned char *value = p + colon + 2;
+    size_t value_n = n - colon - 2, offset = start + colon + 2;
+    if (!plain_value(value, value_n))
+        return 1;
+    if (which == AMZ_DATE) {
+        if (value_n != 16 || !digits(value, 8) || value[8] != 'T' || !digits(value + 9, 6) || value[15] != 'Z')
+            return 1;
+    } else if (which == SIGNATURE_SLOT) {
+        size_t date = authorization_form(value, value_n);
+        if (date == 0)
+            return 1;
+        at[CREDENTIAL_DATE] = offset + date;
+        len[CREDENTIAL_DATE] = 8;
+        offset += value_n - 64;
+        value_n = 64;
+    }
+    at[which] = offset;
+    len[which] = value_n;
+    return 0;
+}
+
+/* Whether text names (or may name) a signing parameter: x-amz-*, *signature*, AWSAccessKeyId. */
+static int signing_name(const unsigned char *p, size_t n)
+{
+    return lower_has(p, n, "signature") || lower_has(p, n, "x-amz-") || lower_has(p, n, "awsaccesskeyid");
+}
+
+static int alnum(unsigned char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); }
+
+/* Where the date starts in an X-Amz-Credential value as the SDKs encode it
+ * (AK%2FYYYYMMDD%2FREGION%2Fs3%2Faws4_request, AK and REGION of letters, digits and "-"), or 0. */
+static size_t presigned_credential(const unsigned char *p, size_t n)
+{
+    static const char tail[] = "%2Fs3%2Faws4_request";
+    size_t i = 0, tail_n = sizeof tail - 1;
+    while (i < n && alnum(p[i]))
+        i++;
+    if (i == 0 || i + 14 > n || memcmp(p + i, "%2F", 3) != 0 || !digits(p + i + 3, 8) || memcmp(p + i + 11, "%2F", 3) != 0)
+        return 0;
+    size_t date = i + 3, region = i + 14;
+    for (i = region; i < n && (alnum(p[i]) || p[i] == '-'); i++)
+        ;
+    if (i == region || n - i != tail_n || memcmp(p + i, tail, tail_n) != 0)
+        return 0;
+    return date;
+}
+
+static const char *const PRESIGN_PARAMS[] = {"X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
+                                             "X-Amz-SignedHeaders", "X-Amz-Signature"};
+
+/* One value of the six presigned parameters (`which`, at `offset` in the head): 0, or 1 when it is not
+ * of the SDKs' form; the slots' places into at/len. */
+static int presigned_value(int which, const unsigned char *v, size_t n, size_t offset, size_t at[SLOTS],
+                           size_t len[SLOTS])
+{
+    size_t date;
+    switch (which) {
+    case 0:
+        return n == 16 && memcmp(v, "AWS4-HMAC-SHA256", 16) == 0 ? 0 : 1;
+    case 1:
+        if ((date = presigned_credential(v, n)) == 0)
+            return 1;
+        at[CREDENTIAL_DATE] = offset + date;
+        len[CREDENTIAL_DATE] = 8;
+        return 0;
+    case 2:
+        if (n != 16 || !digits(v, 8) || v[8] != 'T' || !digits(v + 9, 6) || v[15] != 'Z')
+            return 1;
+        at[AMZ_DATE] = offset;
+        len[AMZ_DATE] = 16;
+        return 0;
+    case 3:
+        return n >= 1 && n <= 12 && digits(v, n) ? 0 : 1;
+    case 4:
+        return n >= 1 ? 0 : 1;
+    default:
+        if (n != 64)
+            return 1;
+        for (size_t i = 0; i < 64; i++)
+            if (!((v[i] >= '0' && v[i] <= '9') || (v[i] >= 'a' && v[i] <= 'f')))
+                return 1;
+        at[SIGNATURE_SLOT] = offset;
+        len[SIGNATURE_SLOT] = 64;
+        return 0;
+    }
+}
+
+/* A presigned URL's query (head[start:end]): the six X-Amz-* parameters once each, named as the SDKs
+ * name them, of their forms; no other parameter whose name may name a signing one. 0, or 1. */
+static int presigned_query(const unsigned char *head, size_t start, size_t end, size_t at[SLOTS], size_t len[SLOTS],
+                           int seen[SLOTS])
+{
+    int found = 0;
+    for (size_t i = start; i <= end;) {
+        const unsigned char *amp = memchr(head + i, '&', end - i);
+        size_t stop = amp ? (size_t)(amp - head) : end, n = stop - i;
+        const unsigned char *p = head + i, *eq = memchr(p, '=', n);
+        size_t name_n = eq ? (size_t)(eq - p) : n;
+        if (signing_name(p, name_n) || memchr(p, '%', name_n) != NULL) {
+            int which = -1;
+            for (int k = 0; k < 6; k++)
+                if (strlen(PRESIGN_PARAMS[k]) == name_n && memcmp(PRESIGN_PARAMS[k], p, name_n) == 0)
+                    which = k;
+            if (which < 0 || eq == NULL || (found & (1 << which))
+                || presigned_value(which, eq + 1, n - name_n - 1, i + name_n + 1, at, len) != 0)
+                return 1;
+            found |= 1 << which;
+        }
+        i = stop + 1;
+    }
+    seen[AMZ_DATE] = seen[SIGNATURE_SLOT] = 1;
+    return found == 63 ? 0 : 1;
+}
+
+/* The slots' places in `head` when it is one request head of the usual shape: 0, or 1 when not. */
+static int shape_slots(const unsigned char *head, size_t n, size_t at[SLOTS], size_t len[SLOTS], int seen[SLOTS])
+{
+    if (n < 4 || memcmp(head + n - 4, "\r\n\r\n", 4) != 0)
+        return 1;
+    const unsigned char *eol = memchr(head, '\r', n);
+    size_t line = (size_t)(eol - head), method = head[0] == 'G' ? 3 : 4;
+    if (line < method + 11 || memcmp(head, method == 3 ? "GET /" : "HEAD /", method + 2) != 0
+        || head[line + 1] != '\n' || memcmp(head + line - 9, " HTTP/1.1", 9) != 0)
+        return 1;
+    size_t target = method + 1, target_end = line - 9;
+    for (size_t i = target; i < target_end; i++)
+        if (!TARGET[head[i]])
+            return 1;
+    const unsigned char *query = memchr(head + target, '?', target_end - target);
+    int presigned = 0;
+    if (query != NULL && signing_name(query, (size_t)(head + target_end - query))) {
+        if (presigned_query(head, (size_t)(query - head) + 1, target_end, at, len, seen) != 0)
+            return 1;
+        presigned = 1;
+    }
+    for (size_t start = line + 2; start < n - 2;) {
+        const unsigned char *cr = memchr(head + start, '\r', n - start);
+        size_t end = (size_t)(cr - head);
+        if (head[end + 1] != '\n' || end == start || shape_line(head, start, end, at, len, seen, presigned) != 0)
+            return 1;
+        start = end + 2;
+    }
+    return seen[SIGNATURE_SLOT] == 1 && seen[AMZ_DATE] == 1 ? 0 : 1;
+}
+
+static PyObject *shape(PyObject *module, PyObject *head_bytes)
+{
+    if (!PyBytes_Check(head_bytes)) {
+        PyErr_SetString(PyExc_TypeError, "shape takes the bytes of a request head");
+        return NULL;
+    }
+    const unsigned char *head = (const unsigned char *)PyBytes_AS_STRING(head_bytes);
+    size_t n = (size_t)PyBytes_GET_SIZE(head_bytes), at[SLOTS] = {0}, len[SLOTS] = {0};
+    int seen[SLOTS] = {0};
+    if (shape_slots(head, n, at, len, seen) != 0)
+        Py_RETURN_NONE;
+    /* The key: the head without the slots' values, cut in the order they come. */
+    int order[SLOTS] = {0, 1, 2, 3, 4}, count = 0;
+    for (int i = 0; i < SLOTS; i++)
+        if (seen[i] || i == CREDENTIAL_DATE)
+            order[count++] = i;
+    for (int i = 1; i < count; i++)
+        for (int j = i; j > 0 && at[order[j]] < at[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    buf_t key;
+    buf_init(&key);
+    size_t from = 0;
+    for (int i = 0; i < count; i++) {
+        if (put(&key, head + from, at[order[i]] - from) < 0) {
+            buf_free(&key);
+            return NULL;
+        }
+        from = at[order[i]] + len[order[i]];
+    }
+    PyObject *result = NULL, *parts[SLOTS + 1] = {NULL};
+    if (put(&key, head + from, n - from) == 0) {
+        parts[0] = PyBytes_FromStringAndSize(key.p, (Py_ssize_t)key.n);
+        for (int i = 0; i < SLOTS; i++)
+            parts[i + 1] = seen[i] || i == CREDENTIAL_DATE ? ascii_str((const char *)head + at[i], len[i])
+                                                           : Py_NewRef(Py_None);
+        int made = 1;
+        for (int i = 0; i <= SLOTS; i++)
+            made &= parts[i] != NULL;
+        if (made)
+            result = PyTuple_Pack(6, parts[0], parts[1], parts[2], parts[3], parts[4], parts[5]);
+    }
+    for (int i = 0; i <= SLOTS; i++)
+        Py_XDECREF(parts[i]);
+    buf_free(&key);
+    return result;
+}
+
+/* signs(canonical_request, keyed, signature): whether the request's signature (64 lowercase hex) is
+ * that of `canonical_request` (bytes, as hashed) with `keyed`, compared in constant time. */
+static PyObject *signs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[1]) || !PyUnicode_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "signs(canonical request: bytes, keyed: bytes, signature: str)");
+        return NULL;
+    }
+    if (PyBytes_GET_SIZE(args[1]) < (Py_ssize_t)sizeof(keyed_t)
+        || PyBytes_GET_SIZE(args[1]) != (Py_ssize_t)sizeof(keyed_t)
+                                        + ((const keyed_t *)PyBytes_AS_STRING(args[1]))->to_sign_n) {
+        PyErr_SetString(PyExc_ValueError, "keyed: not what keyed() made");
+        return NULL;
+    }
+    Py_ssize_t provided_n = 0;
+    const char *provided = ascii(args[2], &provided_n);
+    if (provided == NULL || provided_n != 64)
+        Py_RETURN_FALSE;
+    const keyed_t *k = (const keyed_t *)PyBytes_AS_STRING(args[1]);
+    unsigned char digest[32];
+    char hex[64];
+    sha_t sha;
+    sha_init(&sha);
+    sha_update(&sha, (const unsigned char *)PyBytes_AS_STRING(args[0]), (size_t)PyBytes_GET_SIZE(args[0]));
+    sha_final(&sha, digest);
+    hex64(digest, hex);
+    sha = k->inner;
+    sha_update(&sha, (const unsigned char *)hex, 64);
+    sha_final(&sha, digest);
+    sha = k->outer;
+    sha_update(&sha, digest, 32);
+    sha_final(&sha, digest);
+    hex64(digest, hex);
+    unsigned char differ = 0;
+    for (int i = 0; i < 64; i++)  /* constant time: every byte compared */
+        differ |= (unsigned char)(hex[i] ^ provided[i]);
+    return PyBool_FromLong(!differ);
+}
+
 static PyMethodDef methods[] = {
     {"header_parts", header_parts, METH_O, "(credential, signed headers, signature, x-amz-date, "
      "x-amz-content-sha256) of a request's headers, or None"},
@@ -670,6 +1012,10 @@ static PyMethodDef methods[] = {
     {"verify", (PyCFunction)(void (*)(void))verify, METH_FASTCALL, "whether the signature matches; None: not built here"},
     {"canonical", (PyCFunction)(void (*)(void))canonical, METH_FASTCALL,
      "((canonical request, string to sign, signature), ...) of each canonical URI, or None"},
+    {"shape", shape, METH_O, "(key, x-amz-date, credential date, signature, invocation id, sdk request) "
+     "of an SDK-signed GET or HEAD head, or None"},
+    {"signs", (PyCFunction)(void (*)(void))signs, METH_FASTCALL,
+     "whether a canonical request signed with keyed() gives the signature"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -685,6 +1031,8 @@ PyMODINIT_FUNC PyInit__sigv4check(void)
         HEX_PAIRS[i][1] = HEX_LOWER[i & 15];
         KEPT[i] = (i >= 'A' && i <= 'Z') || (i >= 'a' && i <= 'z') || (i >= '0' && i <= '9') || i == '-' || i == '_'
                   || i == '.' || i == '~' ? 1 : i == '/' ? 2 : 0;
+        TARGET[i] = KEPT[i] == 1 || (i != 0 && strchr("!$&'()*+,;=:@/%?", i) != NULL);
+        TOKEN[i] = KEPT[i] == 1 || (i != 0 && strchr("!#$%&'*+^`|", i) != NULL);
     }
     for (int i = 0; i < N_AUTH_PARAMS; i++)
         if ((AUTH_KEYS[i] = PyUnicode_InternFromString(AUTH_PARAMS[i])) == NULL)

@@ -1,8 +1,9 @@
 """SigV4 as the SDKs sign a GET or HEAD (the Authorization header) and as they presign one (the
 query): only what the signature covers, built once.
 
-An SDK signs each request anew (its own x-amz-date and amz-sdk-invocation-id), so neither memo
-(auth.memo, s3api.replays) ever answers it, and the general check (sigv4) cost ~270,000
+An SDK signs each request anew (its own x-amz-date and amz-sdk-invocation-id), so the signature
+memo (auth.memo) never answers it, nor s3api.replays by its bytes (by its shape, auth.shaped checks
+its signature anew with what this module keeps), and the general check (sigv4) cost ~270,000
 instructions for one, most of it in the code around the cryptography (bench/auth_instructions.py).
 
 `sigv4_fast` answers only with an identity the general check would give for the same request:

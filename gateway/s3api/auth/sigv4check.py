@@ -6,7 +6,9 @@ same requests and compares what they build, byte for byte. Each function answers
 request outside the shapes built here (a character above U+00FF in the path or query, a header
 name or signed value that is not ASCII, a header twice, a signed header absent, an x-amz-*
 header not signed): auth.fastpath then leaves it to the general path. The checks of scopes,
-dates, keys and windows are auth.fastpath's.
+dates, keys and windows are auth.fastpath's. `shape` and `signs` are auth.shaped's (a request head
+cut around what changes between two sends of it; a canonical request's signature compared), held
+to the compiled ones by tests/s3api/test_auth_shaped.py.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from gateway.s3api.auth.common import _percent_decode
 from gateway.s3api.auth.sigv4 import _canonical_uris
 from gateway.signing import ALGORITHM, uri_encode
 
-__all__ = ["canonical", "canonical_query", "header_parts", "keyed", "verify"]
+__all__ = ["canonical", "canonical_query", "header_parts", "keyed", "shape", "signs", "verify"]
 
 Keyed = tuple["hashlib._Hash", "hashlib._Hash", str]  # inner, outer, the string to sign's first part
 Parts = tuple["str | None", "str | None", "str | None", "str | None", "str | None"]
@@ -189,3 +191,141 @@ def canonical(method: str, raw_path: str, canonical_query: str, headers: tuple[t
         signature.update(mac.digest())
         forms.append((request, to_sign + request_hash, signature.hexdigest()))
     return tuple(forms)
+
+
+Shape = tuple[bytes, str, str, str, "str | None", "str | None"]
+
+_REQUEST_LINE = re.compile(rb"(?:GET|HEAD) /[A-Za-z0-9\-._~!$&'()*+,;=:@/%?]* HTTP/1\.1")
+_HEADER_LINE = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[\x20-\x7e\t]*")
+_PLAIN_VALUE = re.compile(rb"[\x21-\x7e]+(?: [\x21-\x7e]+)*")  # visible ASCII, single inner spaces
+_AMZ_DATE = re.compile(rb"[0-9]{8}T[0-9]{6}Z")
+_AUTHORIZATION = re.compile(rb"AWS4-HMAC-SHA256 Credential=[\x21-\x2b\x2d-\x2e\x30-\x7e]+/([0-9]{8})/"
+                            rb"[\x21-\x2b\x2d-\x2e\x30-\x7e]+/s3/aws4_request, SignedHeaders=[\x21-\x2b\x2d-\x7e]+"
+                            rb", Signature=([0-9a-f]{64})")
+_SLOTS = {b"x-amz-date": 0, b"authorization": 2, b"amz-sdk-invocation-id": 3, b"amz-sdk-request": 4}
+
+
+_PRESIGN_VALUES = {
+    b"X-Amz-Algorithm": re.compile(rb"AWS4-HMAC-SHA256"),
+    b"X-Amz-Credential": re.compile(rb"[A-Za-z0-9]+%2F([0-9]{8})%2F[A-Za-z0-9-]+%2Fs3%2Faws4_request"),
+    b"X-Amz-Date": re.compile(rb"[0-9]{8}T[0-9]{6}Z"),
+    b"X-Amz-Expires": re.compile(rb"[0-9]{1,12}"),
+    b"X-Amz-SignedHeaders": re.compile(rb".+", re.DOTALL),
+    b"X-Amz-Signature": re.compile(rb"[0-9a-f]{64}"),
+}
+
+
+def _signing_name(text: bytes) -> bool:
+    lowered = text.lower()
+    return b"signature" in lowered or b"x-amz-" in lowered or b"awsaccesskeyid" in lowered
+
+
+def _presigned_query(query: bytes, offset: int, cuts: dict[int, tuple[int, int]]) -> bool:
+    """A presigned URL's query (at `offset` in the head): the six X-Amz-* parameters once each, named
+    as the SDKs name them, of their forms, their slots into `cuts`; no other parameter whose name may
+    name a signing one."""
+    found = set()
+    for part in query.split(b"&"):
+        name, eq, value = part.partition(b"=")
+        if _signing_name(name) or b"%" in name:
+            form = _PRESIGN_VALUES.get(name)
+            if form is None or not eq or name in found:
+                return False
+            match = form.fullmatch(value)
+            if match is None:
+                return False
+            found.add(name)
+            at = offset + len(name) + 1
+            if name == b"X-Amz-Credential":
+                cuts[1] = (at + match.start(1), 8)
+            elif name == b"X-Amz-Date":
+                cuts[0] = (at, 16)
+            elif name == b"X-Amz-Signature":
+                cuts[2] = (at, 64)
+        offset += len(part) + 1
+    return len(found) == len(_PRESIGN_VALUES)
+
+
+def _shape_line(line: bytes, offset: int, cuts: dict[int, tuple[int, int]], presigned: bool) -> bool:
+    """One header line of a head being shaped: its slots' (offset, length) into `cuts` (by slot:
+    0 x-amz-date, 1 the credential's date, 2 the signature, 3 and 4 the SDK's two); False when it
+    is not of the usual shape."""
+    match = _HEADER_LINE.fullmatch(line)
+    if match is None:
+        return False
+    if presigned and match[1].lower() == b"x-amz-content-sha256":
+        return False  # (auth.fastpath.presigned_fast leaves it to the general path)
+    slot = _SLOTS.get(match[1].lower())
+    if slot is None:
+        return True
+    value, at = line[len(match[1]) + 2:], offset + len(match[1]) + 2
+    if slot in cuts or line[len(match[1]) + 1:len(match[1]) + 2] != b" " or not _PLAIN_VALUE.fullmatch(value):
+        return False
+    if slot == 0 and not _AMZ_DATE.fullmatch(value):
+        return False
+    if slot == 2:
+        form = _AUTHORIZATION.fullmatch(value)
+        if form is None:
+            return False
+        cuts[1] = (at + form.start(1), 8)
+        at, value = at + form.start(2), form[2]
+    cuts[slot] = (at, len(value))
+    return True
+
+
+def shape(head: bytes) -> Shape | None:
+    """(key, x-amz-date, the credential's date, the signature, amz-sdk-invocation-id, amz-sdk-request)
+    of one whole request head (bytes as read) of the usual SDK shape: GET or HEAD, the request line
+    as gateway.requesthead reads it, header lines `name:value` of visible ASCII; signed either in its
+    headers (exactly one Authorization of the SDKs' form "AWS4-HMAC-SHA256 Credential=AK/YYYYMMDD/
+    REGION/s3/aws4_request, SignedHeaders=..., Signature=<64 lowercase hex>" and one x-amz-date
+    YYYYMMDDTHHMMSSZ, no signing parameter in the query) or presigned (the six X-Amz-* parameters
+    once each as the SDKs write them, no Authorization, x-amz-date or x-amz-content-sha256 header);
+    at most one of each of the SDK's two headers; each of those headers written "Name: value" with a
+    value that is its own canonical form (visible ASCII, single inner spaces). The key is the head
+    with those values cut out (names and separators kept). None: any other head."""
+    if not isinstance(head, bytes):
+        raise TypeError("shape takes the bytes of a request head")
+    if not head.endswith(b"\r\n\r\n"):
+        return None
+    lines = head[:-4].split(b"\r\n")
+    if not _REQUEST_LINE.fullmatch(lines[0]):
+        return None
+    target = lines[0].split(b" ")[1]
+    path, question, query = target.partition(b"?")
+    cuts: dict[int, tuple[int, int]] = {}
+    presigned = bool(question) and _signing_name(query)
+    if presigned and not _presigned_query(query, lines[0].index(b" ") + 1 + len(path) + 1, cuts):
+        return None
+    offset = len(lines[0]) + 2
+    for line in lines[1:]:
+        if not _shape_line(line, offset, cuts, presigned):
+            return None
+        offset += len(line) + 2
+    if 0 not in cuts or 2 not in cuts:
+        return None
+    key, start = [], 0
+    for at, length in sorted(cuts.values()):
+        key.append(head[start:at])
+        start = at + length
+    key.append(head[start:])
+    values = [head[at:at + length].decode("ascii") for at, length in (cuts[0], cuts[1], cuts[2])]
+    sdk = [head[cuts[slot][0]:sum(cuts[slot])].decode("ascii") if slot in cuts else None for slot in (3, 4)]
+    return b"".join(key), values[0], values[1], values[2], sdk[0], sdk[1]
+
+
+def signs(canonical_request: bytes, keyed: Keyed, provided: str) -> bool:
+    """Whether `provided` is the signature of `canonical_request` (bytes, as hashed) with `keyed`,
+    compared in constant time."""
+    if not isinstance(canonical_request, bytes) or not isinstance(provided, str):
+        raise TypeError("signs(canonical request: bytes, keyed: bytes, signature: str)")
+    if len(provided) != 64 or not provided.isascii():
+        return False
+    inner, outer, _ = keyed
+    digest = _SHA256.copy()
+    digest.update(canonical_request)
+    mac = inner.copy()
+    mac.update(digest.hexdigest().encode())
+    signature = outer.copy()
+    signature.update(mac.digest())
+    return hmac.compare_digest(signature.hexdigest(), provided)

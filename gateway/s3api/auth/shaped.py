@@ -1,0 +1,178 @@
+"""SigV4 checked anew for a request of a kept shape: an SDK's GET or HEAD sent again with only its
+x-amz-date, credential date, signature, amz-sdk-invocation-id and amz-sdk-request new (or a
+presigned URL made anew: only its X-Amz-Date, the Credential's date and X-Amz-Signature new).
+
+`shape_of` (the compiled _sigv4check.shape, or its twin) cuts those values out of a request head;
+two heads with the same rest (the key) have the same method, target, headers and values but
+those, so their canonical requests differ only where those values are signed. `template` cuts the
+canonical request of a request the full check passed (auth.fastpath or the general path) around
+those places, and checks that joined again with the request's own values it gives the request's
+own signature; `signed_anew` makes for a new request of the same key every check sigv4_fast (or
+presigned_fast) makes that those values take part in (the credential's date is x-amz-date's, the
+clock within the skew of x-amz-date or the URL's window, the signature of the canonical request
+matched in constant time, with the signing key of the same secret). Whatever fails is left to the
+full path, which gives its own answer.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from gateway.s3api.auth.fastpath import _check, _Checked, _header_signed, _keyed, _presigned
+from gateway.s3api.auth.model import RequestView
+from gateway.signing import UNSIGNED_PAYLOAD
+
+__all__ = ["Shape", "Template", "shape_of", "signed_anew", "template"]
+
+Shape = tuple[bytes, str, str, str, "str | None", "str | None"]
+"""(key, x-amz-date, the credential's date, the signature, amz-sdk-invocation-id, amz-sdk-request)."""
+
+shape_of = _check.shape
+_signs = _check.signs
+
+# The values that change between two sends, by their place in a Shape; each is given a value found
+# nowhere else (letters and digits: URI-encoding keeps it) while the kept request's canonical request
+# is built, to find its places: the headers' (x-amz-date, the SDK's two) and, presigned, the query's.
+_TOKEN = secrets.token_hex(8)
+_HEADER_SLOTS = {"x-amz-date": 1, "amz-sdk-invocation-id": 4, "amz-sdk-request": 5}
+_SENTINELS = {f"S3GW{_TOKEN}SLOT{index}": index for index in (1, 2, 4, 5)}
+_SENTINEL_OF = {index: sentinel for sentinel, index in _SENTINELS.items()}
+_PRESIGN_PARAMS = frozenset(("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
+                             "X-Amz-SignedHeaders", "X-Amz-Signature"))
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """The canonical requests (one per canonical URI the general path tries) of a kept request, cut
+    around the values that change: forms[i] pieces, and between two pieces the Shape value `slots[j]`."""
+
+    forms: tuple[tuple[bytes, ...], ...]
+    slots: tuple[int, ...]
+    credential: tuple[str, str]  # the Credential before and after its date
+    signed_text: str
+    payload_hash: str
+    expires: str | None = None  # a presigned URL's X-Amz-Expires (None: signed in its headers)
+
+
+def _cut(request: str) -> tuple[tuple[bytes, ...], tuple[int, ...]]:
+    pieces, slots = [], []
+    at = 0
+    while True:
+        found = [(place, sentinel) for sentinel in _SENTINELS if (place := request.find(sentinel, at)) >= 0]
+        if not found:
+            break
+        place, sentinel = min(found)
+        pieces.append(request[at:place].encode())
+        slots.append(_SENTINELS[sentinel])
+        at = place + len(sentinel)
+    pieces.append(request[at:].encode())
+    return tuple(pieces), tuple(slots)
+
+
+def _presigned_query(query_string: str, shape: Shape) -> str:
+    """The raw query of a presigned URL with X-Amz-Date's value and the Credential's date (as the
+    SDKs encode it, between two %2F) made sentinels."""
+    parts = []
+    for part in query_string.split("&"):
+        if part.startswith("X-Amz-Date="):
+            part = "X-Amz-Date=" + _SENTINEL_OF[1]
+        elif part.startswith("X-Amz-Credential="):
+            part = part.replace(f"%2F{shape[2]}%2F", f"%2F{_SENTINEL_OF[2]}%2F", 1)
+        parts.append(part)
+    return "&".join(parts)
+
+
+def _checked_for(view: RequestView, shape: Shape, max_skew: timedelta,
+                 ) -> tuple[_Checked, str, str, str, str, str | None, str] | None:
+    """(its checks, the Credential, SignedHeaders, x-amz-date, payload hash, X-Amz-Expires, the raw
+    query with sentinels) of a request as auth.fastpath reads it, when they are `shape`'s."""
+    parts = _check.header_parts(view.headers)
+    if parts is None:
+        return None
+    if parts[0] is not None:  # signed in its headers
+        credential, signed_text, provided, amz_date, payload_hash = parts
+        if amz_date is None or payload_hash is None:
+            return None
+        checked = _header_signed(credential, signed_text, amz_date, payload_hash, max_skew)
+        expires, query = None, view.query_string
+    else:
+        canonical = _check.canonical_query(view.query_string)
+        if canonical is None or canonical[1].keys() != _PRESIGN_PARAMS or parts[3] is not None or parts[4] is not None:
+            return None
+        params = canonical[1]
+        credential, signed_text, provided, amz_date = (params["X-Amz-Credential"], params["X-Amz-SignedHeaders"],
+                                                       params["X-Amz-Signature"], params["X-Amz-Date"])
+        expires, payload_hash = params["X-Amz-Expires"], UNSIGNED_PAYLOAD
+        checked = _presigned(credential, signed_text, amz_date, expires, max_skew)
+        query = _presigned_query(view.query_string, shape)
+    if checked is None or provided != shape[3] or amz_date != shape[1] or checked.date != shape[2]:
+        return None
+    return checked, credential, signed_text, amz_date, payload_hash, expires, query
+
+
+def template(view: RequestView, shape: Shape, secret: str, max_skew: timedelta) -> Template | None:
+    """The Template of a request whose signature the full check accepted, `shape` its Shape; None
+    when it cannot be made (not of the shape auth.fastpath builds, or the Template joined again with
+    the request's own values does not give its own signature)."""
+    found = _checked_for(view, shape, max_skew)
+    if found is None:
+        return None
+    checked, credential, signed_text, amz_date, payload_hash, expires, query = found
+    scope = credential.split("/")
+    if len(scope) != 5:
+        return None
+    if query:
+        canonical_query = _check.canonical_query(query)
+        if canonical_query is None or (expires is None and canonical_query[1]):
+            return None
+        query = canonical_query[0]
+    headers = tuple((name, _SENTINEL_OF[_HEADER_SLOTS[name]] if name in _HEADER_SLOTS else value)
+                    for name, value in view.headers)
+    keyed = _keyed(secret, amz_date, checked)
+    forms = _check.canonical(view.method, view.raw_path, query, headers, checked.names, signed_text, payload_hash,
+                             keyed)
+    if not forms:
+        return None
+    cut = [_cut(request) for request, _, _ in forms]
+    slots = cut[0][1]
+    if (any(form_slots != slots for _, form_slots in cut) or slots.count(1) != 1 or len(set(slots)) != len(slots)
+            or (2 in slots) != (expires is not None)):
+        return None  # x-amz-date signed once (presigned: the Credential's date too), each value in one place
+    made = Template(tuple(pieces for pieces, _ in cut), slots, (scope[0] + "/", "/" + "/".join(scope[2:])),
+                    signed_text, payload_hash, expires)
+    return made if _matches(made, shape, keyed) else None
+
+
+def _matches(made: Template, shape: Shape, keyed: object) -> bool:
+    """Whether one of the Template's forms joined with `shape`'s values is signed by its signature."""
+    values = [shape[slot] for slot in made.slots]
+    if None in values:
+        return False  # (the key holds the same headers: not seen)
+    matched = False
+    for pieces in made.forms:
+        joined = [pieces[0]]
+        for value, piece in zip(values, pieces[1:]):
+            joined += (value.encode(), piece)  # type: ignore[union-attr]
+        matched |= _signs(b"".join(joined), keyed, shape[3])  # type: ignore[arg-type]
+    return matched
+
+
+def signed_anew(made: Template, shape: Shape, secret: str, now: datetime, max_skew: timedelta) -> bool:
+    """Whether a request of the kept key, its values `shape`'s, passes every check auth.fastpath
+    makes (sigv4_fast, or presigned_fast for a presigned URL) with `secret`, the access key's secret
+    the kept request was checked with."""
+    _, amz_date, date, provided, _, _ = shape
+    if date != amz_date[:8]:
+        return False
+    before, after = made.credential
+    if made.expires is None:
+        checked = _header_signed(before + date + after, made.signed_text, amz_date, made.payload_hash, max_skew)
+        if checked is None or abs(now - checked.time) > max_skew:
+            return False
+    else:
+        checked = _presigned(before + date + after, made.signed_text, amz_date, made.expires, max_skew)
+        if checked is None or checked.time - now > max_skew or now > checked.identity.valid_until:  # type: ignore[operator]
+            return False
+    return _matches(made, shape, _keyed(secret, amz_date, checked))

@@ -1,0 +1,222 @@
+"""SDK-signed requests kept by their shape (gateway.s3api.replays, auth.shaped): the same GET signed
+anew each time (its own x-amz-date, signature, amz-sdk-invocation-id) is answered as kept from the
+shape's second arrival, and alike to what the app answers; whatever its signature or what its answer
+depended on does not hold any more gets exactly the full path's answer.
+
+One gateway over moto, metadata TTL of an hour; each request written to a raw socket in one send,
+as an SDK writes it (botocore's header signer).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import botocore.auth
+import pytest
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from gateway.config import CacheSettings, MetadataSettings
+from tests.integration.test_replays import exchange, head_exchange
+from tests.s3api.test_auth_fastpath import _clock
+from tests.support import ADMIN, REGION, TEAM, RunningGateway, base_settings, client
+
+BUCKET = "shapes"
+UNSTABLE = ("date", "x-amz-request-id")
+FROM_WHERE = ("x-cache", "x-amzn-requestid")  # a miss and a hit differ in these alone
+
+
+@pytest.fixture(scope="module")
+def gateway(origin_endpoint: str) -> Iterator[RunningGateway]:
+    base = base_settings(origin_endpoint)
+    settings = dataclasses.replace(base, cache=CacheSettings(block_size=64 * 1024, memory_quota=16 * 64 * 1024),
+                                   metadata=MetadataSettings(ttl=3600.0))
+    client(origin_endpoint, ("origin-key", "origin-secret")).create_bucket(Bucket=BUCKET)
+    with RunningGateway(settings) as running:
+        yield running
+
+
+def sdk(gateway: RunningGateway, method: str, key: str, *, headers: dict[str, str] | None = None,
+        who: tuple[str, str] = ADMIN, at: datetime | None = None, bucket: str = BUCKET) -> bytes:
+    """The whole head of `method` of `key` as an SDK writes it: signed in its headers by botocore
+    (at `at`, else now), with a new amz-sdk-invocation-id."""
+    sdk_headers = {"amz-sdk-invocation-id": str(uuid.uuid4()), "amz-sdk-request": "attempt=1; max=3",
+                   "User-Agent": "Boto3/1.35.0 md/Botocore#1.35.0", **(headers or {})}
+    request = AWSRequest(method=method, url=f"{gateway.endpoint}/{bucket}/{key}", headers=sdk_headers)
+    with _clock(at or datetime.now(timezone.utc)):
+        botocore.auth.S3SigV4Auth(Credentials(*who), "s3", REGION).add_auth(request)
+    prepared = request.prepare()
+    lines = [f"{method} {prepared.url.removeprefix(gateway.endpoint)} HTTP/1.1",
+             f"Host: {gateway.endpoint.removeprefix('http://')}"]
+    lines += [f"{name}: {value.decode() if isinstance(value, bytes) else value}"
+              for name, value in prepared.headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def replays(gateway: RunningGateway) -> Any:
+    return gateway.server.config.app.hits.replays
+
+
+def answer(gateway: RunningGateway, request: bytes, *, app: bool = False) -> tuple[int, dict[str, str], bytes]:
+    """The answer to `request`; `app`: the app's, the hit path (and the kept requests) taken away."""
+    gateway_app = gateway.server.config.app
+    hits = gateway_app.hits
+    if app:
+        gateway_app.hits = None
+    try:
+        if request.startswith(b"HEAD "):
+            return (*head_exchange(gateway, request), b"")
+        return exchange(gateway, request, answers=1)[0]
+    finally:
+        gateway_app.hits = hits
+
+
+def stable(headers: dict[str, str], besides: tuple[str, ...] = ()) -> dict[str, str]:
+    return {name: value for name, value in headers.items() if name not in UNSTABLE + besides}
+
+
+def kept_shape(gateway: RunningGateway, key: str, body: bytes, **kw: Any) -> None:
+    """`key` written with `body`, read (a miss), then again (a hit, kept by its shape)."""
+    client(gateway.endpoint).put_object(Bucket=BUCKET, Key=key, Body=body)
+    before = len(replays(gateway).shapes())
+    for _ in range(2):
+        assert answer(gateway, sdk(gateway, "GET", key, **kw))[0] in (200, 206)
+    assert len(replays(gateway).shapes()) == before + 1
+
+
+def as_the_app(gateway: RunningGateway, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """`request`'s answer, not by its shape, and the same as the app's answer to it."""
+    by_shape = replays(gateway).by_shape
+    status, headers, body = answer(gateway, request)
+    assert replays(gateway).by_shape == by_shape
+    app_status, app_headers, app_body = answer(gateway, request, app=True)
+    assert (status, stable(headers, FROM_WHERE)) == (app_status, stable(app_headers, FROM_WHERE))
+    assert re.sub(rb"<RequestId>.*</RequestId>", b"", body) == re.sub(rb"<RequestId>.*</RequestId>", b"", app_body)
+    return status, headers, body
+
+
+def test_a_get_signed_anew_each_time_is_answered_by_its_shape_as_the_app_answers_it(gateway: RunningGateway) -> None:
+    client(gateway.endpoint).put_object(Bucket=BUCKET, Key="sdk.bin", Body=b"s" * 4096)
+    before, replayed = replays(gateway).by_shape, gateway.server.config.app.s3.accounts.stats.replayed
+    answers = [answer(gateway, sdk(gateway, "GET", "sdk.bin")) for _ in range(5)]
+    # A miss (the app), a hit (kept by its shape: its second arrival), then three by shape.
+    assert replays(gateway).by_shape == before + 3
+    assert gateway.server.config.app.s3.accounts.stats.replayed == replayed + 3
+    app = answer(gateway, sdk(gateway, "GET", "sdk.bin"), app=True)
+    for status, headers, body in answers[1:]:
+        assert (status, body) == (200, b"s" * 4096)
+        assert stable(headers) == {**stable(app[1]), "x-cache": "hit-mem"}
+    assert len({headers["x-amz-request-id"] for _, headers, _ in answers}) == 5
+
+
+def test_a_head_signed_anew_is_answered_by_its_shape(gateway: RunningGateway) -> None:
+    client(gateway.endpoint).put_object(Bucket=BUCKET, Key="head.bin", Body=b"0123456789")
+    before = replays(gateway).by_shape
+    answers = [answer(gateway, sdk(gateway, "HEAD", "head.bin")) for _ in range(4)]
+    assert replays(gateway).by_shape >= before + 2
+    assert {(status, headers["content-length"]) for status, headers, _ in answers} == {(200, "10")}
+
+
+@pytest.mark.parametrize("change", ["signature", "other secret", "long ago", "credential date", "other key"])
+def test_a_request_of_a_kept_shape_not_signed_as_it_must_be_gets_the_full_paths_answer(
+        gateway: RunningGateway, change: str) -> None:
+    key = "signed-" + change.replace(" ", "-") + ".txt"
+    kept_shape(gateway, key, b"only for the admin")
+    if change == "signature":
+        request = sdk(gateway, "GET", key)
+        request = re.sub(rb"Signature=([0-9a-f]{63})([0-9a-f])",
+                         lambda m: b"Signature=" + m[1] + (b"0" if m[2] != b"0" else b"1"), request)
+    elif change == "other secret":
+        request = sdk(gateway, "GET", key, who=(ADMIN[0], "not-the-admin-secret"))
+    elif change == "long ago":
+        request = sdk(gateway, "GET", key, at=datetime.now(timezone.utc) - timedelta(minutes=20))
+    elif change == "credential date":
+        yesterday = (datetime.now(timezone.utc) - timedelta(days=1)).strftime("%Y%m%d").encode()
+        request = re.sub(rb"(Credential=[^/]+/)\d{8}/", rb"\g<1>" + yesterday + b"/", sdk(gateway, "GET", key))
+    else:
+        request = sdk(gateway, "GET", key, who=TEAM)  # a key with no grant on this bucket
+    status, _, body = as_the_app(gateway, request)
+    assert status == (400 if change == "credential date" else 403), body  # AuthorizationHeaderMalformed
+
+
+def test_a_secret_rotated_after_keeping_is_asked_again(gateway: RunningGateway) -> None:
+    kept_shape(gateway, "rotated.txt", b"rotate")
+    request = sdk(gateway, "GET", "rotated.txt")  # signed with the secret it was kept with
+    policy = gateway.server.config.app.s3.services.policy
+    users = policy._users
+    policy._users = {**users, ADMIN[0]: dataclasses.replace(users[ADMIN[0]], secret_key="rotated-secret")}
+    try:
+        status, _, _ = as_the_app(gateway, request)
+    finally:
+        policy._users = users
+    assert status == 403
+
+
+def test_another_range_or_object_is_not_answered_by_the_kept_shape(gateway: RunningGateway) -> None:
+    kept_shape(gateway, "ranged.txt", b"0123456789", headers={"Range": "bytes=0-3"})
+    assert as_the_app(gateway, sdk(gateway, "GET", "ranged.txt", headers={"Range": "bytes=4-7"}))[2] == b"4567"
+    client(gateway.endpoint).put_object(Bucket=BUCKET, Key="ranged2.txt", Body=b"abcdefghij")
+    answer(gateway, sdk(gateway, "GET", "ranged2.txt", headers={"Range": "bytes=0-3"}))  # its miss
+    assert as_the_app(gateway, sdk(gateway, "GET", "ranged2.txt", headers={"Range": "bytes=0-3"}))[2] == b"abcd"
+
+
+def test_an_object_overwritten_or_deleted_after_keeping_is_read_as_it_is(gateway: RunningGateway) -> None:
+    kept_shape(gateway, "changing.txt", b"first")
+    client(gateway.endpoint).put_object(Bucket=BUCKET, Key="changing.txt", Body=b"second")
+    client(gateway.endpoint).head_object(Bucket=BUCKET, Key="changing.txt")  # the new metadata in memory
+    assert as_the_app(gateway, sdk(gateway, "GET", "changing.txt"))[2] == b"second"
+    kept_shape(gateway, "changing.txt", b"third")
+    client(gateway.endpoint).delete_object(Bucket=BUCKET, Key="changing.txt")
+    assert as_the_app(gateway, sdk(gateway, "GET", "changing.txt"))[0] == 404
+
+
+def test_cors_rules_changed_after_keeping_are_answered_anew(gateway: RunningGateway, origin_endpoint: str) -> None:
+    admin = client(gateway.endpoint)
+    admin.put_bucket_cors(Bucket=BUCKET, CORSConfiguration={"CORSRules": [
+        {"AllowedOrigins": ["https://app.example.com"], "AllowedMethods": ["GET"], "ExposeHeaders": ["ETag"]}]})
+    origin = {"Origin": "https://app.example.com"}
+    client(gateway.endpoint).put_object(Bucket=BUCKET, Key="cors.txt", Body=b"for a page")
+    for _ in range(3):  # a miss, the rules read; a hit, kept by its shape
+        answer(gateway, sdk(gateway, "GET", "cors.txt", headers=origin))
+    before = replays(gateway).by_shape
+    assert answer(gateway, sdk(gateway, "GET", "cors.txt", headers=origin))[1]["access-control-allow-origin"] == \
+        "https://app.example.com"
+    assert replays(gateway).by_shape == before + 1
+    client(origin_endpoint, ("origin-key", "origin-secret")).put_bucket_cors(
+        Bucket=BUCKET, CORSConfiguration={"CORSRules": [{"AllowedOrigins": ["https://other.example.com"],
+                                                         "AllowedMethods": ["GET"]}]})
+    gateway.server.config.app.s3.engine.bucket_documents.forget(BUCKET)  # as the rules' TTL passing does
+    status, headers, _ = answer(gateway, sdk(gateway, "GET", "cors.txt", headers=origin))
+    assert (status, headers.get("access-control-allow-origin")) == (200, None)
+    admin.delete_bucket_cors(Bucket=BUCKET)
+
+
+def presigned_new(gateway: RunningGateway, key: str, *, at: datetime, expires: int = 300,
+                  who: tuple[str, str] = ADMIN) -> bytes:
+    """The whole head of a presigned GET of `key` made at `at` (each second its own URL)."""
+    request = AWSRequest(method="GET", url=f"{gateway.endpoint}/{BUCKET}/{key}")
+    with _clock(at):
+        botocore.auth.S3SigV4QueryAuth(Credentials(*who), "s3", REGION, expires=expires).add_auth(request)
+    target = request.url.removeprefix(gateway.endpoint)
+    return f"GET {target} HTTP/1.1\r\nHost: {gateway.endpoint.removeprefix('http://')}\r\n\r\n".encode()
+
+
+def test_presigned_urls_each_new_are_answered_by_their_shape(gateway: RunningGateway) -> None:
+    client(gateway.endpoint).put_object(Bucket=BUCKET, Key="page.png", Body=b"p" * 1000)
+    now = datetime.now(timezone.utc)
+    before = replays(gateway).by_shape
+    answers = [answer(gateway, presigned_new(gateway, "page.png", at=now - timedelta(seconds=n))) for n in range(5)]
+    assert replays(gateway).by_shape == before + 3  # a miss, a hit kept by its shape, three by shape
+    assert {(status, body) for status, _, body in answers} == {(200, b"p" * 1000)}
+    expired = presigned_new(gateway, "page.png", at=now - timedelta(minutes=10), expires=300)
+    assert as_the_app(gateway, expired)[0] == 403
+    tampered = re.sub(rb"X-Amz-Signature=[0-9a-f]{64}", b"X-Amz-Signature=" + b"0" * 64,
+                      presigned_new(gateway, "page.png", at=now - timedelta(seconds=7)))
+    assert as_the_app(gateway, tampered)[0] == 403
+    other = presigned_new(gateway, "page.png", at=now - timedelta(seconds=8), who=(ADMIN[0], "not-the-secret"))
+    assert as_the_app(gateway, other)[0] == 403

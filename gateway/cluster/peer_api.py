@@ -52,11 +52,12 @@ ServeHeld = Callable[[str, str, str, str, int, list[int], bool], Awaitable["set[
 # The same without an await; None when that takes one (another worker of this node is asked).
 ServeHeldNow = Callable[[str, str, str, str, int, list[int], bool], "set[int] | None"]
 # Another worker of this node (without Redis) asks the owner worker: (bucket, key, version id or "",
-# checksums) -> (the metadata in the shared form, a 404 included; its age in seconds); (bucket, key,
+# checksums, cached) -> (the metadata in the shared form, a 404 included; its age in seconds), or
+# None when `cached` (only what it knows, not its origin) and it knows nothing fresh; (bucket, key,
 # version id or "", the shared form, the journal's records published when it was fetched) -> None,
 # what the asker's origin answered (kept if nothing was written since); (bucket, the listing's query)
 # -> (the origin's listing body, its age in seconds).
-ServeMeta = Callable[[str, str, str, bool], Awaitable[tuple[bytes, float]]]
+ServeMeta = Callable[[str, str, str, bool, bool], Awaitable["tuple[bytes, float] | None"]]
 ServeToldMeta = Callable[[str, str, str, bytes, int], None]
 ServeListing = Callable[[str, list[tuple[str, str]]], Awaitable[tuple[bytes, float]]]
 
@@ -210,8 +211,12 @@ class PeerApp:
             self._count("meta_told")
             return await _answer(send, 204, b"")
         else:
-            body, age = await answers.meta(params["bucket"], params["key"], params["vid"], params.get("checksums") == "1")
-            self._count("meta")
+            known = await answers.meta(params["bucket"], params["key"], params["vid"], params.get("checksums") == "1",
+                                       params.get("cached") == "1")
+            self._count("meta" if known is not None else "meta_none")
+            if known is None:
+                return await _answer(send, 204, b"")
+            body, age = known
         await _answer(send, 200, body, b"application/octet-stream", [(AGE_HEADER.encode(), repr(age).encode())])
 
     def answer_now(self, scope: Scope) -> tuple[list[tuple[bytes, bytes]], bytes | memoryview, KeptBlock] | None:

@@ -306,12 +306,14 @@ class PeerClient:
         return fetched
 
     async def meta(self, peer: Member, bucket: str, key: str, version_id: str | None, *,
-                   checksums: bool) -> tuple[bytes, float]:
+                   checksums: bool, cached: bool = False) -> tuple[bytes, float] | None:
         """(the metadata of the object (version) in the shared form, a 404 included, and its age in
         seconds) as `peer`, a worker of this node, knows it or asks its origin once; PeerRefused when
-        its origin refused otherwise."""
-        params = [("bucket", bucket), ("key", key), ("vid", version_id or ""), *([("checksums", "1")] if checksums else [])]
-        return _aged(peer, "metadata", *await self._get(peer, META_PATH, params, _META_MAX))
+        its origin refused otherwise. `cached`: only what `peer` knows, never its origin (None: nothing)."""
+        params = [("bucket", bucket), ("key", key), ("vid", version_id or ""),
+                  *([("checksums", "1")] if checksums else []), *([("cached", "1")] if cached else [])]
+        status, headers, body = await self._get(peer, META_PATH, params, _META_MAX)
+        return None if cached and status == 204 else _aged(peer, "metadata", status, headers, body)
 
     async def tell_meta(self, peer: Member, bucket: str, key: str, version_id: str | None, meta: bytes,
                         published: int) -> None:

@@ -316,10 +316,11 @@ class Engine:
     async def serve_hold(self, bucket: str, key: str, etag: str, version_id: str, size: int, replicas: int) -> int:
         return await self._serving().serve_hold(bucket, key, etag, version_id, size, replicas)
 
-    async def serve_meta(self, bucket: str, key: str, version_id: str, checksums: bool) -> tuple[bytes, float]:
+    async def serve_meta(self, bucket: str, key: str, version_id: str, checksums: bool,
+                         cached: bool) -> tuple[bytes, float] | None:
         """Another worker of this node asks about an object whose first block this one owns."""
         try:
-            return await self.metadata.answer_worker(bucket, key, version_id, checksums)
+            return await self.metadata.answer_worker(bucket, key, version_id, checksums, cached)
         except S3Error as exc:
             raise PeerRefused(exc, changed=False) from exc
 

@@ -127,8 +127,11 @@ class Metadata:
                     self.stats["meta_l2_hit"] += 1
                     return ObjectHead(_answer(known), from_memory=True)
                 found = shared
-        if (found is None or found[0].missing) and want is None and self._owner(cache_key) is not None:
-            asked = await self._from_owner(cache_key, epoch, checksums)
+        # (A read that knows its first block asks the owner for it with the metadata: Opens.open. One of
+        # a suffix, whose first block is not known yet, asks the owner for the metadata it knows.)
+        if (found is None or found[0].missing) and (want is None or want.suffix is not None) and \
+                self._owner(cache_key) is not None:
+            asked = await self._from_owner(cache_key, epoch, checksums, cached=want is not None)
             if asked is not None:
                 return asked
         if found is None or found[0].missing or (checksums and not found[0].complete):
@@ -314,13 +317,14 @@ class Metadata:
             return None
         return siblings.owner(cache_key[0], cache_key[1], 0)
 
-    async def _from_owner(self, cache_key: MetaKey, epoch: Epoch, checksums: bool) -> ObjectHead | None:
+    async def _from_owner(self, cache_key: MetaKey, epoch: Epoch, checksums: bool, *,
+                          cached: bool = False) -> ObjectHead | None:
         """The owner worker's answer, kept here with the age it had there unless an invalidation of
         the bucket came meanwhile (an answer from before a write is returned, not kept); None when
-        it does not answer."""
+        it does not answer (`cached`: or does not know it fresh; it does not ask its origin then)."""
         owner = self._owner(cache_key)
         assert owner is not None and self.fetch is not None and self.fetch.siblings is not None
-        answer = await self.fetch.siblings.meta(owner, *cache_key, checksums)
+        answer = await self.fetch.siblings.meta(owner, *cache_key, checksums, cached)
         value = None if answer is None else decode_meta(answer[0])
         if answer is None or value is None:
             return None
@@ -332,10 +336,16 @@ class Metadata:
         self.stats["meta_from_worker"] += 1
         return ObjectHead(_answer(known))
 
-    async def answer_worker(self, bucket: str, key: str, version_id: str, checksums: bool) -> tuple[bytes, float]:
+    async def answer_worker(self, bucket: str, key: str, version_id: str, checksums: bool,
+                            cached: bool = False) -> tuple[bytes, float] | None:
         """What another worker asks the owner (`_from_owner`): the metadata in the shared form (a
-        404's too) and its age; raises any other S3Error."""
+        404's too) and its age; raises any other S3Error. `cached`: what this worker knows fresh, or
+        None; the origin is not asked."""
         cache_key = (bucket, key, version_id)
+        if cached:
+            known = self._from_l1(cache_key)
+            return None if known is None or not self._usable(known, checksums) else (encode_meta(known[0].value),
+                                                                                       known[1])
         value: ObjectMeta | Missing
         try:
             value = (await self.head_object(bucket, key, version_id=version_id or None, checksums=checksums)).meta

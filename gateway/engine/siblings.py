@@ -191,18 +191,21 @@ class Siblings:
         name = "\0".join((prefix, *(f"{k}={v}" for k, v in params)))
         return self.owner(bucket, name, 0)
 
-    async def meta(self, owner: int, bucket: str, key: str, version_id: str, checksums: bool) -> tuple[bytes, float] | None:
-        """(the metadata in the shared form, its age) as the owner worker knows it or asks its origin;
-        None when it does not answer. Raises the S3Error its origin gave (not a 404: that is metadata)."""
+    async def meta(self, owner: int, bucket: str, key: str, version_id: str, checksums: bool,
+                   cached: bool = False) -> tuple[bytes, float] | None:
+        """(the metadata in the shared form, its age) as the owner worker knows it or asks its origin
+        (`cached`: knows it, never its origin); None when it does not answer (or does not know it).
+        Raises the S3Error its origin gave (not a 404: that is metadata)."""
         try:
             answer = await self._clients[owner].meta(self._members[owner], bucket, key, version_id or None,
-                                                     checksums=checksums)
+                                                     checksums=checksums, cached=cached)
         except PeerRefused as refused:
             raise refused.error from None
         except PeerError as exc:
             self._failed(owner, exc, "asking the origin here")
             return None
-        self.stats["worker_meta"] += 1
+        if answer is not None:
+            self.stats["worker_meta"] += 1
         return answer
 
     async def tell_meta(self, owner: int, bucket: str, key: str, version_id: str, meta: bytes, published: int) -> None:

@@ -173,6 +173,23 @@ def test_a_get_through_one_worker_answers_a_head_through_the_other(node, origin,
     assert counted.since() == {"GET": 1}
 
 
+@pytest.mark.parametrize("owner", [0, 1])
+def test_a_footer_read_through_one_worker_answers_the_same_read_through_the_other(node, origin, counted, owner):
+    # A suffix read (a Parquet footer) that knows nothing of the object opens it with one GET; the
+    # other worker's, which does not know its first block either, asks the owner what it knows.
+    s3 = [client(gateway.endpoint) for gateway in node]
+    key = owned_by(owner, "footer")
+    body = bytes(range(256)) * 40
+    origin.put_object(Bucket=BUCKET, Key=key, Body=body)
+    counted.mark()
+    assert s3[0].get_object(Bucket=BUCKET, Key=key, Range="bytes=-1000")["Body"].read() == body[-1000:]
+    if owner == 1:
+        wait_for(lambda: engine(node[1]).metadata.stats["meta_told"] == 1, "the owner is told the metadata")
+    assert counted.since() == {"GET": 1}
+    assert s3[1].get_object(Bucket=BUCKET, Key=key, Range="bytes=-1000")["Body"].read() == body[-1000:]
+    assert counted.since() == {"GET": 1}
+
+
 def test_workers_missing_one_object_at_once_ask_the_origin_once(node, origin, counted):
     s3 = [client(gateway.endpoint) for gateway in node]
     keys = [owned_by(0, "together"), owned_by(1, "together")]

@@ -25,6 +25,14 @@ Routes (GET, on the S3 port, only when the fleet is on):
   `from` fetched (in a run of a read of its own) that this node owns: the node takes it from
   there (`block?...&lent=1&worker=<from>` of the node `node`, a member) and keeps it, without
   asking the origin; 204 once it did, or found the block gone.
+- `/_peer/v1/meta?bucket&key&vid[&checksums][&cached]` (between the workers of a node without
+  Redis): the object's metadata in the shared form (a 404 too) as the worker owning its first
+  block knows it, or asks its origin once (`cached`: never; 204 when it knows nothing fresh), with
+  its age in `x-gateway-age`; `meta?bucket&key&vid&told&journal`: metadata the asking worker's
+  origin answered (base64url in `told`), kept when the node's journal published no record after
+  `journal`; 204.
+- `/_peer/v1/list?bucket&q` (the same workers): the origin's listing body for the query `q` as the
+  worker owning it holds it or asks its origin once, its age in `x-gateway-age`.
 
 Every request carries `x-gateway-peer: v1 <unix time> <hex HMAC-SHA256>` of the method,
 path, query string and time under the cluster secret: the secret never travels, and S3

@@ -1,4 +1,4 @@
-"""Without Redis, the workers of a node share object metadata and listing pages (issue 33): a
+"""Without Redis, the workers of a node share object metadata and listing pages: a
 HEAD or a LIST that one worker misses asks the worker owning the object (its first block's
 owner) or the listing, which answers from its cache or asks the origin once; what a worker's
 own origin answered (a cold GET) is told to the owner. Read-after-write still holds whichever

@@ -187,7 +187,8 @@ class Metadata:
             return None
         meta, first = opened
         self.stats["meta_opened_with_get"] += 1
-        await self._remember(cache_key, meta, epoch)
+        # (an open the owner worker answered from what it holds: it knows the metadata already)
+        await self._remember(cache_key, meta, epoch, tell=not isinstance(first, FirstBlock) or first.from_origin)
         return ObjectHead(meta, first=first)
 
     def fresh_now(self, bucket: str, key: str, version_id: str | None = None, *,
@@ -228,9 +229,10 @@ class Metadata:
             return age <= self.settings.negative_ttl
         return age <= self.settings.ttl and not self.settings.strict and (known.complete or not checksums)
 
-    async def _remember(self, cache_key: MetaKey, value: ObjectMeta | Missing, epoch: Epoch) -> None:
+    async def _remember(self, cache_key: MetaKey, value: ObjectMeta | Missing, epoch: Epoch, *,
+                        tell: bool = True) -> None:
         """Cache an answer the origin just gave, here and in the shared level (without Redis: and
-        with the worker owning the object, `_tell_owner`)."""
+        with the worker owning the object, `_tell_owner`, unless it gave it: not `tell`)."""
         published = self._coherence.journal.published if self._coherence.journal is not None else 0
         if self._coherence.epoch(cache_key[0]) != epoch:
             self.stats["meta_not_cached_raced"] += 1
@@ -240,7 +242,8 @@ class Metadata:
         if self.shared is not None:
             await self.shared.put_meta(cache_key, encode_meta(value),
                                        self.settings.negative_ttl if missing else self.settings.ttl)
-        self._tell_owner(cache_key, value, published)
+        if tell:
+            self._tell_owner(cache_key, value, published)
 
     async def _revalidate(
         self, cache_key: MetaKey, query: list[tuple[str, str]], meta: ObjectMeta, age: float, epoch: Epoch

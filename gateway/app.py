@@ -21,7 +21,7 @@ from gateway.advisor.simulate import spec_from_settings
 from gateway.admin.node import Node
 from gateway.cluster.fleet import Fleet
 from gateway.cluster.membership import Membership, identity
-from gateway.cluster.peer_api import KeptBlock, PeerApp
+from gateway.cluster.peer_api import KeptBlock, NodeMetadata, PeerApp
 from gateway.cluster.peers import PEER_PREFIX, PeerClient
 from gateway.cluster.pins import RuntimePins
 from gateway.cluster.replication import Replication
@@ -151,7 +151,9 @@ class GatewayApp:
         return PeerApp(self.settings.cluster.secret if self.fleet is not None else "", self.workers.secret.hex(),
                        engine.serve_block, engine.serve_open, engine.serve_hold, engine.serve_block_now,
                        serve_take=engine.serve_take, serve_lent=engine.serve_lent, serve_held=engine.serve_held,
-                       serve_held_now=engine.serve_held_now, serve_part=engine.serve_part)
+                       serve_held_now=engine.serve_held_now, serve_part=engine.serve_part,
+                       node_metadata=None if engine.shared is not None else  # (with Redis, L2 shares them)
+                       NodeMetadata(engine.serve_meta, engine.metadata.told, engine.serve_listing))
 
     async def shutdown(self) -> None:
         await _stop([task for task in [self._invalidations, *self._tasks] if task is not None])

@@ -10,14 +10,16 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple
+from urllib.parse import parse_qsl
 
 import orjson
 from starlette.types import Receive, Scope, Send
 
 from gateway import log
-from gateway.cluster.peers import (AGE_HEADER, AT_HEADER, AUTH_HEADER, BLOCK_HEADER, BLOCK_PATH, CACHED_HEADER, FETCHED_HEADER,
-                                   HELD_MAX, HELD_PATH, HOLD_PATH, META_HEADER, MAX_SKEW, OPEN_PATH, PEER_PREFIX, TAKE_PATH,
-                                   OpenAnswer, PeerRefused, decode_query, mask_indexes, refusal, verify)
+from gateway.cluster.peers import (AGE_HEADER, AT_HEADER, AUTH_HEADER, BLOCK_HEADER, BLOCK_PATH, CACHED_HEADER,
+                                   FETCHED_HEADER, HELD_MAX, HELD_PATH, HOLD_PATH, LIST_PATH, META_HEADER, META_PATH,
+                                   MAX_SKEW, OPEN_PATH, PEER_PREFIX, TAKE_PATH, OpenAnswer, PeerRefused, decode_query,
+                                   mask_indexes, refusal, verify)
 from gateway.hitanswers import ASGI, BELOW_ASGI, REPLAYED
 from gateway.lru import LRU
 
@@ -52,6 +54,23 @@ ServeLent = Callable[[str, str, str, str, int, int, "int | None"], Awaitable["by
 ServeHeld = Callable[[str, str, str, str, int, list[int], bool], Awaitable["set[int]"]]
 # The same without an await; None when that takes one (another worker of this node is asked).
 ServeHeldNow = Callable[[str, str, str, str, int, list[int], bool], "set[int] | None"]
+# Another worker of this node (without Redis) asks the owner worker: (bucket, key, version id or "",
+# checksums, cached) -> (the metadata in the shared form, a 404 included; its age in seconds), or
+# None when `cached` (only what it knows, not its origin) and it knows nothing fresh; (bucket, key,
+# version id or "", the shared form, the journal's records published when it was fetched) -> None,
+# what the asker's origin answered (kept if nothing was written since); (bucket, the listing's query)
+# -> (the origin's listing body, its age in seconds).
+ServeMeta = Callable[[str, str, str, bool, bool], Awaitable["tuple[bytes, float] | None"]]
+ServeToldMeta = Callable[[str, str, str, bytes, int], None]
+ServeListing = Callable[[str, list[tuple[str, str]]], Awaitable[tuple[bytes, float]]]
+
+
+class NodeMetadata(NamedTuple):
+    """What a worker answers its node's other workers about metadata and listings (see above)."""
+
+    meta: ServeMeta
+    told: ServeToldMeta
+    listing: ServeListing
 
 
 class KeptBlock(NamedTuple):
@@ -80,7 +99,7 @@ class PeerApp:
                  serve_hold: ServeHold, serve_block_now: ServeBlockNow | None = None, *,
                  serve_take: ServeTake | None = None, serve_lent: ServeLent | None = None,
                  serve_held: ServeHeld | None = None, serve_held_now: ServeHeldNow | None = None,
-                 serve_part: ServePart | None = None) -> None:
+                 serve_part: ServePart | None = None, node_metadata: NodeMetadata | None = None) -> None:
         # Other nodes sign with the cluster secret, this node's other workers with the node's own.
         self._secrets = [(secret.encode(), sibling) for secret, sibling in ((cluster_secret, False),
                                                                             (node_secret, True)) if secret]
@@ -93,6 +112,7 @@ class PeerApp:
         self._serve_held = serve_held
         self._serve_held_now = serve_held_now
         self._serve_part = serve_part
+        self._node_metadata = node_metadata
         self.served: Counter[str] = Counter()
         self._kept: LRU[bytes, KeptBlock] = LRU(KEPT_REQUESTS)
 
@@ -108,7 +128,7 @@ class PeerApp:
             self._count("unauthorized")
             return await _answer(send, status, orjson.dumps({"error": "peer requests are signed with the "
                                                                       "cluster secret (x-gateway-peer)"}))
-        if method != "GET" or path not in (BLOCK_PATH, OPEN_PATH, HOLD_PATH, TAKE_PATH, HELD_PATH):
+        if method != "GET" or path not in (BLOCK_PATH, OPEN_PATH, HOLD_PATH, TAKE_PATH, HELD_PATH, META_PATH, LIST_PATH):
             return await _answer(send, 404, orjson.dumps({"error": f"no peer route {method} {path}"}))
         params = decode_query(query)
         try:
@@ -122,6 +142,8 @@ class PeerApp:
                 self._count("part")
                 return await _answer(send, 200, part, b"application/octet-stream",
                                      [(AT_HEADER.encode(), str(at).encode()), *(_FETCHED if from_origin else [])])
+            if path in (META_PATH, LIST_PATH):
+                return await self._metadata(send, path, params, sibling)
             if path == BLOCK_PATH:
                 data, from_origin = await self._serve_block(*_block_asked(params), peers, in_file)
                 self._count("block")
@@ -185,6 +207,29 @@ class PeerApp:
         if data is None:
             return await _answer(send, 404, orjson.dumps({"error": "not lent, or taken already"}))
         return await _answer(send, 200, data, b"application/octet-stream")
+
+    async def _metadata(self, send: Send, path: str, params: dict[str, str], sibling: bool) -> None:
+        """An object's metadata or a listing page, asked by another worker of this node, as this
+        worker knows it or asks its origin once; or metadata it is told (`told`)."""
+        answers = self._node_metadata
+        if answers is None or not sibling:
+            raise LookupError("only the workers of this node, without Redis, share metadata this way")
+        if path == LIST_PATH:
+            body, age = await answers.listing(params["bucket"], _listing_query(params["q"]))
+            self._count("listing")
+        elif "told" in params:
+            answers.told(params["bucket"], params["key"], params["vid"],
+                         base64.urlsafe_b64decode(params["told"].encode()), int(params["journal"]))
+            self._count("meta_told")
+            return await _answer(send, 204, b"")
+        else:
+            known = await answers.meta(params["bucket"], params["key"], params["vid"], params.get("checksums") == "1",
+                                       params.get("cached") == "1")
+            self._count("meta" if known is not None else "meta_none")
+            if known is None:
+                return await _answer(send, 204, b"")
+            body, age = known
+        await _answer(send, 200, body, b"application/octet-stream", [(AGE_HEADER.encode(), repr(age).encode())])
 
     def answer_now(self, scope: Scope) -> tuple[list[tuple[bytes, bytes]], bytes | memoryview, KeptBlock] | None:
         """(headers, body) of the 200 answer to a signed block request whose block a tier holds
@@ -297,6 +342,11 @@ def _held_question(params: dict[str, str]) -> tuple[_Described, int, int]:
     if first < 0 or mask <= 0 or mask.bit_length() > HELD_MAX:
         raise ValueError("a held question of no blocks, or of too many")
     return described, first, mask
+
+
+def _listing_query(query: str) -> list[tuple[str, str]]:
+    """A listing's parameters as PeerClient.listing sent them (encode_query), in their order."""
+    return parse_qsl(query, keep_blank_values=True, encoding="utf-8", errors="surrogateescape")
 
 
 def _held_answer(first: int, mask: int, held: set[int]) -> bytes:

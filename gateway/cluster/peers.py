@@ -27,6 +27,14 @@ Routes (GET, on the S3 port, only when the fleet is on):
   `from` fetched (in a run of a read of its own) that this node owns: the node takes it from
   there (`block?...&lent=1&worker=<from>` of the node `node`, a member) and keeps it, without
   asking the origin; 204 once it did, or found the block gone.
+- `/_peer/v1/meta?bucket&key&vid[&checksums][&cached]` (between the workers of a node without
+  Redis): the object's metadata in the shared form (a 404 too) as the worker owning its first
+  block knows it, or asks its origin once (`cached`: never; 204 when it knows nothing fresh), with
+  its age in `x-gateway-age`; `meta?bucket&key&vid&told&journal`: metadata the asking worker's
+  origin answered (base64url in `told`), kept when the node's journal published no record after
+  `journal`; 204.
+- `/_peer/v1/list?bucket&q` (the same workers): the origin's listing body for the query `q` as the
+  worker owning it holds it or asks its origin once, its age in `x-gateway-age`.
 
 Every request carries `x-gateway-peer: v1 <unix time> <hex HMAC-SHA256>` of the method,
 path, query string and time under the cluster secret: the secret never travels, and S3
@@ -73,6 +81,9 @@ HOLD_PATH = "/_peer/v1/hold"
 TAKE_PATH = "/_peer/v1/take"  # take a block another worker, or another node's, lends
 HELD_PATH = "/_peer/v1/held"  # which of some blocks the node (a worker: of those it owns) holds now
 HELD_MAX = 4096  # blocks one `held` question may name
+META_PATH = "/_peer/v1/meta"  # an object's metadata, from the worker of this node owning its first block
+LIST_PATH = "/_peer/v1/list"  # a listing page, from the worker of this node owning its parameters
+AGE_HEADER = "x-gateway-age"  # seconds since the origin gave the answer sent
 AUTH_HEADER = "x-gateway-peer"
 META_HEADER = "x-gateway-meta"
 BLOCK_HEADER = "x-gateway-block"  # "file": the block is in the owner's file, not in the body
@@ -90,6 +101,8 @@ _TRANSPORT_ERRORS = OSError  # the range client's ConnectionError and TimeoutErr
 # meets a connection that is being closed under it (one that was is sent again once on a new one).
 _IDLE_SECONDS = 3.0
 _MAX_ERROR = 64 * 1024
+_META_MAX = 64 * 1024  # an encoded metadata entry: its headers are at most S3's 2 KiB of user metadata
+_LISTING_MAX = 64 * 1024 * 1024  # a listing page: 1000 keys of up to 1 KiB, with their owners and checksums
 
 
 def sign(secret: bytes, method: str, path: str, query: str, when: int | None = None) -> str:
@@ -333,6 +346,33 @@ class PeerClient:
             raise PeerError(f"{peer.id} answered {status} to a hold")
         return fetched
 
+    async def meta(self, peer: Member, bucket: str, key: str, version_id: str | None, *,
+                   checksums: bool, cached: bool = False) -> tuple[bytes, float] | None:
+        """(the metadata of the object (version) in the shared form, a 404 included, and its age in
+        seconds) as `peer`, a worker of this node, knows it or asks its origin once; PeerRefused when
+        its origin refused otherwise. `cached`: only what `peer` knows, never its origin (None: nothing)."""
+        params = [("bucket", bucket), ("key", key), ("vid", version_id or ""),
+                  *([("checksums", "1")] if checksums else []), *([("cached", "1")] if cached else [])]
+        status, headers, body = await self._get(peer, META_PATH, params, _META_MAX)
+        return None if cached and status == 204 else _aged(peer, "metadata", status, headers, body)
+
+    async def tell_meta(self, peer: Member, bucket: str, key: str, version_id: str | None, meta: bytes,
+                        published: int) -> None:
+        """Tell `peer`, the worker of this node owning the object's first block, what this worker's
+        origin just answered about it (the shared form), when the node's journal had published
+        `published` records: `peer` keeps it only if no write was published since."""
+        params = [("bucket", bucket), ("key", key), ("vid", version_id or ""),
+                  ("told", base64.urlsafe_b64encode(meta).decode()), ("journal", str(published))]
+        status, _, _ = await self._get(peer, META_PATH, params, 0)
+        if status != 204:
+            raise PeerError(f"{peer.id} answered {status} to told metadata")
+
+    async def listing(self, peer: Member, bucket: str, query: list[tuple[str, str]]) -> tuple[bytes, float]:
+        """(the origin's listing body for exactly `query`, its age in seconds) as `peer`, a worker of
+        this node, holds it or asks its origin once; PeerRefused when its origin refused."""
+        params = [("bucket", bucket), ("q", encode_query(query))]
+        return _aged(peer, "listing", *await self._get(peer, LIST_PATH, params, _LISTING_MAX))
+
     def _signed(self, path: str, params: list[tuple[str, str]]) -> tuple[str, str]:
         """(the query string, the x-gateway-peer value) of a request, signed for the start of its
         minute: made once a minute for the same path and parameters (a block asked for again)."""
@@ -376,6 +416,17 @@ class PeerClient:
         if response.status == 424:
             raise _refused(body)
         return response.status, response.headers, body
+
+
+def _aged(peer: Member, what: str, status: int, headers: dict[str, str], body: bytes) -> tuple[bytes, float]:
+    """(body, age) of a `meta` or `list` answer."""
+    try:
+        age = float(headers.get(AGE_HEADER, ""))
+    except ValueError:
+        age = -1.0
+    if status != 200 or not 0 <= age < 1e9:
+        raise PeerError(f"{peer.id} answered {status} to a {what} question")
+    return body, age
 
 
 def held_masks(indexes: list[int]) -> list[tuple[int, int]]:

@@ -24,7 +24,7 @@ from typing import TypeVar
 
 from gateway.bytebudget import ByteBudget
 from gateway.cluster.fleet import Fleet
-from gateway.cluster.peers import OpenAnswer
+from gateway.cluster.peers import OpenAnswer, PeerRefused
 from gateway.cluster.replication import Change
 from gateway.cluster.shared import Shared
 from gateway.config import CacheSettings, ClusterSettings, ListingSettings, MetadataSettings
@@ -41,6 +41,7 @@ from gateway.engine.runs import Run, Want
 from gateway.engine.serving import Serving
 from gateway.engine.siblings import Siblings
 from gateway.engine.writes import Writes
+from gateway.errors import S3Error
 from gateway.heat import HeatCounter
 from gateway.node.journal import Journal
 from gateway.node.workers import WorkerSet
@@ -120,7 +121,7 @@ class Engine:
                                                               siblings=self.siblings, peers=self.peers)
         self.opens = None if self.fetch is None else Opens(self.fetch, coherence)
         self.metadata = Metadata(origin, metadata, coherence, shared=level2, fetch=self.fetch, opens=self.opens)
-        self.listings = Listings(origin, listing, coherence, shared=level2)
+        self.listings = Listings(origin, listing, coherence, shared=level2, siblings=self.siblings)
         self.bucket_documents = BucketDocuments(origin, ttl=metadata.ttl, error_ttl=metadata.negative_ttl)
         self.reads = Reads(origin, self.fetch, cache, self.budget, self.invalidate)
         self.writes = Writes(origin, coherence, self.metadata, self.listings, self.bucket_documents,
@@ -318,6 +319,21 @@ class Engine:
 
     async def serve_hold(self, bucket: str, key: str, etag: str, version_id: str, size: int, replicas: int) -> int:
         return await self._serving().serve_hold(bucket, key, etag, version_id, size, replicas)
+
+    async def serve_meta(self, bucket: str, key: str, version_id: str, checksums: bool,
+                         cached: bool) -> tuple[bytes, float] | None:
+        """Another worker of this node asks about an object whose first block this one owns."""
+        try:
+            return await self.metadata.answer_worker(bucket, key, version_id, checksums, cached)
+        except S3Error as exc:
+            raise PeerRefused(exc, changed=False) from exc
+
+    async def serve_listing(self, bucket: str, query: list[tuple[str, str]]) -> tuple[bytes, float]:
+        """Another worker of this node asks for a listing page this one owns."""
+        try:
+            return await self.listings.answer_worker(bucket, query)
+        except S3Error as exc:
+            raise PeerRefused(exc, changed=False) from exc
 
     def _serving(self) -> Serving:
         if self.serving is None:

@@ -4,6 +4,7 @@ many readers miss at once."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -82,6 +83,7 @@ class Metadata:
         self.stats: Counter[str] = Counter()
         self._coherence = coherence
         self._flights: SingleFlight[Flight, ObjectHead] = SingleFlight()
+        self._telling: set[asyncio.Task[None]] = set()  # told the owner worker (_tell_owner), under way
 
     async def head_object(
         self,
@@ -125,6 +127,13 @@ class Metadata:
                     self.stats["meta_l2_hit"] += 1
                     return ObjectHead(_answer(known), from_memory=True)
                 found = shared
+        # (A read that knows its first block asks the owner for it with the metadata: Opens.open. One of
+        # a suffix, whose first block is not known yet, asks the owner for the metadata it knows.)
+        if (found is None or found[0].missing) and (want is None or want.suffix is not None) and \
+                self._owner(cache_key) is not None:
+            asked = await self._from_owner(cache_key, epoch, checksums, cached=want is not None)
+            if asked is not None:
+                return asked
         if found is None or found[0].missing or (checksums and not found[0].complete):
             return await self._miss(cache_key, query, epoch, want if want is None or want.whole or not checksums
                                     else None, checksums, reopen)
@@ -208,7 +217,8 @@ class Metadata:
             return None
         meta, first = opened
         self.stats["meta_opened_with_get"] += 1
-        await self._remember(cache_key, meta, epoch)
+        # (an open the owner worker answered from what it holds: it knows the metadata already)
+        await self._remember(cache_key, meta, epoch, tell=not isinstance(first, FirstBlock) or first.from_origin)
         return ObjectHead(meta, first=first)
 
     def fresh_now(self, bucket: str, key: str, version_id: str | None = None, *,
@@ -249,8 +259,11 @@ class Metadata:
             return age <= self.settings.negative_ttl
         return age <= self.settings.ttl and not self.settings.strict and (known.complete or not checksums)
 
-    async def _remember(self, cache_key: MetaKey, value: ObjectMeta | Missing, epoch: Epoch) -> None:
-        """Cache an answer the origin just gave, here and in the shared level."""
+    async def _remember(self, cache_key: MetaKey, value: ObjectMeta | Missing, epoch: Epoch, *,
+                        tell: bool = True) -> None:
+        """Cache an answer the origin just gave, here and in the shared level (without Redis: and
+        with the worker owning the object, `_tell_owner`, unless it gave it: not `tell`)."""
+        published = self._coherence.journal.published if self._coherence.journal is not None else 0
         if self._coherence.epoch(cache_key[0]) != epoch:
             self.stats["meta_not_cached_raced"] += 1
             return
@@ -259,6 +272,8 @@ class Metadata:
         if self.shared is not None:
             await self.shared.put_meta(cache_key, encode_meta(value),
                                        self.settings.negative_ttl if missing else self.settings.ttl)
+        if tell:
+            self._tell_owner(cache_key, value, published)
 
     async def _revalidate(
         self, cache_key: MetaKey, query: list[tuple[str, str]], meta: ObjectMeta, age: float, epoch: Epoch
@@ -322,6 +337,85 @@ class Metadata:
         # the answer, never one of the gateway's making.
         await response.aclose()
         return error_for_status(status, resource)
+
+    # Without Redis, the workers of a node share metadata through the worker owning each object's
+    # first block (Opens.open_block's owner): a HEAD that misses here asks it, and it answers from
+    # its cache or asks the origin once (its flights); an answer this worker's origin gave (a cold
+    # GET opened here) is told to it. TTLs count from the origin's answer, wherever it is kept.
+
+    def _owner(self, cache_key: MetaKey) -> int | None:
+        """The worker to ask about the object, or None (this one, Redis shares, or no other worker)."""
+        siblings = self.fetch.siblings if self.fetch is not None else None
+        if siblings is None or self.shared is not None:
+            return None
+        return siblings.owner(cache_key[0], cache_key[1], 0)
+
+    async def _from_owner(self, cache_key: MetaKey, epoch: Epoch, checksums: bool, *,
+                          cached: bool = False) -> ObjectHead | None:
+        """The owner worker's answer, kept here with the age it had there unless an invalidation of
+        the bucket came meanwhile (an answer from before a write is returned, not kept); None when
+        it does not answer (`cached`: or does not know it fresh; it does not ask its origin then)."""
+        owner = self._owner(cache_key)
+        assert owner is not None and self.fetch is not None and self.fetch.siblings is not None
+        answer = await self.fetch.siblings.meta(owner, *cache_key, checksums, cached)
+        value = None if answer is None else decode_meta(answer[0])
+        if answer is None or value is None:
+            return None
+        known = _Known(value, head_start=answer[1])
+        if self._coherence.epoch(cache_key[0]) == epoch:
+            self.cache.put(cache_key, known, missing=known.missing)
+        else:
+            self.stats["meta_not_cached_raced"] += 1
+        self.stats["meta_from_worker"] += 1
+        return ObjectHead(_answer(known))
+
+    async def answer_worker(self, bucket: str, key: str, version_id: str, checksums: bool,
+                            cached: bool = False) -> tuple[bytes, float] | None:
+        """What another worker asks the owner (`_from_owner`): the metadata in the shared form (a
+        404's too) and its age; raises any other S3Error. `cached`: what this worker knows fresh, or
+        None; the origin is not asked."""
+        cache_key = (bucket, key, version_id)
+        if cached:
+            known = self._from_l1(cache_key)
+            return None if known is None or not self._usable(known, checksums) else (encode_meta(known[0].value),
+                                                                                       known[1])
+        value: ObjectMeta | Missing
+        try:
+            value = (await self.head_object(bucket, key, version_id=version_id or None, checksums=checksums)).meta
+        except S3Error as error:
+            if error.status != 404:
+                raise
+            value = Missing.of(error)
+        found = self._from_l1(cache_key)
+        age = found[1] if found is not None and found[0].value == value else 0.0
+        return encode_meta(value), age
+
+    def _tell_owner(self, cache_key: MetaKey, value: ObjectMeta | Missing, published: int) -> None:
+        """Tell the owner worker an answer this worker's origin gave (in a task: the read does not
+        wait), with the journal's records published before this worker checked its epoch."""
+        owner = self._owner(cache_key)
+        if owner is None or self._coherence.journal is None:
+            return
+        assert self.fetch is not None and self.fetch.siblings is not None
+        task = asyncio.create_task(self.fetch.siblings.tell_meta(owner, *cache_key, encode_meta(value), published))
+        self._telling.add(task)
+        task.add_done_callback(self._telling.discard)
+
+    def told(self, bucket: str, key: str, version_id: str, payload: bytes, published: int) -> None:
+        """Another worker's origin answered this (owner) worker's object: kept when no write was
+        published since the asker last checked (`published`) and no usable entry is here."""
+        journal = self._coherence.journal
+        value = decode_meta(payload)
+        if journal is None or journal.published != published or value is None:
+            self.stats["meta_told_not_kept"] += 1
+            return
+        cache_key = (bucket, key, version_id)
+        found = self._from_l1(cache_key)
+        if found is not None and self._usable(found):
+            return
+        known = _Known(value)
+        self.cache.put(cache_key, known, missing=known.missing)
+        self.stats["meta_told"] += 1
 
 
 def _answer(known: _Known) -> ObjectMeta:

@@ -231,3 +231,51 @@ class Siblings:
 
     def _failed(self, owner: int, exc: Exception, instead: str = "asking the fleet's owners or the origin") -> None:
         self._failures.failed(f"worker {owner}", exc, instead)
+
+    # Without Redis, the node's workers share object metadata and listing pages this way: a worker
+    # that misses asks the owner (of the object's first block; of the listing's parameters), which
+    # answers from its cache or asks its origin once, and keeps the answer.
+
+    def listing_owner(self, bucket: str, prefix: str, params: tuple[tuple[str, str], ...]) -> int | None:
+        """The worker that keeps the listing page of these parameters, or None: this one."""
+        name = "\0".join((prefix, *(f"{k}={v}" for k, v in params)))
+        return self.owner(bucket, name, 0)
+
+    async def meta(self, owner: int, bucket: str, key: str, version_id: str, checksums: bool,
+                   cached: bool = False) -> tuple[bytes, float] | None:
+        """(the metadata in the shared form, its age) as the owner worker knows it or asks its origin
+        (`cached`: knows it, never its origin); None when it does not answer (or does not know it).
+        Raises the S3Error its origin gave (not a 404: that is metadata)."""
+        try:
+            answer = await self._clients[owner].meta(self._members[owner], bucket, key, version_id or None,
+                                                     checksums=checksums, cached=cached)
+        except PeerRefused as refused:
+            raise refused.error from None
+        except PeerError as exc:
+            self._failed(owner, exc, "asking the origin here")
+            return None
+        if answer is not None:
+            self.stats["worker_meta"] += 1
+        return answer
+
+    async def tell_meta(self, owner: int, bucket: str, key: str, version_id: str, meta: bytes, published: int) -> None:
+        """Tell the owner worker the metadata this worker's origin answered (PeerClient.tell_meta)."""
+        try:
+            await self._clients[owner].tell_meta(self._members[owner], bucket, key, version_id or None, meta, published)
+        except PeerError as exc:
+            self._failed(owner, exc, "the owner not told")
+            return
+        self.stats["worker_meta_told"] += 1
+
+    async def listing(self, owner: int, bucket: str, query: list[tuple[str, str]]) -> tuple[bytes, float] | None:
+        """(the listing body, its age) as the owner worker holds it or asks its origin; None when it
+        does not answer. Raises the S3Error its origin gave."""
+        try:
+            answer = await self._clients[owner].listing(self._members[owner], bucket, query)
+        except PeerRefused as refused:
+            raise refused.error from None
+        except PeerError as exc:
+            self._failed(owner, exc, "asking the origin here")
+            return None
+        self.stats["worker_listing"] += 1
+        return answer

@@ -92,6 +92,12 @@ class Journal:
         """Publish that every worker must forget everything (an operator's purge)."""
         self._publish(PURGE, b"", b"")
 
+    @property
+    def published(self) -> int:
+        """The sequence number of the last record any worker published: a write was published
+        between two reads of it when they differ."""
+        return int(self._words[0])
+
     def catch_up(self, apply: Apply, purge: Callable[[], None]) -> None:
         """Apply every record published since the last call: `apply(bucket, key)` (key None
         for a whole bucket), `purge()` for a purge record or when records were lost to this

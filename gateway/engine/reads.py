@@ -304,10 +304,14 @@ class Reads:
         granule, size = fetch.granule, self.settings.block_size
         within = (start // granule * granule if granule and fetch.keeps_part(blocks[0]) else 0,
                   (end // granule + 1) * granule - 1 if granule and fetch.keeps_part(blocks[-1]) else meta.size)
+        fetched = [here and not (block.index in (start // size, end // size)  # a piece answers the read
+                                 and self._kept_part(fetch, block, start, end))
+                   for block, here in zip(blocks, await fetched_here(fetch, blocks, meta))]
+        for at, block in enumerate(blocks):  # one request for the read, as going to S3 directly costs:
+            if not fetched[at] and fetch.fetching(block) and any(fetched[:at]) and any(fetched[at + 1:]):
+                fetched[at] = True  # a block another read's run brings, between two this one fetches
         stretches: list[list[int]] = [[]]
-        for block, here in zip(blocks, await fetched_here(fetch, blocks, meta)):
-            if here and block.index in (start // size, end // size) and self._kept_part(fetch, block, start, end):
-                here = False  # its piece answers the read
+        for block, here in zip(blocks, fetched):
             if here:
                 stretches[-1].append(block.index)
             elif stretches[-1]:

@@ -48,6 +48,7 @@ class LoadProgress:
     listed: bool = False  # the listing (or the table's plan) is complete: `objects` is the total
     failed: list[str] = field(default_factory=list)
     metadata_files: int = 0  # a table's own files read to find its data files
+    footer_reads: int = 0  # with `footers`: ranges read before a file's tail (page indexes, stripe footers)
     files: list[tuple[str, int | None]] = field(default_factory=list)
 
     @property
@@ -64,7 +65,7 @@ class LoadProgress:
         if request.filters:
             document["partitions"] = [str(condition) for condition in request.filters]
         if request.footers:
-            document["footers"] = True
+            document.update(footers=True, footer_reads=self.footer_reads)
         if request.plan:
             document["plan"] = True
             if self.finished:  # the files once, in the last document: a plan of a large table is long
@@ -173,13 +174,16 @@ class _Load:
 
     async def footer(self, file: TableFile) -> None:
         """The file's tail read as an engine reads it (which loads its last blocks, and more
-        when the footer is longer), then the footer's ranges before that (page indexes). A
-        file neither Parquet nor ORC has no footer: its tail is all that is loaded of it."""
+        when the footer is longer), then the footer's ranges before that (page indexes, ORC
+        stripe footers), in order, one read each: at most one origin request each, none when
+        an earlier read's 64 KiB rounding brought it. A file neither Parquet nor ORC has no
+        footer: its tail is all that is loaded of it."""
         size, read_from, found = await find_footer(self.engine, file.bucket, file.key, file.size)
         for start, end in found.ranges:
             if start < read_from:
                 await read_bytes(self.engine, file.bucket, file.key, start, min(end, read_from) - 1, limit=end - start)
                 self.progress.bytes += min(end, read_from) - start
+                self.progress.footer_reads += 1
         self.progress.bytes += size - read_from
 
     async def worker(self) -> None:

@@ -172,7 +172,7 @@ def evict(target: str, url: str | None, token: str | None, config_path: str | No
                    "key=value/ path segments (and the partition values a table records). Repeat to require each.")
 @click.option("--footers", is_flag=True,
               help="Only what engines read first: each file's tail, and of Parquet files the footer and page "
-                   "indexes, of ORC files the postscript, footer and stripe statistics.")
+                   "indexes, of ORC files the postscript, footer, stripe statistics and stripe footers.")
 @click.option("--plan", is_flag=True, help="Print the files, their count and bytes; load nothing.")
 @click.option("--replicas", type=click.IntRange(1, 1000), default=None,
               help="In a fleet: keep each block on this many nodes (default: the object's replica count).")

@@ -4,19 +4,23 @@ key, shows that only the current snapshot's files (or their footers) are read.""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import pyarrow.orc as orc
 import pytest
 from click.testing import CliRunner, Result
 
 from gateway.admin.summary import size
 from gateway.cli import main
 from gateway.config import AdminSettings, CacheSettings
+from gateway.tables.footers import TAIL, footer_ranges
 from tests.support import RunningGateway, client
+from tests.tables.orcfile import orc_file
 from tests.tables.writers import (avro, delta_add, delta_checkpoint, delta_commit, delta_remove, iceberg_metadata, manifest,
                                   manifest_list, parquet_file)
 
@@ -200,7 +204,7 @@ def test_footers_load_the_tail_and_page_indexes_only(tables):
     gateway, origin = tables
     result = cli(gateway, f"s3://lake/{ICEBERG}", "--table", "iceberg", "--footers")
     assert result.exit_code == 0, result.output
-    assert "(footers)" in result.output
+    assert "(footers), 0 ranges read before the tails" in result.output  # no page index outside the tails
     s3 = client(gateway.endpoint)
     for name, dt in (("a", "2026-12-01"), ("c", "2026-12-03"), ("d", "2026-12-03")):
         key, size = iceberg_key(name, dt), len(FILES[name])
@@ -212,6 +216,60 @@ def test_footers_load_the_tail_and_page_indexes_only(tables):
         head = s3.get_object(Bucket="lake", Key=key, Range="bytes=0-99")
         head["Body"].read()
         assert head["ResponseMetadata"]["HTTPHeaders"]["x-cache"] == "miss"
+
+
+class GatewayFile(io.RawIOBase):
+    """An object read through the gateway as engines read it, a ranged GET a read; `caches` holds
+    each answer's x-cache."""
+
+    def __init__(self, gateway: RunningGateway, key: str, size: int) -> None:
+        super().__init__()
+        self.s3, self.key, self.size, self.at = client(gateway.endpoint), key, size, 0
+        self.caches: list[str] = []
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.at = offset if whence == 0 else self.at + offset if whence == 1 else self.size + offset
+        return self.at
+
+    def readinto(self, buffer: Any) -> int:
+        end = min(self.at + len(buffer), self.size)
+        if end <= self.at:
+            return 0
+        answer = self.s3.get_object(Bucket="lake", Key=self.key, Range=f"bytes={self.at}-{end - 1}")
+        self.caches.append(answer["ResponseMetadata"]["HTTPHeaders"]["x-cache"])
+        length = end - self.at
+        buffer[:length] = answer["Body"].read()
+        self.at = end
+        return length
+
+
+def test_orc_footers_load_every_stripe_footer_so_a_reader_opening_the_stripes_asks_the_origin_nothing(tables, direct):
+    gateway, origin = tables
+    data, key = orc_file("zlib"), "lake/orders/part-0.orc"
+    direct.put_object(Bucket="lake", Key=key, Body=data)
+    stripes = orc.ORCFile(io.BytesIO(data)).nstripes
+    before_tail = [start for start, _ in footer_ranges(data[-TAIL:], len(data)).ranges if start < len(data) - TAIL]
+    assert stripes - 3 <= len(before_tail) < stripes  # the last stripes' footers are in the tail
+    result = cli(gateway, "s3://lake/lake/orders/", "--footers")
+    assert result.exit_code == 0, result.output
+    assert f"(footers), {len(before_tail)} ranges read before the tails" in result.output
+    asked = [ranged for method, sent_key, ranged in origin.sent if method == "GET" and sent_key == key]
+    # The tail (one request, the size known from the listing), then each stripe footer before it:
+    # stripes lie further apart than a block (64 KiB here), so each asks the origin once, for its block.
+    assert len(asked) == 1 + len(before_tail) and origin.ranged_bytes(key, len(data)) <= (stripes + 2) * BLOCK
+    before = len(origin.sent)
+    through = GatewayFile(gateway, key, len(data))
+    reader = orc.ORCFile(through)
+    for stripe in range(stripes):
+        reader.read_stripe(stripe, columns=[])  # reads the stripe's footer (parses it), and nothing else
+    assert origin.sent[before:] == [] and len(through.caches) == 1 + stripes
+    assert set(through.caches) == {"hit-mem"}
 
 
 def test_what_is_not_a_table_and_bad_arguments(tables):

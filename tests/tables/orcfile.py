@@ -26,10 +26,22 @@ def orc_file(compression: str, rows: int = 200_000) -> bytes:
     return out.getvalue()
 
 
-def metadata_start(data: bytes) -> int:
-    """Where the stripes end: the stripe statistics (then the file footer and postscript) begin."""
+def assert_stripe_footers(data: bytes, ranges: tuple[tuple[int, int], ...], columns: int) -> None:
+    """`ranges` are an ORC file's stripe footers, the last one's joined to the range of its
+    stripe statistics, footer and postscript: each decodes (all of it, no more) and lies right
+    after its stripe's streams, of `columns` columns (the root struct one of them)."""
     reader = orc.ORCFile(io.BytesIO(data))
-    return len(data) - 1 - reader.file_postscript_length - reader.file_footer_length - reader.stripe_statistics_length
+    compression = reader.compression.lower()
+    stripes_end = len(data) - 1 - reader.file_postscript_length - reader.file_footer_length - \
+        reader.stripe_statistics_length
+    *apart, (last, end) = ranges
+    assert end == len(data) and len(apart) == reader.nstripes - 1, (ranges, reader.nstripes)
+    at = 3  # the first stripe comes after "ORC"
+    for start, stop in [*apart, (last, stripes_end)]:
+        streams, encodings = stripe_footer(data[start:stop], compression)
+        assert (at + streams, encodings) == (start, columns), (start, stop)
+        at = stop
+    assert at == stripes_end
 
 
 def stripe_footer(data: bytes, compression: str) -> tuple[int, int]:

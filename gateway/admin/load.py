@@ -117,7 +117,7 @@ class _Load:
         self.in_fleet = engine.fleet is not None
 
     async def load_one(self, file: TableFile) -> None:
-        engine, progress = self.engine, self.progress
+        progress = self.progress
         try:
             if self.request.footers:
                 await self.footer(file)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -179,11 +180,14 @@ class _Load:
         an earlier read's 64 KiB rounding brought it. A file neither Parquet nor ORC has no
         footer: its tail is all that is loaded of it."""
         size, read_from, found = await find_footer(self.engine, file.bucket, file.key, file.size)
-        for start, end in found.ranges:
-            if start < read_from:
-                await read_bytes(self.engine, file.bucket, file.key, start, min(end, read_from) - 1, limit=end - start)
-                self.progress.bytes += min(end, read_from) - start
-                self.progress.footer_reads += 1
+        fetch = self.engine.fetch
+        ranges = [(start, min(end, read_from)) for start, end in found.ranges if start < read_from]
+        if fetch is not None and fetch.granule is not None:
+            ranges = kept_apart(ranges, read_from, size, fetch.settings.block_size, fetch.granule)
+        for start, end in ranges:
+            await read_bytes(self.engine, file.bucket, file.key, start, end - 1, limit=end - start)
+            self.progress.bytes += end - start
+            self.progress.footer_reads += 1
         self.progress.bytes += size - read_from
 
     async def worker(self) -> None:
@@ -218,6 +222,32 @@ class _Load:
         finally:
             if progress.finished or not progress.listed:
                 self.settled.set()
+
+
+def kept_apart(ranges: list[tuple[int, int]], tail: int, size: int, block_size: int,
+               granule: int) -> list[tuple[int, int]]:
+    """Of the ranges [start, end) before `tail` (where the file's tail read began), those worth
+    reading: the cache keeps one contiguous piece of a block (store.pieces), and a read of part of
+    a block that neither overlaps nor touches its piece replaces it. So the ranges are taken as the
+    engine asks the origin for them, rounded out to the `granule`, joined where they touch (with
+    the tail's too) into runs; a run is read when no other run shares a block with it, or when it
+    is the tail's. Ranges several to a block (ORC stripes smaller than a block) are left out."""
+    def rounded(start: int, end: int) -> tuple[int, int]:
+        return start // granule * granule, min(-(-end // granule) * granule, size)
+
+    spans = sorted([(*rounded(start, end), (start, end)) for start, end in ranges] + [(*rounded(tail, size), None)])
+    runs: list[tuple[int, int, list[tuple[int, int] | None]]] = []
+    for low, high, what in spans:
+        if runs and low <= runs[-1][1]:
+            runs[-1] = (runs[-1][0], max(high, runs[-1][1]), [*runs[-1][2], what])
+        else:
+            runs.append((low, high, [what]))
+    ends = Counter(block for low, high, _ in runs for block in {low // block_size, (high - 1) // block_size})
+    kept: list[tuple[int, int]] = []
+    for low, high, members in runs:
+        if None in members or ends[low // block_size] == ends[(high - 1) // block_size] == 1:
+            kept += [member for member in members if member is not None]
+    return kept
 
 
 class _OwnerDown(Exception):

@@ -16,13 +16,13 @@ COMPRESSIONS = ("uncompressed", "zlib", "snappy", "zstd", "lz4")
 STRIPE_SIZE = 128 * 1024  # small stripes: a file of some 20, most of them before a 64 KiB tail
 
 
-def orc_file(compression: str, rows: int = 200_000) -> bytes:
+def orc_file(compression: str, rows: int = 200_000, stripe_size: int = STRIPE_SIZE) -> bytes:
     """Random integers (that compress little, so stripes stay apart) and short strings."""
     draw = random.Random(7)
     table = pa.table({"id": [draw.getrandbits(62) for _ in range(rows)],
                       "name": [f"name-{draw.randrange(1000)}" for _ in range(rows)]})
     out = io.BytesIO()
-    orc.write_table(table, out, stripe_size=STRIPE_SIZE, compression=compression)
+    orc.write_table(table, out, stripe_size=stripe_size, compression=compression)
     return out.getvalue()
 
 

@@ -227,26 +227,26 @@ class _Load:
 def kept_apart(ranges: list[tuple[int, int]], tail: int, size: int, block_size: int,
                granule: int) -> list[tuple[int, int]]:
     """Of the ranges [start, end) before `tail` (where the file's tail read began), those worth
-    reading: the cache keeps one contiguous piece of a block (store.pieces), and a read of part of
-    a block that neither overlaps nor touches its piece replaces it. So the ranges are taken as the
-    engine asks the origin for them, rounded out to the `granule`, joined where they touch (with
-    the tail's too) into runs; a run is read when no other run shares a block with it, or when it
-    is the tail's. Ranges several to a block (ORC stripes smaller than a block) are left out."""
-    def rounded(start: int, end: int) -> tuple[int, int]:
+    reading. The cache keeps one contiguous piece of a block (store.pieces); a read of part of a
+    block is asked of the origin rounded out to the `granule`, and one that neither overlaps nor
+    touches the block's piece replaces it. So a range is read only when no other range shares a
+    block with it, and, in the tail's first block, only when it touches the tail's piece (which it
+    then extends). Ranges several to a block (ORC stripes smaller than a block) are left out:
+    each would push out the one before, and reading them all would read the blocks whole."""
+    def span(start: int, end: int) -> tuple[int, int]:
         return start // granule * granule, min(-(-end // granule) * granule, size)
 
-    spans = sorted([(*rounded(start, end), (start, end)) for start, end in ranges] + [(*rounded(tail, size), None)])
-    runs: list[tuple[int, int, list[tuple[int, int] | None]]] = []
-    for low, high, what in spans:
-        if runs and low <= runs[-1][1]:
-            runs[-1] = (runs[-1][0], max(high, runs[-1][1]), [*runs[-1][2], what])
-        else:
-            runs.append((low, high, [what]))
-    ends = Counter(block for low, high, _ in runs for block in {low // block_size, (high - 1) // block_size})
-    kept: list[tuple[int, int]] = []
-    for low, high, members in runs:
-        if None in members or ends[low // block_size] == ends[(high - 1) // block_size] == 1:
-            kept += [member for member in members if member is not None]
+    def blocks(low: int, high: int) -> set[int]:
+        return {low // block_size, (high - 1) // block_size}
+
+    spans = [span(start, end) for start, end in ranges]
+    shared = Counter(block for low, high in spans for block in blocks(low, high))
+    tail_low, _ = span(tail, size)
+    kept = []
+    for (start, end), (low, high) in zip(ranges, spans):
+        alone = all(shared[block] == 1 for block in blocks(low, high))
+        if alone and (tail_low // block_size not in blocks(low, high) or high >= tail_low):
+            kept.append((start, end))
     return kept
 
 

@@ -322,14 +322,15 @@ def test_orc_footers_in_blocks_no_larger_than_a_granule_are_all_loaded(tables, d
 @pytest.mark.parametrize("ranges, kept", [
     ([(100, 200), (5 * MiB, 5 * MiB + 10)], [(100, 200), (5 * MiB, 5 * MiB + 10)]),  # a block each
     ([(100, 200), (200 * KiB, 200 * KiB + 10)], []),  # two pieces of block 0: neither
-    ([(100, 200), (70 * KiB, 70 * KiB + 10)], [(100, 200), (70 * KiB, 70 * KiB + 10)]),  # their granules touch
+    ([(100, 200), (70 * KiB, 70 * KiB + 10)], []),  # granules that touch: reading both is the block's start
     ([(9 * MiB + 10, 9 * MiB + 20)], []),  # in the tail's block, apart from the tail's piece
-    ([(9 * MiB + 400 * KiB, 9 * MiB + 410 * KiB)], [(9 * MiB + 400 * KiB, 9 * MiB + 410 * KiB)]),  # touches it
+    ([(9 * MiB + 400 * KiB, 9 * MiB + 401 * KiB)], [(9 * MiB + 400 * KiB, 9 * MiB + 401 * KiB)]),  # touches it
+    ([(9 * MiB + 300 * KiB, 9 * MiB + 301 * KiB), (9 * MiB + 400 * KiB, 9 * MiB + 401 * KiB)], []),
     ([(MiB - 10, MiB + 10)], [(MiB - 10, MiB + 10)]),  # over a block's end: alone in both
     ([(MiB - 10, MiB + 10), (MiB + 500 * KiB, MiB + 501 * KiB)], []),
 ])
 def test_kept_apart_reads_one_run_a_block(ranges, kept):
-    size = 9 * MiB + 512 * KiB  # the tail read from 64 KiB before the end: its piece from 9 MiB + 384 KiB
+    size = 9 * MiB + 512 * KiB  # the tail read from 64 KiB before the end: its piece from 9 MiB + 448 KiB
     assert kept_apart(ranges, size - TAIL, size, MiB, BLOCK) == kept
 
 

@@ -216,7 +216,7 @@ def load_prefix(target: str, table: str | None, snapshot: int | None, partitions
 
 
 _FOOTERS_PLAN = ("; with --footers: each file's tail (one origin request a file), then each page index or ORC "
-                 "stripe footer before it (at most one origin request each)")
+                 "stripe footer before it in a cache block of its own (one origin request each)")
 
 
 def _footers_of(last: dict[str, Any]) -> str:

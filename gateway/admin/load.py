@@ -176,9 +176,9 @@ class _Load:
     async def footer(self, file: TableFile) -> None:
         """The file's tail read as an engine reads it (which loads its last blocks, and more
         when the footer is longer), then the footer's ranges before that (page indexes, ORC
-        stripe footers), in order, one read each: at most one origin request each, none when
-        an earlier read's 64 KiB rounding brought it. A file neither Parquet nor ORC has no
-        footer: its tail is all that is loaded of it."""
+        stripe footers) that the cache can keep apart (`kept_apart`), in order, one read each:
+        at most one origin request each. A file neither Parquet nor ORC has no footer: its tail
+        is all that is loaded of it."""
         size, read_from, found = await find_footer(self.engine, file.bucket, file.key, file.size)
         fetch = self.engine.fetch
         ranges = [(start, min(end, read_from)) for start, end in found.ranges if start < read_from]

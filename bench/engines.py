@@ -32,6 +32,7 @@ all of them), and prints its time against direct and what the load cost the orig
 
     .venv/bin/python bench/engines.py [--scale sf1] [--days 120] [--repeat 3] [--latency 25ms] [--rate 80MB]
                                       [--tpch q1,q3,q5,q6,q10,q12,q14,q19] [--formats parquet,orc] [--hms]
+                                      [--orc-stripe-rows N]
 
 --hms: the tables in a Hive metastore service (tests/engines/hms.py: Apache Hive's standalone metastore,
 its own S3A on moto) shared by the three catalogs, as Hive deployments keep them.
@@ -349,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tpch", default=",".join(TPCH), help="TPC-H queries to run (comma-separated; '' for none)")
     parser.add_argument("--formats", default="parquet,orc", help="file formats of the TPC-H tables")
     parser.add_argument("--file-size", default="32MB", help="the largest file the writes make (hive.target-max-file-size)")
+    parser.add_argument("--orc-stripe-rows", type=int, default=0, metavar="N",
+                        help="ORC files written in stripes of at most N rows (hive.orc.writer.stripe-max-rows) and "
+                             "read stripe by stripe, as Trino reads stripes above hive.orc.tiny-stripe-threshold "
+                             "(8 MB; set to 1 B): small tables read as production's 64 MB stripes are")
     parser.add_argument("--only", default="", help="a regular expression: run only the workloads it finds")
     parser.add_argument("--no-jit-pass", action="store_true", help="no pass on the unshaped catalog before timing")
     parser.add_argument("--hms", action="store_true",
@@ -381,7 +386,9 @@ def main(argv: list[str] | None = None) -> int:
                      args.latency, args.rate,
                      f"TPC-H {', '.join(q.upper() for q in tpch) or 'none'} over tpch.{args.scale} as "
                      f"{' and '.join(tpch_formats)}, orders (Parquet) for scan and cpu-heavy; files of at most "
-                     f"{args.file_size}; small: {args.days} daily partitions of one file; "
+                     f"{args.file_size}"
+                     + (f" (ORC in stripes of {args.orc_stripe_rows} rows, read one by one)" if args.orc_stripe_rows else "")
+                     + f"; small: {args.days} daily partitions of one file; "
                      f"gateway: server.workers default (one per core), metadata.ttl = listing.ttl = metadata.negative_ttl = 10m, cache.memory_quota "
                      f"{args.memory_quota}; Trino: one node, -Xmx2G, task.concurrency 2")
     load_start = wl.loadavg()
@@ -406,6 +413,10 @@ def main(argv: list[str] | None = None) -> int:
                                                  ("direct", origin, cs.ORIGIN_CREDENTIALS),
                                                  ("gw", gw.endpoint, cs.USER))}
         catalogs["load"]["hive.target-max-file-size"] = args.file_size
+        if args.orc_stripe_rows:
+            catalogs["load"]["hive.orc.writer.stripe-max-rows"] = str(args.orc_stripe_rows)
+            for name in ("direct", "gw"):
+                catalogs[name]["hive.orc.tiny-stripe-threshold"] = "1B"
         catalogs["tpch"] = {"connector.name": "tpch"}
         t0 = time.monotonic()
         trino = stack.enter_context(TrinoServer(trino_home(), tmp / "trino", catalogs))

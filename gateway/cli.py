@@ -172,7 +172,7 @@ def evict(target: str, url: str | None, token: str | None, config_path: str | No
                    "key=value/ path segments (and the partition values a table records). Repeat to require each.")
 @click.option("--footers", is_flag=True,
               help="Only what engines read first: each file's tail, and of Parquet files the footer and page "
-                   "indexes, of ORC files the postscript, footer and stripe statistics.")
+                   "indexes, of ORC files the postscript, footer, stripe statistics and stripe footers.")
 @click.option("--plan", is_flag=True, help="Print the files, their count and bytes; load nothing.")
 @click.option("--replicas", type=click.IntRange(1, 1000), default=None,
               help="In a fleet: keep each block on this many nodes (default: the object's replica count).")
@@ -203,16 +203,24 @@ def load_prefix(target: str, table: str | None, snapshot: int | None, partitions
         for name, length in last.get("files", []):
             click.echo(f"{'?' if length is None else length:>14}  s3://{name}")
         click.echo(f"plan: {last.get('objects', 0)} files {what}, {size(last.get('bytes', 0))}"
-                   + _read_of(last) + "; nothing loaded")
+                   + _read_of(last) + "; nothing loaded" + (_FOOTERS_PLAN if footers else ""))
         return
     failed = last.get("failed", [])
     click.echo(f"loaded {last.get('loaded', 0)} of {last.get('objects', 0)} {'files' if table else 'objects'} "
-               + f"{what}, {size(last.get('bytes', 0))}" + (" (footers)" if footers else "") + _read_of(last)
+               + f"{what}, {size(last.get('bytes', 0))}" + (_footers_of(last) if footers else "") + _read_of(last)
                + (f"; {len(failed)} failed:" if failed else ""))
     for line in failed:
         click.echo(f"  {line}")
     if failed:
         sys.exit(1)
+
+
+_FOOTERS_PLAN = ("; with --footers: each file's tail (one origin request a file), then each page index or ORC "
+                 "stripe footer before it in a cache block of its own (one origin request each)")
+
+
+def _footers_of(last: dict[str, Any]) -> str:
+    return f" (footers), {last.get('footer_reads', 0)} ranges read before the tails"
 
 
 def _read_of(last: dict[str, Any]) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -48,6 +49,7 @@ class LoadProgress:
     listed: bool = False  # the listing (or the table's plan) is complete: `objects` is the total
     failed: list[str] = field(default_factory=list)
     metadata_files: int = 0  # a table's own files read to find its data files
+    footer_reads: int = 0  # with `footers`: ranges read before a file's tail (page indexes, stripe footers)
     files: list[tuple[str, int | None]] = field(default_factory=list)
 
     @property
@@ -64,7 +66,7 @@ class LoadProgress:
         if request.filters:
             document["partitions"] = [str(condition) for condition in request.filters]
         if request.footers:
-            document["footers"] = True
+            document.update(footers=True, footer_reads=self.footer_reads)
         if request.plan:
             document["plan"] = True
             if self.finished:  # the files once, in the last document: a plan of a large table is long
@@ -116,7 +118,7 @@ class _Load:
         self.in_fleet = engine.fleet is not None
 
     async def load_one(self, file: TableFile) -> None:
-        engine, progress = self.engine, self.progress
+        progress = self.progress
         try:
             if self.request.footers:
                 await self.footer(file)
@@ -173,13 +175,19 @@ class _Load:
 
     async def footer(self, file: TableFile) -> None:
         """The file's tail read as an engine reads it (which loads its last blocks, and more
-        when the footer is longer), then the footer's ranges before that (page indexes). A
-        file neither Parquet nor ORC has no footer: its tail is all that is loaded of it."""
+        when the footer is longer), then the footer's ranges before that (page indexes, ORC
+        stripe footers) that the cache can keep apart (`kept_apart`), in order, one read each:
+        at most one origin request each. A file neither Parquet nor ORC has no footer: its tail
+        is all that is loaded of it."""
         size, read_from, found = await find_footer(self.engine, file.bucket, file.key, file.size)
-        for start, end in found.ranges:
-            if start < read_from:
-                await read_bytes(self.engine, file.bucket, file.key, start, min(end, read_from) - 1, limit=end - start)
-                self.progress.bytes += min(end, read_from) - start
+        fetch = self.engine.fetch
+        ranges = [(start, min(end, read_from)) for start, end in found.ranges if start < read_from]
+        if fetch is not None and fetch.granule is not None:
+            ranges = kept_apart(ranges, read_from, size, fetch.settings.block_size, fetch.granule)
+        for start, end in ranges:
+            await read_bytes(self.engine, file.bucket, file.key, start, end - 1, limit=end - start)
+            self.progress.bytes += end - start
+            self.progress.footer_reads += 1
         self.progress.bytes += size - read_from
 
     async def worker(self) -> None:
@@ -214,6 +222,32 @@ class _Load:
         finally:
             if progress.finished or not progress.listed:
                 self.settled.set()
+
+
+def kept_apart(ranges: list[tuple[int, int]], tail: int, size: int, block_size: int,
+               granule: int) -> list[tuple[int, int]]:
+    """Of the ranges [start, end) before `tail` (where the file's tail read began), those worth
+    reading. The cache keeps one contiguous piece of a block (store.pieces); a read of part of a
+    block is asked of the origin rounded out to the `granule`, and one that neither overlaps nor
+    touches the block's piece replaces it. So a range is read only when no other range shares a
+    block with it, and, in the tail's first block, only when it touches the tail's piece (which it
+    then extends). Ranges several to a block (ORC stripes smaller than a block) are left out:
+    each would push out the one before, and reading them all would read the blocks whole."""
+    def span(start: int, end: int) -> tuple[int, int]:
+        return start // granule * granule, min(-(-end // granule) * granule, size)
+
+    def blocks(low: int, high: int) -> set[int]:
+        return {low // block_size, (high - 1) // block_size}
+
+    spans = [span(start, end) for start, end in ranges]
+    shared = Counter(block for low, high in spans for block in blocks(low, high))
+    tail_low, _ = span(tail, size)
+    kept = []
+    for (start, end), (low, high) in zip(ranges, spans):
+        alone = all(shared[block] == 1 for block in blocks(low, high))
+        if alone and (tail_low // block_size not in blocks(low, high) or high >= tail_low):
+            kept.append((start, end))
+    return kept
 
 
 class _OwnerDown(Exception):

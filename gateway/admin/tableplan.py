@@ -186,7 +186,7 @@ async def footer(engine: Engine, bucket: str, key: str, size: int | None = None)
     start = size - len(tail)
     for _ in range(2):
         try:
-            return size, start, footer_ranges(tail, size)
+            return size, start, await asyncio.to_thread(footer_ranges, tail, size)  # a read per ORC stripe
         except NeedMore as more:
             if not 0 <= more.start < start:
                 break

@@ -1,14 +1,19 @@
 """The bytes engines read of a columnar file before they decide what else to read: Parquet's
-footer and page indexes, ORC's postscript, footer and stripe statistics. Found as an engine
-finds them, from the file's tail (`TAIL` bytes first, more when the footer is longer), the
-footer itself parsed with pyarrow."""
+footer and page indexes, ORC's postscript, footer, stripe statistics and stripe footers. Found as
+an engine finds them, from the file's tail (`TAIL` bytes first, more when the footer is longer),
+the footer itself parsed with pyarrow; an ORC stripe's footer where pyarrow's reader asks for it."""
 
 from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyarrow.orc import ORCFile
 
 TAIL = 64 * 1024  # the first read of a file's end, as Arrow's readers do (Trino reads 48 KiB)
+MAX_STRIPE_FOOTER = 16 * 1024**2  # an ORC stripe footer longer than this is taken for a broken file
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,18 +96,53 @@ def _orc(tail: bytes, size: int) -> Footer:
         return Footer(None)
     if start < size - len(tail):
         raise NeedMore(start)
-    return Footer("orc", ((start, size),))
+    return Footer("orc", _joined([*_stripe_footers(reader, known), (start, size)]))
+
+
+def _stripe_footers(reader: ORCFile, known: _Tail) -> list[tuple[int, int]]:
+    """The byte ranges of an ORC file's stripe footers (each at its stripe's offset + index length +
+    data length, its footer length long, as the file footer's stripe information says): the first
+    read pyarrow's reader asks for of each stripe when it reads no column (the footer, and nothing
+    else). A stripe pyarrow cannot read otherwise adds none."""
+    ranges = []
+    for stripe in range(reader.nstripes):
+        known.asked.clear()
+        try:
+            reader.read_stripe(stripe, columns=[])
+        except Exception:  # it asked for the footer before the tail (recorded), or the stripe is broken
+            pass
+        if known.asked:
+            offset, length = known.asked[0]
+            if 0 <= offset and offset + length <= known.size and length <= MAX_STRIPE_FOOTER:
+                ranges.append((offset, offset + length))
+    return ranges
+
+
+def _joined(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """`ranges` in order, those that touch or overlap made one."""
+    joined: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if joined and start <= joined[-1][1]:
+            joined[-1] = (joined[-1][0], max(end, joined[-1][1]))
+        else:
+            joined.append((start, end))
+    return tuple(joined)
 
 
 class _Tail(io.RawIOBase):
     """A read-only file of `size` bytes of which only the last len(tail) are known: enough
-    for pyarrow to parse a footer; a read before them fails, `wanted` saying where it began."""
+    for pyarrow to parse a footer; a read before them fails. `asked` records every read's
+    (offset, length), `wanted` the first byte a failed one asked for."""
 
     def __init__(self, tail: bytes, size: int) -> None:
         super().__init__()
-        self._tail, self._size, self._at = tail, size, 0
+        self._tail, self.size, self._at = tail, size, 0
         self._base = size - len(tail)
-        self.wanted: int | None = None
+        self.asked: list[tuple[int, int]] = []
+
+    @property
+    def wanted(self) -> int | None:
+        return min((offset for offset, _ in self.asked if offset < self._base), default=None)
 
     def readable(self) -> bool:
         return True
@@ -111,17 +151,17 @@ class _Tail(io.RawIOBase):
         return True
 
     def seek(self, offset: int, whence: int = 0) -> int:
-        self._at = offset if whence == 0 else self._at + offset if whence == 1 else self._size + offset
+        self._at = offset if whence == 0 else self._at + offset if whence == 1 else self.size + offset
         return self._at
 
     def tell(self) -> int:
         return self._at
 
     def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        if self._at >= self._size:
+        if self._at >= self.size:
             return 0
+        self.asked.append((self._at, len(buffer)))
         if self._at < self._base:
-            self.wanted = self._at if self.wanted is None else min(self.wanted, self._at)
             raise OSError(f"byte {self._at} is before the tail read")
         chunk = self._tail[self._at - self._base:self._at - self._base + len(buffer)]
         buffer[:len(chunk)] = chunk

@@ -4,24 +4,30 @@ key, shows that only the current snapshot's files (or their footers) are read.""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import pyarrow.orc as orc
 import pytest
 from click.testing import CliRunner, Result
 
+from gateway.admin.load import kept_apart
 from gateway.admin.summary import size
 from gateway.cli import main
 from gateway.config import AdminSettings, CacheSettings
+from gateway.tables.footers import TAIL, footer_ranges
 from tests.support import RunningGateway, client
+from tests.tables.orcfile import orc_file
 from tests.tables.writers import (avro, delta_add, delta_checkpoint, delta_commit, delta_remove, iceberg_metadata, manifest,
                                   manifest_list, parquet_file)
 
 TOKEN = "table-load-token"
 KiB = 1024
+MiB = 1024 * KiB
 BLOCK = 64 * KiB
 ICEBERG = "lake/sales"
 DELTA = "lake/events"
@@ -200,7 +206,7 @@ def test_footers_load_the_tail_and_page_indexes_only(tables):
     gateway, origin = tables
     result = cli(gateway, f"s3://lake/{ICEBERG}", "--table", "iceberg", "--footers")
     assert result.exit_code == 0, result.output
-    assert "(footers)" in result.output
+    assert "(footers), 0 ranges read before the tails" in result.output  # no page index outside the tails
     s3 = client(gateway.endpoint)
     for name, dt in (("a", "2026-12-01"), ("c", "2026-12-03"), ("d", "2026-12-03")):
         key, size = iceberg_key(name, dt), len(FILES[name])
@@ -212,6 +218,120 @@ def test_footers_load_the_tail_and_page_indexes_only(tables):
         head = s3.get_object(Bucket="lake", Key=key, Range="bytes=0-99")
         head["Body"].read()
         assert head["ResponseMetadata"]["HTTPHeaders"]["x-cache"] == "miss"
+
+
+class GatewayFile(io.RawIOBase):
+    """An object read through the gateway as engines read it, a ranged GET a read; `caches` holds
+    each answer's x-cache."""
+
+    def __init__(self, gateway: RunningGateway, key: str, size: int) -> None:
+        super().__init__()
+        self.s3, self.key, self.size, self.at = client(gateway.endpoint), key, size, 0
+        self.caches: list[str] = []
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.at = offset if whence == 0 else self.at + offset if whence == 1 else self.size + offset
+        return self.at
+
+    def readinto(self, buffer: Any) -> int:
+        end = min(self.at + len(buffer), self.size)
+        if end <= self.at:
+            return 0
+        answer = self.s3.get_object(Bucket="lake", Key=self.key, Range=f"bytes={self.at}-{end - 1}")
+        self.caches.append(answer["ResponseMetadata"]["HTTPHeaders"]["x-cache"])
+        length = end - self.at
+        buffer[:length] = answer["Body"].read()
+        self.at = end
+        return length
+
+
+def orc_lake(start_gateway, direct, data: bytes, block: int) -> tuple[RunningGateway, OriginLog, str]:  # type: ignore[no-untyped-def]
+    """A gateway of `block`-byte blocks in front of a bucket holding one ORC file, `data`."""
+    gateway = start_gateway(admin=AdminSettings(token=TOKEN), cache=CacheSettings(block_size=block, readahead_blocks=0))
+    direct.create_bucket(Bucket="lake")
+    direct.put_object(Bucket="lake", Key="orders/part-0.orc", Body=data)
+    return gateway, OriginLog(gateway), "orders/part-0.orc"
+
+
+def loaded_footers(gateway: RunningGateway, origin: OriginLog, key: str, size: int) -> int:
+    """`gateway load --footers` of the file: the ranges it read before the tail, checked against
+    the origin's requests: the tail (one request, the size known from the listing), then one each."""
+    result = cli(gateway, "s3://lake/orders/", "--footers")
+    assert result.exit_code == 0, result.output
+    reads = re.search(r"\(footers\), (\d+) ranges read before the tails", result.output)
+    assert reads is not None, result.output
+    assert len([r for method, sent_key, r in origin.sent if method == "GET" and sent_key == key]) == 1 + int(reads[1])
+    return int(reads[1])
+
+
+def stripes_read_through(gateway: RunningGateway, origin: OriginLog, key: str, size: int) -> list[str]:
+    """pyarrow opening the file through the gateway and reading each stripe's footer (a stripe with
+    no column: nothing else); no request reaches the origin. The answers' x-cache."""
+    before = len(origin.sent)
+    through = GatewayFile(gateway, key, size)
+    reader = orc.ORCFile(through)
+    for stripe in range(reader.nstripes):
+        reader.read_stripe(stripe, columns=[])  # reads the stripe's footer (parses it), and nothing else
+    assert origin.sent[before:] == [] and len(through.caches) == 1 + reader.nstripes
+    return through.caches
+
+
+def test_orc_stripe_footers_in_blocks_of_their_own_are_loaded_and_then_hits(start_gateway, clean_origin, direct):
+    data = orc_file("uncompressed", rows=600_000, stripe_size=2048 * KiB)  # stripes of 1.7 MB: > the 1 MiB blocks
+    gateway, origin, key = orc_lake(start_gateway, direct, data, block=1024 * KiB)
+    stripes = orc.ORCFile(io.BytesIO(data)).nstripes
+    assert loaded_footers(gateway, origin, key, len(data)) == stripes - 1 and stripes > 4  # the last one's in the tail
+    assert origin.ranged_bytes(key, len(data)) <= 2 * (stripes + 1) * BLOCK  # 64 KiB granules: one or two a footer
+    assert set(stripes_read_through(gateway, origin, key, len(data))) == {"hit-mem"}
+
+
+def test_orc_stripe_footers_several_to_a_block_are_left_out(start_gateway, clean_origin, direct):
+    # A block keeps one piece: reading its footers one by one, each would replace the one before,
+    # and the tail's. Those whose granule touches the tail's are read with it.
+    data = orc_file("zlib")  # stripes some 150 KiB apart: some 7 footers to a 1 MiB block
+    gateway, origin, key = orc_lake(start_gateway, direct, data, block=1024 * KiB)
+    reads = loaded_footers(gateway, origin, key, len(data))
+    assert reads < 3 < orc.ORCFile(io.BytesIO(data)).nstripes
+    before = len(origin.sent)
+    through = GatewayFile(gateway, key, len(data))
+    assert orc.ORCFile(through).nrows > 0 and through.caches == ["hit-mem"]  # the tail's piece is still there
+    assert origin.sent[before:] == []
+
+
+def test_orc_footers_in_blocks_no_larger_than_a_granule_are_all_loaded(tables, direct):
+    gateway, origin = tables  # 64 KiB blocks: kept whole, never as pieces
+    data, key = orc_file("zlib"), "lake/orders/part-0.orc"
+    direct.put_object(Bucket="lake", Key=key, Body=data)
+    stripes = orc.ORCFile(io.BytesIO(data)).nstripes
+    before_tail = [start for start, _ in footer_ranges(data[-TAIL:], len(data)).ranges if start < len(data) - TAIL]
+    assert stripes - 3 <= len(before_tail) < stripes  # the last stripes' footers are in the tail
+    result = cli(gateway, "s3://lake/lake/orders/", "--footers")
+    assert result.exit_code == 0, result.output
+    assert f"(footers), {len(before_tail)} ranges read before the tails" in result.output
+    asked = [ranged for method, sent_key, ranged in origin.sent if method == "GET" and sent_key == key]
+    assert len(asked) == 1 + len(before_tail) and origin.ranged_bytes(key, len(data)) <= (stripes + 2) * BLOCK
+    assert set(stripes_read_through(gateway, origin, key, len(data))) == {"hit-mem"}
+
+
+@pytest.mark.parametrize("ranges, kept", [
+    ([(100, 200), (5 * MiB, 5 * MiB + 10)], [(100, 200), (5 * MiB, 5 * MiB + 10)]),  # a block each
+    ([(100, 200), (200 * KiB, 200 * KiB + 10)], []),  # two pieces of block 0: neither
+    ([(100, 200), (70 * KiB, 70 * KiB + 10)], []),  # granules that touch: reading both is the block's start
+    ([(9 * MiB + 10, 9 * MiB + 20)], []),  # in the tail's block, apart from the tail's piece
+    ([(9 * MiB + 400 * KiB, 9 * MiB + 401 * KiB)], [(9 * MiB + 400 * KiB, 9 * MiB + 401 * KiB)]),  # touches it
+    ([(9 * MiB + 300 * KiB, 9 * MiB + 301 * KiB), (9 * MiB + 400 * KiB, 9 * MiB + 401 * KiB)], []),
+    ([(MiB - 10, MiB + 10)], [(MiB - 10, MiB + 10)]),  # over a block's end: alone in both
+    ([(MiB - 10, MiB + 10), (MiB + 500 * KiB, MiB + 501 * KiB)], []),
+])
+def test_kept_apart_reads_one_run_a_block(ranges, kept):
+    size = 9 * MiB + 512 * KiB  # the tail read from 64 KiB before the end: its piece from 9 MiB + 448 KiB
+    assert kept_apart(ranges, size - TAIL, size, MiB, BLOCK) == kept
 
 
 def test_what_is_not_a_table_and_bad_arguments(tables):

@@ -1,11 +1,13 @@
 """`gateway load --table` on tables the engines wrote through the gateway: an Iceberg table from Trino
 after a DELETE of a partition, an UPDATE and expire_snapshots, a Hive table from Trino filtered by
-partition, a Delta table from Spark. The load runs on a gateway of its own on the same origin, whose
-origin requests are recorded key by key: they show exactly the table's current files read, no other."""
+partition, an ORC table of many stripes from Trino (its stripe footers found), a Delta table from
+Spark. The load runs on a gateway of its own on the same origin, whose origin requests are recorded
+key by key: they show exactly the table's current files read, no other."""
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import subprocess
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pyarrow.orc as orc
 import pytest
 from click.testing import CliRunner, Result
 
@@ -23,11 +26,16 @@ from gateway.config import AdminSettings, CacheSettings
 from tests.engines.jvm import EngineUnavailable, TrinoServer, maven_artifact
 from tests.engines.support import (BUCKET, CACHE_TTL, ORIGIN_KEYS, SPARK_JAVA_HOME, WRITER, engine_missing,
                                    engines_settings)
+from gateway.admin.load import kept_apart
+from gateway.engine.runs import GRANULE
+from gateway.tables.footers import TAIL, footer_ranges
 from tests.support import REGION, RunningGateway, client
+from tests.tables.orcfile import assert_stripe_footers
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(1800)]
 
 TOKEN = "engine-table-load-token"
+LOADER_BLOCK = 256 * 1024
 SCHEMA = "loads"
 
 
@@ -68,7 +76,7 @@ class Loader:
 @pytest.fixture(scope="module")
 def loader(engines_origin: str) -> Iterator[Loader]:
     settings = dataclasses.replace(engines_settings(engines_origin, CACHE_TTL), admin=AdminSettings(token=TOKEN),
-                                   cache=CacheSettings(memory_quota=256 * 1024**2, block_size=256 * 1024))
+                                   cache=CacheSettings(memory_quota=256 * 1024**2, block_size=LOADER_BLOCK))
     with RunningGateway(settings) as running:
         yield Loader(running)
 
@@ -136,6 +144,26 @@ def test_a_hive_table_loads_exactly_the_partitions_a_filter_keeps(trino: TrinoSe
     footers = loader.load(f"s3://{BUCKET}/{root}/", "--partitions", "orderpriority>=3", "--footers")
     assert footers.exit_code == 0, footers.output
     assert {key for key in loader.read(root + "/") if "/." not in key} == files - wanted
+
+
+def test_a_trino_orc_file_has_every_stripe_footer_found_and_loaded(trino: TrinoServer, schemas: None, loader: Loader,
+                                                                   engines_origin: str) -> None:
+    trino.query(f"CREATE TABLE hive.{SCHEMA}.orders_stripes WITH (format = 'ORC') AS SELECT * FROM tpch.tiny.orders",
+                session={"hive.orc_optimized_writer_max_stripe_rows": "1000"})
+    files = keys_of(trino.query(f'SELECT DISTINCT "$path" FROM hive.{SCHEMA}.orders_stripes'))
+    origin = client(engines_origin, ORIGIN_KEYS)
+    read = 0  # of the ranges before the tails, those a load reads: one to a block (gateway.admin.load)
+    for key in files:
+        data = origin.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+        footer, tail = footer_ranges(data, len(data)), len(data) - TAIL
+        assert footer.format == "orc" and orc.ORCFile(io.BytesIO(data)).nstripes > 1, key
+        assert_stripe_footers(data, footer.ranges, columns=10)  # the root struct and orders' 9 columns
+        before = [(start, min(end, tail)) for start, end in footer.ranges if start < tail]
+        read += len(kept_apart(before, tail, len(data), LOADER_BLOCK, GRANULE))
+    root = next(iter(files)).rsplit("/", 1)[0]
+    result = loader.load(f"s3://{BUCKET}/{root}/", "--footers")
+    assert result.exit_code == 0, result.output
+    assert f"(footers), {read} ranges read before the tails" in result.output
 
 
 # Delta for Spark: no delta-spark is built for Spark 4.3 (pyspark 4.3.0); 4.4.0 is built for Spark 4.2 and

@@ -1,5 +1,6 @@
 """Footer ranges found from a file's tail as an engine finds them: Parquet's footer (with page
-indexes when written, without the bloom filters), ORC's postscript, footer and stripe statistics."""
+indexes when written, without the bloom filters), ORC's postscript, footer, stripe statistics and
+stripe footers (checked against the file by tests/tables/orcfile.py's own reading of it)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from gateway.tables.footers import TAIL, NeedMore, footer_ranges
+from tests.tables.orcfile import COMPRESSIONS, assert_stripe_footers, orc_file
 
 ROWS = pa.table({"id": list(range(60_000)), "name": [f"name-{i}" for i in range(60_000)]})
 
@@ -85,8 +87,32 @@ def test_orc_tail_is_postscript_footer_and_stripe_statistics():
     footer = found(data, tail=64)
     reader = orc.ORCFile(io.BytesIO(data))
     length = 1 + reader.file_postscript_length + reader.file_footer_length + reader.stripe_statistics_length
-    assert footer.format == "orc" and footer.ranges == ((len(data) - length, len(data)),)
+    assert footer.format == "orc" and footer.ranges[-1][1] == len(data)
+    assert footer.ranges[-1][0] < len(data) - length < footer.ranges[-1][0] + 1024  # with the last stripe's footer
     assert reader.nstripes > 1
+
+
+@pytest.mark.parametrize("compression", COMPRESSIONS)
+@pytest.mark.parametrize("tail", [TAIL, 64])
+def test_orc_stripe_footers_are_where_the_file_says(compression: str, tail: int):
+    data = orc_file(compression)
+    footer = found(data, tail)
+    assert footer.format == "orc" and orc.ORCFile(io.BytesIO(data)).nstripes > 4
+    assert_stripe_footers(data, footer.ranges, columns=3)  # the root struct, id, name
+
+
+def test_orc_ranges_are_all_a_reader_needs_to_open_every_stripe():
+    data = orc_file("zstd")
+    ranges = found(data).ranges
+    kept, tail_only = bytearray(len(data)), bytearray(len(data))
+    for start, end in ranges:
+        kept[start:end] = data[start:end]
+    tail_only[ranges[-1][0]:] = data[ranges[-1][0]:]
+    with_footers, without = orc.ORCFile(io.BytesIO(bytes(kept))), orc.ORCFile(io.BytesIO(bytes(tail_only)))
+    for stripe in range(with_footers.nstripes - 1):  # every byte zero but the ranges': each stripe footer parses
+        with_footers.read_stripe(stripe, columns=[])
+        with pytest.raises(OSError):  # and it is the ranges that it parses
+            without.read_stripe(stripe, columns=[])
 
 
 @pytest.mark.parametrize("data", [b"", b"x" * 100, b"not parquet PAR1", b"\xff\xff\xff\x7fPAR1", b"junk ORC\x05"])

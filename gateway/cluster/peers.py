@@ -1,4 +1,4 @@
-"""The peer API's wire format: request signing with the cluster secret, and the client
+"""The peer API's wire format: its routes, and the client
 a node asks its peers for blocks with (gateway.rangeclient: keep-alive, a block's body
 received into one buffer).
 
@@ -57,22 +57,21 @@ longer that version); 503 this node cannot serve blocks.
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import ssl
 import time
 from typing import NamedTuple, Protocol
-from urllib.parse import parse_qsl, quote, urlencode
 
 import orjson
 
 from gateway.cluster.membership import Member
+from gateway.cluster.peersigning import MAX_SKEW, decode_query, encode_query, sign, verify
 from gateway.config import ClusterSettings
 from gateway.errors import S3Error
 from gateway.lru import LRU
 from gateway.rangeclient import RangeClient
 
-__all__ = ["PEER_PREFIX", "OpenAnswer", "PeerClient", "PeerError", "PeerRefused", "sign", "verify"]
+__all__ = ["MAX_SKEW", "PEER_PREFIX", "OpenAnswer", "PeerClient", "PeerError", "PeerRefused", "decode_query",
+           "encode_query", "sign", "verify"]
 
 PEER_PREFIX = "/_peer/"
 BLOCK_PATH = "/_peer/v1/block"
@@ -83,15 +82,13 @@ HELD_PATH = "/_peer/v1/held"  # which of some blocks the node (a worker: of thos
 HELD_MAX = 4096  # blocks one `held` question may name
 META_PATH = "/_peer/v1/meta"  # an object's metadata, from the worker of this node owning its first block
 LIST_PATH = "/_peer/v1/list"  # a listing page, from the worker of this node owning its parameters
-AGE_HEADER = "x-gateway-age"  # seconds since the origin gave the answer sent
 AUTH_HEADER = "x-gateway-peer"
 META_HEADER = "x-gateway-meta"
 BLOCK_HEADER = "x-gateway-block"  # "file": the block is in the owner's file, not in the body
 CACHED_HEADER = "x-gateway-cached"  # "1": an open's block came from the owner's cache, not its origin
-AGE_HEADER = "x-gateway-age"  # seconds a cached open's metadata had been known to the owner (not fresh for longer)
+AGE_HEADER = "x-gateway-age"  # seconds since the origin gave the answer sent (a copy is never fresh for longer)
 AT_HEADER = "x-gateway-at"  # where in the block the bytes of a part's answer start
 FETCHED_HEADER = "x-gateway-fetched"  # "1": a block the owner did not hold, fetched from its origin for this ask
-MAX_SKEW = 300  # seconds a signature stays valid, for clocks that differ between nodes
 # A request is signed for the start of its minute: the same block asked for again within it is the
 # same bytes, which its owner answers as kept (PeerApp.replay); clocks may then differ by 240 s.
 _SIGNED_EVERY = 60
@@ -103,44 +100,6 @@ _IDLE_SECONDS = 3.0
 _MAX_ERROR = 64 * 1024
 _META_MAX = 64 * 1024  # an encoded metadata entry: its headers are at most S3's 2 KiB of user metadata
 _LISTING_MAX = 64 * 1024 * 1024  # a listing page: 1000 keys of up to 1 KiB, with their owners and checksums
-
-
-def sign(secret: bytes, method: str, path: str, query: str, when: int | None = None) -> str:
-    """The `x-gateway-peer` value for one request."""
-    when = int(time.time()) if when is None else when
-    return f"v1 {when} {_mac(secret, method, path, query, when)}"
-
-
-def verify(secret: bytes, header: str | None, method: str, path: str, query: str, now: float | None = None) -> int:
-    """200 when `header` signs this request; 401 when it is missing or malformed, 403 when
-    the signature is wrong or stale. Compared in constant time."""
-    if not header:
-        return 401
-    parts = header.split(" ")
-    # isascii: "²".isdigit() is true but int() refuses it; 20 digits keep int() under its limit.
-    if len(parts) != 3 or parts[0] != "v1" or not (parts[1].isascii() and parts[1].isdigit() and len(parts[1]) <= 20):
-        return 401
-    when = int(parts[1])
-    now = time.time() if now is None else now
-    expected = _mac(secret, method, path, query, when)
-    good = hmac.compare_digest(parts[2].encode("ascii", "replace"), expected.encode())
-    return 200 if good and abs(now - when) <= MAX_SKEW else 403
-
-
-def _mac(secret: bytes, method: str, path: str, query: str, when: int) -> str:
-    message = f"{method}\n{path}\n{query}\n{when}".encode("utf-8", "surrogatepass")
-    return hmac.new(secret, message, hashlib.sha256).hexdigest()
-
-
-def encode_query(params: list[tuple[str, str]]) -> str:
-    """The query string exactly as sent and signed (RFC 3986 escapes of UTF-8; a key that
-    is not valid UTF-8, decoded with surrogateescape, keeps its bytes: see `decode_query`)."""
-    return urlencode(params, quote_via=quote, safe="", encoding="utf-8", errors="surrogateescape")
-
-
-def decode_query(query: str) -> dict[str, str]:
-    """The parameters of a query string made by `encode_query`."""
-    return dict(parse_qsl(query, keep_blank_values=True, encoding="utf-8", errors="surrogateescape"))
 
 
 class Budget(Protocol):

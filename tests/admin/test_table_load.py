@@ -39,17 +39,19 @@ class OriginLog:
     def __init__(self, gateway: RunningGateway) -> None:
         self.sent: list[tuple[str, str | None, str | None]] = []
         origin = gateway.server.config.app.s3.engine.origin
-        send, get_block = origin.send, origin.get_block
+        # Every request goes through one of the two: aiohttp's (`send`), or the range client's
+        # (`_buffered`: blocks, runs, HEADs and listing pages).
+        send, buffered = origin.send, origin._buffered
 
         async def sent(method: str, bucket: str | None = None, key: str | None = None, **kwargs: Any) -> Any:
             self.sent.append((method, key, (kwargs.get("headers") or {}).get("range")))
             return await send(method, bucket, key, **kwargs)
 
-        async def block(bucket: str, key: str, **kwargs: Any) -> Any:
-            self.sent.append(("GET", key, (kwargs.get("headers") or {}).get("range")))
-            return await get_block(bucket, key, **kwargs)
+        async def sent_buffered(method: str, bucket: str, key: str | None, query: Any, headers: dict[str, str]) -> Any:
+            self.sent.append((method, key, headers.get("range")))
+            return await buffered(method, bucket, key, query, headers)
 
-        origin.send, origin.get_block = sent, block
+        origin.send, origin._buffered = sent, sent_buffered  # type: ignore[method-assign]
 
     def keys(self, under: str = "") -> set[str]:
         return {key for method, key, _ in self.sent if method == "GET" and key and key.startswith(under)}

@@ -46,18 +46,21 @@ class Loader:
         self.gateway = gateway
         self.gets: list[str] = []
         origin = gateway.server.config.app.s3.engine.origin
-        send, get_block = origin.send, origin.get_block
+        # Every request goes through one of the two: aiohttp's (`send`), or the range client's
+        # (`_buffered`: blocks, runs, HEADs and listing pages).
+        send, buffered = origin.send, origin._buffered
 
         async def sent(method: str, bucket: str | None = None, key: str | None = None, **kwargs: Any) -> Any:
             if method == "GET" and key:
                 self.gets.append(key)
             return await send(method, bucket, key, **kwargs)
 
-        async def block(bucket: str, key: str, **kwargs: Any) -> Any:
-            self.gets.append(key)
-            return await get_block(bucket, key, **kwargs)
+        async def sent_buffered(method: str, bucket: str, key: str | None, query: Any, headers: dict[str, str]) -> Any:
+            if method == "GET" and key:
+                self.gets.append(key)
+            return await buffered(method, bucket, key, query, headers)
 
-        origin.send, origin.get_block = sent, block
+        origin.send, origin._buffered = sent, sent_buffered  # type: ignore[method-assign]
 
     def load(self, location: str, *args: str) -> Result:
         self.gets.clear()

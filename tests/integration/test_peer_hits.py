@@ -279,9 +279,10 @@ def test_a_block_request_sent_again_is_answered_as_kept_while_its_signature_hold
     # Past its signature's time, kept or not, it is refused as any stale signature.
     import gateway.cluster.peer_api as peer_api
     import gateway.cluster.peers as peers
+    import gateway.cluster.peersigning as peersigning
     later = SimpleNamespace(time=lambda: time.time() + 30)
-    monkeypatch.setattr(peer_api, "time", later)
-    monkeypatch.setattr(peers, "time", later)
+    for module in (peer_api, peers, peersigning):
+        monkeypatch.setattr(module, "time", later)
     host, port = node.endpoint.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=5) as sock:
         sock.sendall(request)

@@ -156,7 +156,9 @@ class Reads:
             if in_hand is not None:
                 data, at = in_hand, 0
             else:  # x-cache says how the node had it (its owner worker may have fetched it for this read)
-                data, at, source = await fetch.part(block, meta, lo, hi)
+                data, at, got = await fetch.part(block, meta, lo, hi)
+                # (a block another node holds, brought by the owner worker from it, stays hit-peer)
+                source = source if source == "hit-peer" and got != "miss" else got
         except BaseException:
             self.budget.give(held)
             raise

@@ -102,3 +102,34 @@ def _said_running(log: str, proc: subprocess.Popen[Any], timeout: float = 30) ->
         return wait_for(printed, "moto_server says the port it bound", within=timeout, interval=0.05)
     except AssertionError as exc:
         raise RuntimeError(str(exc)) from None
+
+
+class CountingProxy:
+    """bench/shaped_proxy.py in front of an S3 server (`latency`: its delay before each answer, e.g.
+    "100ms"; none by default): the requests it relayed since `mark`, by kind, those of `kinds` that
+    changed (object GET, HEAD, LIST, other)."""
+
+    def __init__(self, upstream: str, *, latency: str = "", kinds: tuple[str, ...] = ("GET", "HEAD", "LIST", "other")
+                 ) -> None:
+        port = free_port()  # (the proxy does not say which port it bound)
+        self.endpoint, self.kinds = f"http://127.0.0.1:{port}", kinds
+        shaping = ["--latency", latency] if latency else []
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parent.parent / "bench" /
+                                                          "shaped_proxy.py"), "--upstream", upstream.removeprefix("http://"),
+                                      "--port", str(port), *shaping], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_serving(self._counts, self.proc, "shaped_proxy")
+        self.mark()
+
+    def _counts(self) -> dict[str, int]:
+        with httpx.Client(timeout=5) as c:
+            return c.get(self.endpoint + "/_shaped_proxy/counters").json()["requests"]  # type: ignore[no-any-return]
+
+    def mark(self) -> None:
+        self._at = self._counts()
+
+    def since(self) -> dict[str, int]:
+        now = self._counts()
+        return {kind: now[kind] - self._at[kind] for kind in self.kinds if now[kind] != self._at[kind]}
+
+    def close(self) -> None:
+        stop_process(self.proc)

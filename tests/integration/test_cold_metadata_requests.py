@@ -6,52 +6,16 @@ a real moto, behind bench/shaped_proxy.py's relay (unshaped), by kind."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.servers import free_port, stop_process, wait_serving
+from tests.servers import CountingProxy
 from tests.support import base_settings, client
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-KINDS = ("GET", "HEAD", "LIST", "other")
-
-
-class CountedByKind:
-    """bench/shaped_proxy.py, unshaped, in front of moto: the requests it relayed since `mark`,
-    by kind (object GET, HEAD, LIST, other)."""
-
-    def __init__(self, upstream: str) -> None:
-        port = free_port()
-        self.endpoint = f"http://127.0.0.1:{port}"
-        self.proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "shaped_proxy.py"), "--upstream",
-                                      upstream.removeprefix("http://"), "--port", str(port)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_serving(self._counts, self.proc, "shaped_proxy")
-        self.mark()
-
-    def _counts(self) -> dict[str, int]:
-        with httpx.Client(timeout=5) as c:
-            return c.get(self.endpoint + "/_shaped_proxy/counters").json()["requests"]  # type: ignore[no-any-return]
-
-    def mark(self) -> None:
-        self._at = self._counts()
-
-    def since(self) -> dict[str, int]:
-        now = self._counts()
-        return {kind: now[kind] - self._at[kind] for kind in KINDS if now[kind] != self._at[kind]}
-
-    def close(self) -> None:
-        stop_process(self.proc)
-
-
 @pytest.fixture(scope="module")
-def counted(origin_endpoint: str) -> Iterator[CountedByKind]:
-    proxy = CountedByKind(origin_endpoint)
+def counted(origin_endpoint: str) -> Iterator[CountingProxy]:
+    proxy = CountingProxy(origin_endpoint)
     yield proxy
     proxy.close()
 

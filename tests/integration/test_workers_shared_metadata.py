@@ -14,14 +14,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
-import httpx
 import pytest
 from botocore.exceptions import ClientError
 
@@ -29,43 +25,18 @@ from gateway.config import RedisSettings
 from gateway.engine import Engine
 from gateway.node.workers import WorkerSet, placement
 from gateway.objects import ObjectMeta, encode_meta, meta_from_headers
-from tests.servers import free_port, stop_process, wait_serving
+from tests.servers import CountingProxy
 from tests.support import RunningGateway, base_settings, client
 from tests.waiting import wait_for
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 BUCKET = "shared-meta"
 
 
-class Origin:
-    """The counting proxy in front of moto: requests of each kind (GET, HEAD, LIST) since `mark`."""
-
-    def __init__(self, upstream: str) -> None:
-        port = free_port()
-        self.endpoint = f"http://127.0.0.1:{port}"
-        self.proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "shaped_proxy.py"), "--upstream",
-                                      upstream.removeprefix("http://"), "--port", str(port), "--latency", "100ms"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_serving(self._counts, self.proc, "shaped_proxy")
-        self.mark()
-
-    def _counts(self) -> dict[str, int]:
-        with httpx.Client(timeout=5) as c:
-            return c.get(self.endpoint + "/_shaped_proxy/counters").json()["requests"]  # type: ignore[no-any-return]
-
-    def mark(self) -> None:
-        self._at = self._counts()
-
-    def since(self) -> dict[str, int]:
-        now = self._counts()
-        return {kind: now[kind] - self._at[kind] for kind in ("GET", "HEAD", "LIST") if now[kind] != self._at[kind]}
-
-
 @pytest.fixture(scope="module")
-def counted(origin_endpoint: str) -> Iterator[Origin]:
-    proxy = Origin(origin_endpoint)
+def counted(origin_endpoint: str) -> Iterator[CountingProxy]:
+    proxy = CountingProxy(origin_endpoint, latency="100ms", kinds=("GET", "HEAD", "LIST"))
     yield proxy
-    stop_process(proxy.proc)
+    proxy.close()
 
 
 def engine(gateway: RunningGateway) -> Engine:

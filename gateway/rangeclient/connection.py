@@ -68,20 +68,9 @@ class Connection(asyncio.BufferedProtocol):
         if self._length is not None:
             self._body_cap = min(self._length, limit + 1)
             if self._body_cap > 0:
-                self._body, self._body_view = self._new_body(self._body_cap)
-                taken = min(self._filled, self._body_cap)
-                self._body_view[:taken] = self._view[:taken]
-                self._body_filled = taken
-                self._consume(taken)
+                self._start_body(self._body_cap)
             self._check_complete()
-            self._resume()
-            try:
-                await self._wait(lambda: self._complete)
-                body = self._body
-            finally:
-                if self._body_view is not None:
-                    self._body_view.release()
-                self._body, self._body_view = None, None
+            body = await self._received_body()
             if body is None:
                 body = b""
             elif isinstance(body, bytearray):
@@ -108,26 +97,34 @@ class Connection(asyncio.BufferedProtocol):
             raise ConnectionError(f"the body {self.host} sends ends {left} bytes on, before {count} more")
         self._body_cap = count
         if count > 0:
-            self._body, self._body_view = self._new_body(count)
-            taken = min(self._filled, count)
-            self._body_view[:taken] = self._view[:taken]
-            self._body_filled = taken
-            self._consume(taken)
+            self._start_body(count)
         self._complete = self._body_filled >= count
-        self._resume()
-        try:
-            await self._wait(lambda: self._complete)
-            part = self._body
-        finally:
-            if self._body_view is not None:
-                self._body_view.release()
-            self._body, self._body_view = None, None
+        part = await self._received_body()
         self._body_done += count
         self._body_cap = self._body_filled = 0  # what comes next waits in the scratch buffer
         self._complete = self._body_done == self._length
         if part is None:
             return b""
         return bytes(part) if isinstance(part, bytearray) else part
+
+    def _start_body(self, size: int) -> None:
+        """A buffer of `size` bytes for the body, with what the scratch buffer already holds of it."""
+        self._body, self._body_view = self._new_body(size)
+        taken = min(self._filled, size)
+        self._body_view[:taken] = self._view[:taken]
+        self._body_filled = taken
+        self._consume(taken)
+
+    async def _received_body(self) -> bytes | bytearray | None:
+        """The body buffer once it is complete (reading resumed until then), let go of here."""
+        self._resume()
+        try:
+            await self._wait(lambda: self._complete)
+            return self._body
+        finally:
+            if self._body_view is not None:
+                self._body_view.release()
+            self._body, self._body_view = None, None
 
     @staticmethod
     def _new_body(size: int) -> tuple[bytes | bytearray, memoryview]:

@@ -399,13 +399,10 @@ class BlockFetcher:
         version = version_of(meta)
 
         async def keep(block: BlockId, data: bytes, lo: int, whole: bool) -> None:
-            if whole and block in self.store:
-                # Held, and brought again between two blocks a read fetches (one origin request for
-                # the read): the tiers' policies see its hit, as if the read had taken it from them.
-                hit = await self.store.get(block)
-                if hit is not None:
-                    self.stats[f"block_hit_{hit[1]}"] += 1
-                    return
+            hit = await self.store.get(block) if whole and block in self.store else None
+            if hit is not None:  # held, brought again between blocks a read fetches: the tier's hit, for its policy
+                self.stats[f"block_hit_{hit[1]}"] += 1
+                return
             self.stats["block_miss"] += 1
             self.store.missed()
             if whole:

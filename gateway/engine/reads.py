@@ -315,9 +315,9 @@ class Reads:
         if not fetched:
             return []
         first, last = fetched[0], fetched[-1]
-        fetch.stats["run_block_between"] += last - first + 1 - len(fetched)
+        again = frozenset(range(first, last + 1)).difference(fetched)
         run = fetch.start_run(blocks[0].bucket, blocks[0].key, meta, first, last, eager=first == blocks[0].index,
-                              within=within)
+                              within=within, again=again)
         try:
             await run.started()
         except BaseException:

@@ -13,9 +13,8 @@ arithmetic (`gateway.store.blocks`):
   from the origin and puts it into the top tier that takes it;
 - the answer of each GET is classified as the gateway's `x-cache` is, before its blocks
   are read: hit-mem (every block in memory), hit-disk (every block cached), partial, miss;
-- origin requests as `gateway.engine.runs` makes them: one for each stretch of consecutive
-  blocks a read misses (the gateway also reads up to two held blocks again to join two
-  stretches in one request: not modelled);
+- origin requests as `gateway.engine.reads` makes them: one for a read that misses blocks, which
+  brings the blocks held between the first and the last it misses again (their hits counted);
 - readahead as in `gateway.engine.reads`: a GET that starts right after the previous GET of
   the same object ended (4096 objects remembered) has the first stretch of blocks not held
   among the next `readahead` fetched ahead in one request, and a Parquet/ORC read that does
@@ -36,9 +35,8 @@ parts of blocks a memory tier keeps (gateway.store.pieces; a lone worker's, or o
 workers share on tmpfs): there a read of part of a block larger than 64 KiB fetches its bytes
 rounded out to 64 KiB and keeps them as the block's piece, where the model fetches and keeps the
 whole block. With blocks of 64 KiB (or no memory tier) the two are the same; with larger blocks
-the model's origin bytes
-are an upper bound, and a later read of another part of such a block is a hit in the model
-where the gateway fetches what the piece lacks.
+the model's origin bytes are an upper bound, and a later read of another part of such a block is
+a hit in the model where the gateway fetches what the piece lacks.
 
 Sampling (SHARDS, Waldspurger et al., FAST 2015, fixed rate): with `rate` R < 1 only the
 objects whose hash of (bucket, key) falls below R are replayed, into quotas scaled by R.
@@ -213,7 +211,7 @@ class Counters:
     miss_blocks: int = 0
     miss_bytes: int = 0  # bytes of the GETs that came from the origin
     demand_fetch_bytes: int = 0  # whole blocks fetched from the origin for GETs
-    origin_requests: int = 0  # origin GETs: one per stretch of blocks a read missed, one per readahead
+    origin_requests: int = 0  # origin GETs: one per read that missed blocks, one per readahead
     origin_bytes: int = 0  # bytes fetched from the origin, readahead included
     prefetches: int = 0
     answers: dict[str, int] = field(default_factory=lambda: {"hit-mem": 0, "hit-disk": 0, "partial": 0, "miss": 0})
@@ -390,10 +388,12 @@ def replayer(
         if trail is not None:
             trail.append(answer)
         worst = -1
-        missed_before = False  # one origin request for each stretch of missed blocks (a run)
+        lengths: list[int] = []
+        missed: list[int] = []  # (positions in the span)
         for index, name, store in zip(span, read_names, stores):
             first = index * block_size
             length = min(block_size, size - first) if size > 0 else block_size
+            lengths.append(length)
             wanted = min(end + 1, first + block_size) - max(start, first)
             counters.block_reads += 1
             level = store.get(name)
@@ -401,15 +401,17 @@ def replayer(
                 counters.miss_blocks += 1
                 counters.miss_bytes += wanted
                 counters.demand_fetch_bytes += length
-                counters.origin_requests += not missed_before
                 counters.origin_bytes += length
+                missed.append(len(lengths) - 1)
                 store.put(name, length)
                 worst = origin_level
-            missed_before = level < 0
             if level >= 0:
                 block_hits[level] += 1
                 hit_bytes[level] += wanted
                 worst = max(worst, level)
+        if missed:  # one origin request (a run), which brings the held blocks between its misses again
+            counters.origin_requests += 1
+            counters.origin_bytes += sum(lengths[missed[0]:missed[-1] + 1]) - sum(lengths[i] for i in missed)
         slowest[worst] += 1
         if size > 0:
             if key.endswith(_FOOTER_FIRST_SUFFIXES) and span[-1] < (size - 1) // block_size:

@@ -277,8 +277,7 @@ class BlockFetcher:
         return hit
 
     def prefetch(self, block: BlockId, meta: ObjectMeta) -> None:
-        """Fetch a block nobody asked for yet, if the budget allows; it is given back once
-        the block is stored."""
+        """Fetch a block nobody asked for yet, if the budget allows (given back once the block is stored)."""
         if block not in self.store and not self.fetching(block):
             held = self.budget.try_take(self.length(block, meta))
             if held:
@@ -360,18 +359,18 @@ class BlockFetcher:
             return
         self.budget.give(1)
         self.stats["prefetch"] += len(stretch)
-
         pump = self.start_run(bucket, key, meta, stretch[0], stretch[-1], reader=False).pump
         self._background.add(pump)  # (held, so that it is not collected before it ends)
         pump.add_done_callback(self._forget_background)
 
     def start_run(self, bucket: str, key: str, meta: ObjectMeta, first_index: int, last_index: int, *,
-                  reader: bool = True, eager: bool = True, within: tuple[int, int] | None = None) -> Run:
-        """Blocks first_index..last_index of the version `meta` describes, from one ranged GET
-        (If-Match the version), registered for concurrent readers at once; `within` (first,
-        last): only those bytes of them (a read's ends, rounded out to the granule). Its `started` raises
-        ObjectChanged when the origin no longer holds the version (the read is then answered
-        from the current version, before a byte of it was sent)."""
+                  reader: bool = True, eager: bool = True, within: tuple[int, int] | None = None,
+                  again: frozenset[int] = frozenset()) -> Run:
+        """Blocks first_index..last_index of the version `meta` describes, from one ranged GET (If-Match the
+        version), registered for concurrent readers at once; `within` (first, last): only those bytes of
+        them (a read's ends, rounded out to the granule); `again`: blocks held (here, or by their owners),
+        brought only so that a read costs one request: neither kept nor lent. Its `started` raises
+        ObjectChanged when the origin no longer holds the version (the read is then answered anew)."""
         size = self.settings.block_size
         first, last = first_index * size, min((last_index + 1) * size, meta.size) - 1
         if within is not None:
@@ -392,13 +391,18 @@ class BlockFetcher:
             return response
 
         self.stats["origin_run"] += 1
-        return self._run(answer(), bucket, key, meta, first, last, reader=reader, eager=eager, claimed=True)
+        return self._run(answer(), bucket, key, meta, first, last, reader=reader, eager=eager, claimed=True, again=again)
 
     def _run(self, answer: Awaitable[BlockResponse], bucket: str, key: str, meta: ObjectMeta, first: int,
-             last: int, *, reader: bool = True, eager: bool = True, claimed: bool = False) -> Run:
+             last: int, *, reader: bool = True, eager: bool = True, claimed: bool = False,
+             again: frozenset[int] = frozenset()) -> Run:
         version = version_of(meta)
 
         async def keep(block: BlockId, data: bytes, lo: int, whole: bool) -> None:
+            if block.index in again:  # held, brought again between blocks a read fetches: a tier's hit here
+                hit = await self.store.get(block) if block in self.store else None
+                self.stats["run_block_again" if hit is None else f"block_hit_{hit[1]}"] += 1
+                return
             self.stats["block_miss"] += 1
             self.store.missed()
             if whole:

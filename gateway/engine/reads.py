@@ -295,40 +295,35 @@ class Reads:
 
     async def _runs_for(self, fetch: BlockFetcher, blocks: list[BlockId], meta: ObjectMeta, start: int,
                         end: int) -> list[Run]:
-        """The runs that bring the blocks of a read [start, end] that this worker fetches from the
-        origin: one origin GET for each stretch of them, from the read's first byte and to its
-        last rounded out to the granule where the blocks there are kept in part (store.pieces).
-        A block held here (whole, or the part the read wants), on its way here, or that its owner
-        (another worker or node) holds now, is read from there: the tiers' policies see their hits
-        (engine.holders). Each is started (its answer's status in) before this returns."""
+        """The run that brings the blocks of a read [start, end] that this worker fetches from the
+        origin: one origin GET, as going to S3 directly costs, from the first block it fetches to
+        the last, from the read's first byte and to its last rounded out to the granule where the
+        blocks there are kept in part (store.pieces). A block held here (whole, or the part the read
+        wants), on its way here, or that its owner (another worker or node) holds now, is read from
+        there (the tiers' policies see their hits: engine.holders) unless it lies between two blocks
+        the run brings: then the run brings it again, as splitting the run around it would cost the
+        read a request more than going to S3 directly. Started (its answer's status in) before
+        this returns; none when every block is held."""
         if not blocks:
             return []
         granule, size = fetch.granule, self.settings.block_size
         within = (start // granule * granule if granule and fetch.keeps_part(blocks[0]) else 0,
                   (end // granule + 1) * granule - 1 if granule and fetch.keeps_part(blocks[-1]) else meta.size)
-        fetched = [here and not (block.index in (start // size, end // size)  # a piece answers the read
-                                 and self._kept_part(fetch, block, start, end))
-                   for block, here in zip(blocks, await fetched_here(fetch, blocks, meta))]
-        for at, block in enumerate(blocks):  # one request for the read, as going to S3 directly costs:
-            if not fetched[at] and fetch.fetching(block) and any(fetched[:at]) and any(fetched[at + 1:]):
-                fetched[at] = True  # a block another read's run brings, between two this one fetches
-        stretches: list[list[int]] = [[]]
-        for block, here in zip(blocks, fetched):
-            if here:
-                stretches[-1].append(block.index)
-            elif stretches[-1]:
-                stretches.append([])
-        runs = [fetch.start_run(blocks[0].bucket, blocks[0].key, meta, stretch[0], stretch[-1],
-                                eager=stretch[0] == blocks[0].index, within=within)
-                for stretch in stretches if stretch]
+        fetched = [block.index for block, here in zip(blocks, await fetched_here(fetch, blocks, meta))
+                   if here and not (block.index in (start // size, end // size)  # a piece answers the read
+                                    and self._kept_part(fetch, block, start, end))]
+        if not fetched:
+            return []
+        first, last = fetched[0], fetched[-1]
+        again = frozenset(range(first, last + 1)).difference(fetched)
+        run = fetch.start_run(blocks[0].bucket, blocks[0].key, meta, first, last, eager=first == blocks[0].index,
+                              within=within, again=again)
         try:
-            for run in runs:
-                await run.started()
+            await run.started()
         except BaseException:
-            for run in runs:
-                await run.aclose()
+            await run.aclose()
             raise
-        return runs
+        return [run]
 
     async def _stream(self, fetch: BlockFetcher, blocks: list[BlockId], meta: ObjectMeta, start: int, end: int,
                       runs: list[Run], in_hand: bytes | None, first_source: list[str]) -> AsyncGenerator[bytes, None]:

@@ -23,7 +23,8 @@ with two load generators, both sending SigV4-signed requests:
               second apart, within S3's 15-minute skew for the run) and amz-sdk-invocation-id
               (gateway.s3api.replays answers the second and later of one shape as kept, the
               signature checked anew); `sdk-ranges`, the same with each request its own Range,
-              so that no shape comes twice; `presigned-new`, presigned URLs each its own (its own X-Amz-Date and signature);
+              as engines read a warm file's row groups (the Range is cut out of a shape too: each
+              answered for its own Range); `presigned-new`, presigned URLs each its own (its own X-Amz-Date and signature);
               `same-bytes`, one presigned URL per object sent again and again (what only a
               dashboard reusing one URL sends: gateway.s3api.replays answers it as kept).
   py          an asyncio + aiohttp client, N workers, that signs every request in the
@@ -498,8 +499,9 @@ class HeaderSigner:
 #   same-bytes     one presigned URL per key, sent again byte for byte (what only a dashboard
 #                  reusing one URL sends; gateway.s3api.replays answers it as kept)
 #   sdk-ranges     as sdk, each request with its own Range (bytes=N-, N the times its key came
-#                  before): no two requests of the file have the same shape (s3api.replays keeps
-#                  an SDK's request by its shape, so this row is answered the whole way)
+#                  before): no two requests of the file are the same but for their dates, and one
+#                  shape per key (auth.shaped cuts the Range out: s3api.replays answers each Range
+#                  of a kept shape)
 SIGNINGS = ("sdk", "sdk-ranges", "presigned-new", "same-bytes")
 DATE_WINDOW = 600  # seconds a request file's dates spread over: well inside S3's 15-minute skew
 
@@ -1157,7 +1159,7 @@ def best_cell(measure: Callable[[], Cell], busy: float, retries: int, what: str)
     return cell
 
 
-HIT_ROW_NAMES = {"sdk": "SDK-signed", "sdk-ranges": "SDK-signed (no shape twice)", "presigned-new": "each-new presigned",
+HIT_ROW_NAMES = {"sdk": "SDK-signed", "sdk-ranges": "SDK-signed, each its own Range", "presigned-new": "each-new presigned",
                  "same-bytes": "same bytes again"}
 # gateway / nginx req/s that docs/benchmarks.md holds each row of --hits to (none for same-bytes: a reference)
 HIT_TARGETS = {"sdk 4KiB": 0.5, "sdk 1MiB": 1.0, "presigned-new 4KiB": 0.4}

@@ -18,7 +18,10 @@ A read at rest that holds one request head of the usual shape (gateway.requesthe
 GET or HEAD, sent in one write) is offered to `Hits` before uvicorn parses it: a hit is then
 answered with no parser callback, request cycle or timer (and kept, as above); anything else is
 parsed by uvicorn as before. A request answered without uvicorn's cycle leaves the keep-alive
-timer armed instead of making a new one (see gateway.connlimits).
+timer armed instead of making a new one (see gateway.connlimits). One that `Hits` declined there
+(a miss) is not offered again once uvicorn parsed it: the app gets what `Hits` left in the scope
+it declined (gateway.s3api.hits hands over the request parsed and authenticated), so a miss is
+parsed and its signature checked once.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ class HitProtocol(GuardedProtocol):
         self._replaying = False  # a kept request's later answer is awaited (reading paused)
         self._close_after = False  # SIGTERM came meanwhile: close once it was answered
         self._connection: dict[str, Any] | None = None  # its requests' ASGI scope fields (_hit_read_here)
+        self._declined: tuple[bytes, dict[str, Any]] | None = None  # a read Hits declined, and the scope it had
 
     def data_received(self, data: bytes) -> None:
         if self._unparsable is not None:  # nothing after what could not be parsed is read
@@ -109,6 +113,7 @@ class HitProtocol(GuardedProtocol):
             logger.exception("the hit path failed; the app answers the request")
             return None
         if hit is None:
+            self._declined = data, scope  # (not offered again once uvicorn parsed it: _start_asgi_task)
             return None
         if callable(hit):  # a block to wait for first (as _replay_later waits for a kept request's)
             return functools.partial(self._later_read_here, data, hit)
@@ -139,7 +144,7 @@ class HitProtocol(GuardedProtocol):
                 else:
                     self._hits.keep(data, self._kept)  # type: ignore[union-attr]
         finally:
-            self._alone = self._kept = None
+            self._alone = self._kept = self._declined = None
         self._check_head_size()
 
     def on_message_begin(self) -> None:
@@ -150,7 +155,11 @@ class HitProtocol(GuardedProtocol):
         """uvicorn starts each request here, once the one before it was answered: a hit is
         answered at once (`Hits`), as uvicorn would have sent the app's answer."""
         hit = None
-        if self._hits is not None and app is self._app and not self.flow.write_paused:
+        declined, self._declined = self._declined, None
+        if declined is not None and self._alone is declined[0] and self._messages == 1:
+            # Declined as read (_hit_read_here), from a scope alike: what Hits left in it goes to the app.
+            cycle.scope.update((name, value) for name, value in declined[1].items() if name not in cycle.scope)
+        elif self._hits is not None and app is self._app and not self.flow.write_paused:
             try:
                 hit = self._hits.hit(cycle.scope, cycle.default_headers, cycle.keep_alive)
             except Exception:  # the app then answers, and reports what it finds

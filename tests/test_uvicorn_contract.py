@@ -83,13 +83,17 @@ class _Connection(_Transport):
 
 
 class _Hits:
-    """Answers GET /hit itself; declines everything else."""
+    """Answers GET /hit itself; declines everything else, leaving a note in its scope for the app
+    (as s3api.hits leaves the request it parsed)."""
 
     def __init__(self) -> None:
         self.kept: list[bytes] = []
+        self.offered: list[str] = []
 
     def hit(self, scope: dict[str, Any], default_headers: list[tuple[bytes, bytes]], keep_alive: bool) -> Any:
+        self.offered.append(scope["path"])
         if scope["path"] != "/hit":
+            scope["test.declined"] = scope["path"]
             return None
         return [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n", b"ok"], object()
 
@@ -117,6 +121,7 @@ def test_a_hit_is_answered_without_a_request_cycle_and_a_miss_goes_to_the_app() 
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         called.append(scope["path"])
+        assert scope["test.declined"] == scope["path"]  # what the hit path left, handed over
         await send({"type": "http.response.start", "status": 404, "headers": [(b"content-length", b"0")]})
         await send({"type": "http.response.body", "body": b""})
 
@@ -129,6 +134,11 @@ def test_a_hit_is_answered_without_a_request_cycle_and_a_miss_goes_to_the_app() 
         protocol.data_received(as_sent("GET", "/miss", "", {}, "none"))
         loop.run_until_complete(asyncio.gather(*protocol.tasks))
         assert called == ["/miss"] and b"404" in protocol.transport.written
+        assert hits.offered == ["/hit", "/miss"]  # the miss offered once: as read, not again once parsed
+        protocol.data_received(as_sent("GET", "/split", "", {}, "none")[:10])  # a head in two reads: parsed
+        protocol.data_received(as_sent("GET", "/split", "", {}, "none")[10:])
+        loop.run_until_complete(asyncio.gather(*protocol.tasks))
+        assert called == ["/miss", "/split"] and hits.offered == ["/hit", "/miss", "/split"]
         protocol.connection_lost(None)
     finally:
         loop.close()

@@ -29,7 +29,14 @@ Credential's date is x-amz-date's, the clock within the skew of x-amz-date, the 
 still the one it was kept with, and the signature of its canonical request (the kept one's, its new
 values put in their places) matched in constant time. Presigned URLs made anew (a web page's
 images, a notebook's generate_presigned_url per read) are kept the same way, with X-Amz-Date, the
-Credential's date and X-Amz-Signature cut out of the query and the URL's window checked anew. Other
+Credential's date and X-Amz-Signature cut out of the query and the URL's window checked anew. An
+engine reads a warm file's row groups and column chunks each with its own Range: the Range's value
+is cut out of the shape too (and put back in its place in the canonical request, so the signature
+still covers it), and each request of a kept shape with a Range is answered for its own Range as
+the hit path answers it (reads.object_answer): the kept answer was a 206 of the same object, so
+only Content-Range, Content-Length and the bytes differ, read from the block that holds them
+(Engine.one_block, Engine.read_block_now); a Range the hit path would answer otherwise (416, one
+S3 ignores: 200) or whose bytes are not in one block at hand goes the whole way. Other
 clients sign each request anew too without saying so (DuckDB, curl and s3cmd put the second in
 `x-amz-date`: kept by their bytes and by their shape), so a request is kept only from its second
 arrival (the same bytes, or the same shape): the hashes of the last SEEN requests' bytes and shapes
@@ -63,10 +70,11 @@ from gateway.engine import ObjectMeta, OneBlock
 from gateway.errors import S3Error
 from gateway.lru import LRU
 from gateway.s3api.auth import Identity
-from gateway.s3api.auth.shaped import Shape, Template, shape_of, signed_anew, template
+from gateway.s3api.auth.shaped import RANGE, Shape, Template, shape_of, signed_anew, template
 from gateway.s3api.auth.memo import KNOWN_REQUEST_MAX, SDK_INVOCATION_ID, kept_size
 from gateway.s3api.accounting import REPLAYED, Accounts, Answered, Served
 from gateway.s3api.context import Services
+from gateway.s3api.ranges import ByteRange, parse_range
 from gateway.s3api.request import S3Request
 from gateway.s3api.responses import new_request_id
 
@@ -81,6 +89,8 @@ SEEN = 4 * MAX_KEPT  # requests and shapes whose arrivals are counted (by hash),
 _RID = b"x-amz-request-id"
 _SDK_INVOCATION_ID = SDK_INVOCATION_ID.encode("ascii")
 _XCACHE = b"x-cache"
+_CUT = (_RID, _XCACHE)  # the headers each answer to a kept request says anew
+_CUT_RANGED = (*_CUT, b"content-range", b"content-length")  # and to a kept shape with a Range
 
 
 @dataclass(slots=True)
@@ -102,11 +112,11 @@ class Replay:
     keep_alive: bool
     answered: Answered  # how each answer is counted and logged (a Served of it, Accounts.record)
     # Made when the request is first answered again (most kept requests never are): the answer's
-    # head is status_line | the server's default headers | segments[0] | first slot | segments[1]
-    # | second slot | segments[2], the slots being the request id and the x-cache value in the
-    # order the answer had them (rid_first).
-    segments: tuple[bytes, bytes, bytes] | None = None
-    rid_first: bool = True
+    # head is status_line | the server's default headers | segments[0] | a value | segments[1] | ...,
+    # the values those of the headers _CUT names (_CUT_RANGED for a kept shape with a Range), in
+    # the order the answer had them: order[i] is the place in _CUT of the value after segments[i].
+    segments: tuple[bytes, ...] | None = None
+    order: tuple[int, ...] = ()
     cors: bytes | None = None  # a request with an Origin: the bucket's CORS document its answer's headers came from
     # What each answer served (`answered`, REPLAYED), made with the first: each answer sets its own
     # request id, bytes, source and time in it before Accounts.record, which keeps nothing of it.
@@ -120,6 +130,9 @@ Keeper = Callable[[], "Replay | None"]
 LaterReplay = Callable[[], Awaitable["tuple[list[bytes | memoryview], bool] | None"]]
 """A kept GET whose block another node owns: awaited, (the whole answer, keep-alive) once the
 block came, or None: the request goes the whole way."""
+
+
+_Ranged = tuple[ByteRange, str]  # (the bytes a kept shape's request asks with its Range, the Range)
 
 
 def keepable(req: S3Request, identity: Identity, secret: str | None) -> tuple[float, float] | None:
@@ -136,26 +149,44 @@ def keepable(req: S3Request, identity: Identity, secret: str | None) -> tuple[fl
     return after, until
 
 
-def head_template(raw_headers: list[tuple[bytes, bytes]], closing: bytes) -> tuple[tuple[bytes, bytes, bytes], bool]:
-    """The answer's header lines and `closing` cut around the request id's and x-cache's
-    values: (three segments, whether the request id comes first)."""
+def head_template(raw_headers: list[tuple[bytes, bytes]], closing: bytes, cut: tuple[bytes, ...] = _CUT,
+                  ) -> tuple[tuple[bytes, ...], tuple[int, ...]]:
+    """The answer's header lines and `closing` cut around the values of the headers `cut` names:
+    (the segments, and for each value cut out in the answer's order, the place of its name in `cut`)."""
     pieces: list[bytes] = []
     segments: list[bytes] = []
-    order: list[bytes] = []
+    order: list[int] = []
     for name, value in raw_headers:
         pieces += (name, b": ")
-        if name == _RID or name == _XCACHE:
+        if name in cut:
             segments.append(b"".join(pieces))
             pieces = []
-            order.append(name)
+            order.append(cut.index(name))
         else:
             pieces.append(value)
         pieces.append(b"\r\n")
     pieces.append(closing)
     segments.append(b"".join(pieces))
-    if order != [_RID, _XCACHE] and order != [_XCACHE, _RID]:
-        raise ValueError("an answer to keep carries one request id and one x-cache")
-    return (segments[0], segments[1], segments[2]), order[0] == _RID
+    if sorted(order) != list(range(len(cut))):
+        raise ValueError(f"an answer to keep carries one of each of {cut}")
+    return tuple(segments), tuple(order)
+
+
+def answers_ranges(replay: Replay) -> bool:
+    """Whether a request of a kept shape with a Range may be answered for its own Range from
+    `replay`: its answer was a 206 (the Range honoured: If-Range, if any, held for the object
+    `replay.meta`), with one Content-Range and one Content-Length."""
+    names = [name for name, _ in replay.raw_headers]
+    return replay.answered.status == 206 and names.count(b"content-range") == names.count(b"content-length") == 1
+
+
+def _byte_range(value: str, size: int) -> ByteRange | None:
+    """The bytes a Range asks of an object of `size` bytes when the hit path answers it 206; None
+    when it answers otherwise (416, or the whole object for a Range S3 ignores)."""
+    try:
+        return parse_range(value, size)
+    except S3Error:
+        return None
 
 
 class Replays:
@@ -197,7 +228,8 @@ class Replays:
             return
         if again and _SDK_INVOCATION_ID not in request.lower():  # (an SDK's never comes again byte for byte)
             self._kept.put(request, replay)
-        if again_shaped and shape is not None and replay.access_key is not None and replay.secret is not None:
+        if (again_shaped and shape is not None and replay.access_key is not None and replay.secret is not None
+                and (shape[RANGE] is None or answers_ranges(replay))):
             made = template(replay.req.view, shape, replay.secret, self.max_skew)
             if made is not None:  # its own window checked anew for each request of the shape
                 self._shaped.put(shape[0], dataclasses.replace(replay, after=float("-inf"), until=float("inf"),
@@ -216,7 +248,7 @@ class Replays:
         if shape is not None:
             replay = self._shaped.get(shape[0])
             if replay is not None and self._signed_anew(replay, shape):
-                return self._again(replay, shape[0], self._shaped, default_headers)
+                return self._again(replay, shape[0], self._shaped, default_headers, shape[RANGE])
             self._arrived(shape[0])
         self._arrived(request)
         return None
@@ -236,54 +268,78 @@ class Replays:
         return signed_anew(replay.template, shape, replay.secret, datetime.now(timezone.utc), self.max_skew)
 
     def _again(self, replay: Replay, key: bytes, kept: LRU[bytes, Replay], default_headers: list[tuple[bytes, bytes]],
-               ) -> tuple[list[bytes | memoryview], bool] | LaterReplay | None:
-        """The answer to a request kept (in `kept`, under `key`), as `answer` says."""
+               range_value: str | None = None) -> tuple[list[bytes | memoryview], bool] | LaterReplay | None:
+        """The answer to a request kept (in `kept`, under `key`), as `answer` says; `range_value`:
+        a kept shape's with a Range, this request's own Range."""
         started = time.perf_counter()
         if not self._still_holds(replay):
             kept.pop(key)
             self._arrived(key, again=True)  # sent again before: kept anew once answered
             return None
         engine = self.services.engine
-        if replay.read is None:  # a HEAD
-            return self._answered(replay, b"", "hit-mem", started, default_headers)
-        hit = engine.read_block_now(replay.read, replay.meta)
+        ranged: _Ranged | None = None
+        if range_value is not None:
+            byte_range = _byte_range(range_value, replay.meta.size)
+            if byte_range is None:
+                return None  # not a 206: the hit path answers it
+            ranged = byte_range, range_value
+        read = replay.read
+        if read is None:  # a HEAD
+            return self._answered(replay, b"", "hit-mem", started, default_headers, ranged)
+        if ranged is not None:
+            req, (start, end) = replay.req, (ranged[0].start, ranged[0].end)
+            found = engine.one_block(req.bucket or "", req.key or "", replay.meta, start, end)
+            if found is None:
+                return None  # not within one block
+            read = found
+        hit = engine.read_block_now(read, replay.meta)
         if hit is not None:
-            return self._answered(replay, *hit, started, default_headers)
-        if engine.peer_owns(replay.read):
-            return functools.partial(self._later, replay, started, default_headers)
+            return self._answered(replay, *hit, started, default_headers, ranged)
+        if engine.peer_owns(read):
+            return functools.partial(self._later, replay, read, started, default_headers, ranged)
         return None
 
-    async def _later(self, replay: Replay, started: float,
-                     default_headers: list[tuple[bytes, bytes]]) -> tuple[list[bytes | memoryview], bool] | None:
-        """A kept GET of a block another node owns, answered once the block came, read as the
-        hit path's later answer reads it (s3api.hits); None (nothing counted) when it cannot be
+    async def _later(self, replay: Replay, read: OneBlock, started: float, default_headers: list[tuple[bytes, bytes]],
+                     ranged: _Ranged | None) -> tuple[list[bytes | memoryview], bool] | None:
+        """A kept GET of a block another node owns (`read`), answered once the block came, read as
+        the hit path's later answer reads it (s3api.hits); None (nothing counted) when it cannot be
         had: the request goes the whole way, and the app says why."""
-        assert replay.read is not None  # a GET's
         try:
-            got = await self.services.engine.read_block(replay.read, replay.meta)
+            got = await self.services.engine.read_block(read, replay.meta)
         except S3Error:  # ObjectChanged too
             return None
         async with got:
             body = got.body
             assert body is not None  # a read within one block is in hand
-        return self._answered(replay, body, got.source, started, default_headers)
+        return self._answered(replay, body, got.source, started, default_headers, ranged)
 
     def _answered(self, replay: Replay, body: bytes | memoryview, source: str, started: float,
-                  default_headers: list[tuple[bytes, bytes]]) -> tuple[list[bytes | memoryview], bool]:
-        """The whole answer to a kept request from its body, counted and logged."""
+                  default_headers: list[tuple[bytes, bytes]], ranged: _Ranged | None = None,
+                  ) -> tuple[list[bytes | memoryview], bool]:
+        """The whole answer to a kept request from its body (`ranged`: for its own Range), counted
+        and logged."""
         if replay.segments is None:
-            replay.segments, replay.rid_first = head_template(replay.raw_headers, replay.closing)
+            replay.segments, replay.order = head_template(replay.raw_headers, replay.closing,
+                                                          _CUT if ranged is None else _CUT_RANGED)
         segments = replay.segments
         request_id = new_request_id()
-        rid, label = request_id.encode("ascii"), source.encode("ascii")
-        first, second = (rid, label) if replay.rid_first else (label, rid)
+        values: tuple[bytes, ...] = (request_id.encode("ascii"), source.encode("ascii"))
+        if ranged is not None:
+            byte_range = ranged[0]
+            values += (byte_range.content_range(replay.meta.size).encode("ascii"), b"%d" % byte_range.length)
         made_for, default_lines = self._defaults  # (_default_lines, without its call when they did not change)
         if made_for is not default_headers:
             default_lines = self._default_lines(default_headers)
-        head = b"".join((replay.status_line, default_lines, segments[0], first, segments[1], second, segments[2]))
+        pieces = [replay.status_line, default_lines, segments[0]]
+        for at, segment in zip(replay.order, segments[1:]):
+            pieces += (values[at], segment)
+        head = b"".join(pieces)
         served = replay.served
         if served is None:
             served = replay.served = Served(replay.answered, request_id, 0, None, 0.0, REPLAYED)
+        if ranged is not None:  # its access-log entry names its own Range
+            answered = replay.answered
+            served.answered = Answered(answered.operation, answered.status, {**answered.entry, "range": ranged[1]})
         served.request_id, served.sent, served.cache, served.seconds = \
             request_id, len(body), source, time.perf_counter() - started
         self.accounts.record(served)

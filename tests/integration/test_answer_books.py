@@ -143,6 +143,40 @@ def test_a_block_another_node_holds_is_counted_alike_by_every_path(fleet, direct
                "hit-peer", signed_anew=True)
 
 
+def _ranges_every_way(node: RunningGateway, source: str) -> None:
+    """An SDK's GETs of bkt/k each with its own Range, its shape kept (auth.shaped cuts the Range
+    out): each Range answered by the app, then by the shape (s3api.replays), alike in every book
+    but the count of the way it took, its access-log entry naming its own Range."""
+    log: list[dict[str, Any]] = []
+    node.server.config.app.s3.accounts.observers.append(log.append)
+
+    def ranged(value: str) -> bytes:
+        return sdk(node, "GET", "k", headers={"Range": value}, bucket="bkt")
+
+    try:
+        for value in ("bytes=0-9", "bytes=10-19"):  # a hit, then a hit kept by its shape
+            _answered(node, ranged(value), log)
+        for value in ("bytes=100-199", "bytes=-50", f"bytes={BLOCK - 200}-", "bytes=0-"):
+            books, entry, answer = _answered(node, ranged(value), log, asgi=True)
+            other, other_entry, other_answer = _answered(node, ranged(value), log)
+            assert books.pop("ways") == Counter() and other.pop("ways") == Counter(below_asgi=1, replayed=1), value
+            assert answer[0] == 206 and answer[1]["x-cache"] == source, answer[1]
+            assert (other_answer[0], other_answer[1]["x-cache"], other_answer[1]["content-range"], other_answer[2]) \
+                == (206, source, answer[1]["content-range"], answer[2])
+            assert other == books, value
+            assert other_entry == entry and entry["range"] == value
+    finally:
+        node.server.config.app.s3.accounts.observers.remove(log.append)
+
+
+def test_ranged_reads_of_a_kept_shape_are_counted_alike_by_every_path(fleet, direct):  # type: ignore[no-untyped-def]
+    direct.put_object(Bucket="bkt", Key="k", Body=os.urandom(BLOCK - 100))
+    reader, owner = reader_of(fleet)
+    _send(owner, presigned(owner, "k"))  # cold: the owner keeps the block
+    _ranges_every_way(owner, "hit-mem")
+    _ranges_every_way(reader, "hit-peer")  # the block another node's: each answer once it came
+
+
 def test_a_block_request_of_a_peer_is_counted_alike_by_every_path(fleet, direct):  # type: ignore[no-untyped-def]
     data = os.urandom(BLOCK - 100)
     etag = direct.put_object(Bucket="bkt", Key="k", Body=data)["ETag"]

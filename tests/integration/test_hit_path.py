@@ -5,8 +5,9 @@ blocks in the memory tier; again, with only a disk tier, whose blocks the page c
 the same request (every way of signing it: SDK-signed anew, presigned each its own, skewed,
 expired, tampered; anonymous, users without the grant, ranges,
 conditionals, response overrides, HEAD, checksums) goes to both, three times (an SDK's signed
-anew each time; the third time, a hit is answered as kept: s3api.replays, by its bytes or, an
-SDK's, by its shape). Status, headers (but Date and the request id) and
+anew each time, and a ranged one sometimes with its own Range each time; the third time, a hit is
+answered as kept: s3api.replays, by its bytes or, an SDK's, by its shape, for its own Range).
+Status, headers (but Date and the request id) and
 body must be byte for byte the same, and so must what each gateway counted and logged.
 """
 
@@ -31,6 +32,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.config import CacheSettings, DiskTierSettings, MetadataSettings
+from gateway.errors import S3Error
+from gateway.s3api.ranges import parse_range
 from tests.s3api.test_auth_fastpath import _clock
 from tests.support import ADMIN, READER, REGION, TEAM, RunningGateway, base_settings, client
 from tests.waiting import wait_for
@@ -151,12 +154,20 @@ def _logged(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 DATES = ["Mon, 01 Jan 2001 00:00:00 GMT", "Fri, 01 Jan 2100 00:00:00 GMT", "not a date"]
-ranges = st.one_of(
-    st.none(),
+some_range = st.one_of(
     st.tuples(st.integers(0, 3 * BLOCK), st.integers(0, 3 * BLOCK)).map(lambda ab: f"bytes={min(ab)}-{max(ab)}"),
     st.integers(0, 3 * BLOCK).map(lambda n: f"bytes=-{n}"),
     st.integers(0, 3 * BLOCK).map(lambda n: f"bytes={n}-"),
     st.sampled_from(["bytes=0-1,3-4", "bytes=x-y", "items=0-1", "bytes=5-2"]),
+)
+ranges = st.one_of(st.none(), some_range)
+# The Ranges of an SDK's later reads of the same object (an engine's row groups and column chunks):
+# kept by its shape, each answered for its own Range.
+later_ranges = st.one_of(
+    some_range,
+    st.tuples(st.integers(0, 20), st.integers(0, 60)).map(lambda ab: f"bytes={ab[0]}-{ab[0] + ab[1]}"),
+    st.integers(1, 120).map(lambda n: f"bytes=-{n}"),
+    st.integers(0, 20).map(lambda n: f"bytes={n}-"),
 )
 overrides = st.dictionaries(
     st.sampled_from(["response-content-type", "response-cache-control", "response-content-disposition",
@@ -184,9 +195,13 @@ def requests(draw: st.DrawFn, etags: dict[tuple[str, str], str]) -> dict[str, An
     query = list(draw(overrides).items())
     if draw(st.integers(0, 6)) == 0:
         query.append(("versionId", draw(st.sampled_from(["null", "v1"]))))
-    return {"method": draw(st.sampled_from(["GET", "GET", "HEAD"])), "bucket": bucket, "key": key,
+    spec = {"method": draw(st.sampled_from(["GET", "GET", "HEAD"])), "bucket": bucket, "key": key,
             "query": query, "headers": headers, "who": draw(st.sampled_from([*USERS, None])),
             "signing": draw(st.sampled_from(SIGNINGS))}
+    if spec["signing"] == "v4-sdk" and byte_range is not None and draw(st.integers(0, 3)) > 0:
+        headers["range"] = draw(later_ranges)  # (of the same kind as the later ones)
+        spec["later_ranges"] = [draw(later_ranges), draw(later_ranges)]
+    return spec
 
 
 def test_a_plain_hit_is_answered_below_asgi_and_alike(pair: Pair) -> None:
@@ -209,10 +224,12 @@ def test_a_plain_hit_is_answered_below_asgi_and_alike(pair: Pair) -> None:
 def test_an_sdks_request_signed_anew_is_answered_by_its_shape_and_alike(pair: Pair) -> None:
     replays = pair.fast.server.config.app.hits.replays
     with httpx.Client() as http:
-        for method, who, headers in [("GET", "team", {}), ("GET", "admin", {"range": "bytes=3-40"}),
-                                     ("HEAD", "reader", {})]:
+        for method, who, headers, later in [("GET", "team", {}, None), ("GET", "admin", {"range": "bytes=3-40"}, None),
+                                            ("GET", "team", {"range": "bytes=3-40"}, ["bytes=-5", "bytes=50-"]),
+                                            ("HEAD", "reader", {"range": "bytes=0-0"}, ["bytes=1-1", "bytes=-2"]),
+                                            ("HEAD", "reader", {}, None)]:
             spec = {"method": method, "bucket": "shared", "key": "team/small.txt", "query": [], "headers": headers,
-                    "who": who, "signing": "v4-sdk"}
+                    "who": who, "signing": "v4-sdk", **({"later_ranges": later} if later else {})}
             before = replays.by_shape
             fast = [_answer(http, to_fast) for to_fast in _three(pair.fast.endpoint, spec)]
             assert replays.by_shape == before + 1, spec  # the third, kept at the second's arrival
@@ -220,6 +237,44 @@ def test_an_sdks_request_signed_anew_is_answered_by_its_shape_and_alike(pair: Pa
             _settled(pair)
             assert _counted(pair.fast) == _counted(pair.asgi)
             assert _logged(pair.logs["fast"]) == _logged(pair.logs["asgi"])
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+def test_an_sdks_reads_each_with_its_own_range_are_answered_by_their_shape_and_alike(pair: Pair, method: str) -> None:
+    """An engine's reads of a warm file, each its own Range: answered by the kept shape when the
+    Range is a 206 within one block, else the whole way; alike either way."""
+    replays = pair.fast.server.config.app.hits.replays
+    key = "team/big.bin"
+    size = len(OBJECTS[("shared", key)])
+    spec = {"method": method, "bucket": "shared", "key": key, "query": [], "who": "admin", "signing": "v4-sdk"}
+    values = ["bytes=100-199", "bytes=-10", f"bytes={BLOCK}-", f"bytes={2 * BLOCK}-", f"bytes={BLOCK - 5}-{BLOCK + 5}",
+              f"bytes={size}-", "bytes=-0", "bytes=0-1,3-4", "bytes=x-y", "bytes=5-2", f"bytes=-{size}", "bytes=0-0",
+              f"bytes={BLOCK - 1}-{BLOCK - 1}"]
+    shaped = 0
+    with httpx.Client() as http:
+        for value in ["bytes=0-9", "bytes=10-19", *values]:  # the first two keep the shape
+            headers = {"range": value, "x-test-run": pair.hit.decode()}
+            before = replays.by_shape
+            fast = _answer(http, _request(pair.fast.endpoint, **spec, headers=headers))
+            asgi = _answer(http, _request(pair.asgi.endpoint, **spec, headers=headers))
+            assert fast == asgi, value
+            if value in values:  # (a HEAD reads no block: any 206)
+                by_shape = fast[0] == 206 and (method == "HEAD" or _in_one_block(value, size))
+                assert replays.by_shape == before + by_shape, (value, fast[0])
+                shaped += by_shape
+            _settled(pair)
+            assert _counted(pair.fast) == _counted(pair.asgi)
+            assert _logged(pair.logs["fast"]) == _logged(pair.logs["asgi"])
+    assert shaped >= 5
+
+
+def _in_one_block(value: str, size: int) -> bool:
+    """Whether a Range is answered 206 with bytes that one block holds (what a kept shape answers)."""
+    try:
+        byte_range = parse_range(value, size)
+    except S3Error:
+        return False
+    return byte_range is not None and byte_range.start // BLOCK == byte_range.end // BLOCK
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -239,7 +294,14 @@ def test_both_paths_answer_every_read_alike(pair: Pair, data: st.DataObject) -> 
 
 
 def _three(endpoint: str, spec: dict[str, Any]) -> list[httpx.Request]:
-    """A request three times: the same bytes, or an SDK's signed anew each time."""
+    """A request three times: the same bytes, or an SDK's signed anew each time (with `later_ranges`,
+    the second and third each with its own Range)."""
+    spec = dict(spec)
+    later = spec.pop("later_ranges", None)
+    if later is not None:
+        first = spec["headers"]["range"]
+        return [_request(endpoint, **{**spec, "headers": {**spec["headers"], "range": value}})
+                for value in (first, *later)]
     if spec["signing"] == "v4-sdk":
         return [_request(endpoint, **spec) for _ in range(3)]
     return [_request(endpoint, **spec)] * 3

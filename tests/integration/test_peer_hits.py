@@ -186,7 +186,9 @@ def test_a_request_sent_again_whose_block_a_peer_holds_is_answered_as_kept_and_a
 def test_a_kept_request_whose_block_cannot_be_had_goes_the_whole_way(fleet, direct):
     direct.put_object(Bucket="bkt", Key="k", Body=os.urandom(2 * BLOCK))
     reader, owner = reader_of(fleet, 1)
-    exchange(reader, presigned(reader, "k", {"Range": "bytes=0-9"}), answers=1)  # metadata fresh
+    # Metadata fresh (a read of another shape: a presigned URL of the same second, its Range aside,
+    # is of the same shape, auth.shaped).
+    exchange(reader, presigned(reader, "k", {"Range": "bytes=0-9", "X-Other-Shape": "1"}), answers=1)
     request = presigned(reader, "k", {"Range": f"bytes={BLOCK}-{BLOCK + 9}"})
     for _ in range(3):  # answered as kept the third time
         [(status, _, _)] = exchange(reader, request, answers=1)

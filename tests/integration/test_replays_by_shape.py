@@ -10,11 +10,13 @@ as an SDK writes it (botocore's header signer).
 from __future__ import annotations
 
 import dataclasses
+import random
 import re
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
+from unittest import mock
 
 import botocore.auth
 import pytest
@@ -22,6 +24,8 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from gateway.config import CacheSettings, MetadataSettings
+from gateway.errors import S3Error
+from gateway.s3api.ranges import parse_range
 from tests.integration.test_replays import exchange, head_exchange
 from tests.s3api.test_auth_fastpath import _clock
 from tests.support import ADMIN, REGION, TEAM, RunningGateway, base_settings, client
@@ -163,12 +167,106 @@ def test_a_secret_rotated_after_keeping_is_asked_again(gateway: RunningGateway) 
     assert status == 403
 
 
-def test_another_range_or_object_is_not_answered_by_the_kept_shape(gateway: RunningGateway) -> None:
+BLOCK = 64 * 1024
+RANGED = bytes(range(251)) * (2 * BLOCK // 251 + 40)  # two blocks and some of a third
+
+
+def _answers_by_shape(value: str | None, size: int) -> bool:
+    """Whether a GET of a kept ranged shape, its blocks in memory, is answered by its shape: its
+    Range answered 206 (ranges.parse_range), the bytes within one block."""
+    try:
+        byte_range = parse_range(value, size)
+    except S3Error:
+        return False  # 416
+    return byte_range is not None and byte_range.start // BLOCK == byte_range.end // BLOCK
+
+
+def alike(gateway: RunningGateway, request: bytes) -> tuple[tuple[int, dict[str, str], bytes], bool]:
+    """(`request`'s answer, whether it was answered by its shape), the app's answer to it the same."""
+    by_shape = replays(gateway).by_shape
+    status, headers, body = answer(gateway, request)
+    shaped = replays(gateway).by_shape == by_shape + 1
+    app_status, app_headers, app_body = answer(gateway, request, app=True)
+    assert (status, stable(headers, FROM_WHERE)) == (app_status, stable(app_headers, FROM_WHERE)), request
+    assert _unclocked(body) == _unclocked(app_body)
+    return (status, headers, body), shaped
+
+
+def test_ranged_reads_of_a_kept_shape_are_answered_by_it_each_for_its_own_range(gateway: RunningGateway) -> None:
+    """An engine's reads of a warm file, each its own Range (bytes=a-b, a-, -n; and what S3 answers
+    otherwise: 416, several ranges, malformed): each answered as the app answers it, by the shape
+    when it is a 206 within one block."""
+    client(gateway.endpoint).put_object(Bucket=BUCKET, Key="table.parquet", Body=RANGED)
+    client(gateway.endpoint).get_object(Bucket=BUCKET, Key="table.parquet")["Body"].read()  # every block in memory
+    for value in ("bytes=0-9", "bytes=10-19"):  # a hit, then a hit kept by its shape
+        assert answer(gateway, sdk(gateway, "GET", "table.parquet", headers={"Range": value}))[0] == 206
+    size, rng = len(RANGED), random.Random(32)
+    values = [f"bytes={a}-{a + rng.randrange(0, 9000)}" for a in rng.sample(range(size), 40)]
+    values += [f"bytes=-{rng.randrange(1, 3 * BLOCK)}" for _ in range(8)] + [f"bytes={rng.randrange(size)}-"
+                                                                             for _ in range(8)]
+    values += ["bytes=0-0", f"bytes={size - 1}-", "bytes=-1", f"bytes={BLOCK - 1}-{BLOCK}", f"bytes={BLOCK}-{BLOCK}",
+               f"bytes={2 * BLOCK}-", f"bytes={size}-", f"bytes={size + 10}-{size + 20}", "bytes=-0", "bytes=5-2",
+               "bytes=0-1,3-4", "bytes=x-y", "items=0-1", "bytes=-", f"bytes=-{size + 5}", "BYTES=3-7"]
+    shaped = 0
+    for value in values:
+        (status, headers, body), by_shape = alike(gateway, sdk(gateway, "GET", "table.parquet", headers={"Range": value}))
+        assert by_shape == _answers_by_shape(value, size), (value, status)
+        shaped += by_shape
+        byte_range = parse_range(value, size) if status != 416 else None
+        if status == 206 and byte_range is not None:
+            assert body == RANGED[byte_range.start:byte_range.end + 1]
+            assert headers["content-range"] == f"bytes {byte_range.start}-{byte_range.end}/{size}"
+            assert headers["content-length"] == str(len(body)) and headers["x-cache"] == "hit-mem"
+    assert shaped >= 30
+
+
+def test_a_head_of_a_kept_ranged_shape_is_answered_for_its_own_range(gateway: RunningGateway) -> None:
+    client(gateway.endpoint).put_object(Bucket=BUCKET, Key="head-ranged.bin", Body=b"h" * 5000)
+    for value in ("bytes=0-9", "bytes=10-19"):
+        answer(gateway, sdk(gateway, "HEAD", "head-ranged.bin", headers={"Range": value}))
+    for value, by_shape in (("bytes=100-2099", True), ("bytes=-7", True), ("bytes=4990-", True),
+                            ("bytes=5000-", False), ("bytes=0-1,3-4", False)):
+        (status, headers, _), shaped = alike(gateway, sdk(gateway, "HEAD", "head-ranged.bin",
+                                                          headers={"Range": value}))
+        assert shaped == by_shape, (value, status, headers)
+    assert headers["content-length"] == "5000"  # (the last: several ranges, the whole object)
+
+
+def test_a_range_changed_after_signing_is_refused(gateway: RunningGateway) -> None:
+    kept_shape(gateway, "signed-range.txt", b"0123456789" * 10, headers={"Range": "bytes=0-3"})
+    request = sdk(gateway, "GET", "signed-range.txt", headers={"Range": "bytes=4-7"})
+    assert alike(gateway, request)[0][2] == b"4567"
+    status, _, body = as_the_app(gateway, request.replace(b"Range: bytes=4-7", b"Range: bytes=0-9"))
+    assert status == 403 and b"SignatureDoesNotMatch" in body
+    request = sdk(gateway, "GET", "signed-range.txt", headers={"Range": "bytes=-5"})
+    status, _, body = as_the_app(gateway, re.sub(rb"Signature=([0-9a-f]{63})([0-9a-f])", lambda m: b"Signature=" + m[1]
+                                                 + (b"0" if m[2] != b"0" else b"1"), request))
+    assert status == 403 and b"SignatureDoesNotMatch" in body
+
+
+def test_a_kept_ranged_shape_is_not_answered_for_another_object(gateway: RunningGateway) -> None:
     kept_shape(gateway, "ranged.txt", b"0123456789", headers={"Range": "bytes=0-3"})
-    assert as_the_app(gateway, sdk(gateway, "GET", "ranged.txt", headers={"Range": "bytes=4-7"}))[2] == b"4567"
     client(gateway.endpoint).put_object(Bucket=BUCKET, Key="ranged2.txt", Body=b"abcdefghij")
     answer(gateway, sdk(gateway, "GET", "ranged2.txt", headers={"Range": "bytes=0-3"}))  # its miss
-    assert as_the_app(gateway, sdk(gateway, "GET", "ranged2.txt", headers={"Range": "bytes=0-3"}))[2] == b"abcd"
+    assert as_the_app(gateway, sdk(gateway, "GET", "ranged2.txt", headers={"Range": "bytes=4-7"}))[2] == b"efgh"
+
+
+@pytest.mark.parametrize("where", ["through the gateway", "at the origin"])
+def test_a_ranged_object_changed_after_keeping_is_never_served_stale(gateway: RunningGateway, origin_endpoint: str,
+                                                                     where: str) -> None:
+    key = "changed-" + where.replace(" ", "-") + ".txt"
+    kept_shape(gateway, key, b"a" * 100, headers={"Range": "bytes=0-3"})
+    assert alike(gateway, sdk(gateway, "GET", key, headers={"Range": "bytes=-5"})) == \
+        ((206, mock.ANY, b"aaaaa"), True)
+    if where == "through the gateway":
+        client(gateway.endpoint).put_object(Bucket=BUCKET, Key=key, Body=b"b" * 50)
+    else:  # and the gateway told (an S3 event, or the metadata's TTL passing)
+        client(origin_endpoint, ("origin-key", "origin-secret")).put_object(Bucket=BUCKET, Key=key, Body=b"b" * 50)
+        gateway.server.config.app.s3.engine.writes.invalidate_local(BUCKET, key)
+    request = sdk(gateway, "GET", key, headers={"Range": "bytes=-5"})
+    assert as_the_app(gateway, request)[:3:2] == (206, b"bbbbb")
+    request = sdk(gateway, "GET", key, headers={"Range": "bytes=60-"})
+    assert as_the_app(gateway, request)[0] == 416  # past the new end: kept anew by now, or not, never stale
 
 
 def test_an_object_overwritten_or_deleted_after_keeping_is_read_as_it_is(gateway: RunningGateway) -> None:

@@ -1,6 +1,7 @@
 """auth.shaped: the shape of a request head (signed in its headers or presigned) (the compiled _sigv4check.shape and its twin, byte for
 byte), the canonical request of a kept request cut around its values, and the signature of a new
-request of the same shape checked anew: accepted only where the full check accepts it.
+request of the same shape checked anew: accepted only where the full check accepts it, its own
+Range too (put in its place: a Range changed after signing is refused).
 
 Requests botocore signs (headers as the SDKs send them, amz-sdk-invocation-id and amz-sdk-request
 among them), written as the heads a client sends, then mutated (the case of names, spacing,
@@ -103,6 +104,11 @@ HEAD_MUTATIONS: list[HeadMutation | None] = [
     _lines(lambda lines: [lines[0]] + list(reversed(lines[1:]))),
     _lines(lambda lines: [line[:-1] + line[-1:].upper() if line.startswith(b"Authorization") else line
                           for line in lines]),
+    _lines(lambda lines: lines + [line for line in lines if line.startswith(b"Range")]),
+    lambda head: head.replace(b"Range: ", b"Range:  "),
+    lambda head: head.replace(b"Range: ", b"RANGE: "),
+    lambda head: head.replace(b"Range: bytes=", b"Range: bytes= "),
+    lambda head: head.replace(b"Range: bytes=", b"Range: bytes=\t"),
 ]
 
 METHODS = st.sampled_from(["GET", "GET", "HEAD"])
@@ -128,16 +134,18 @@ def test_sdk_signed_heads_shape_alike(method: str, path: str, query: str, header
             head = mutation(head)
     made = _both("shape", head)
     if isinstance(made, tuple):  # the key and the values give the head back: one structure per key
-        key, amz_date, date, signature, invocation, sdk_request = made
+        key, amz_date, date, signature, invocation, sdk_request, byte_range = made
         assert len(key) + len(amz_date) + len(date) + len(signature) + len(invocation or "") \
-            + len(sdk_request or "") == len(head)
+            + len(sdk_request or "") + len(byte_range or "") == len(head)
+        assert (byte_range is None) == (b"\r\nrange: " not in head.lower())
         assert amz_date[:8] == date or b"T120000" not in head
 
 
 _HEAD_BYTES = st.sampled_from([b"GET ", b"HEAD ", b"/b/k", b"?a=1", b" HTTP/1.1", b"\r\n", b": ", b":", b" ",
                                b"Authorization", b"x-amz-date", b"AMZ-SDK-REQUEST", b"amz-sdk-invocation-id",
                                b"AWS4-HMAC-SHA256 Credential=K/20240309/r/s3/aws4_request, SignedHeaders=host, "
-                               b"Signature=" + b"a" * 64, b"20240309T120000Z", b"x", b"\t", b"\xe9", b"\n", b","])
+                               b"Signature=" + b"a" * 64, b"20240309T120000Z", b"x", b"\t", b"\xe9", b"\n", b",",
+                               b"Range", b"bytes=0-99", b"bytes=-5"])
 
 
 @needs_compiled
@@ -157,7 +165,10 @@ def test_the_usual_head_shapes_alike() -> None:
         b"GET /b/k?x-id=GetObject HTTP/1.1\r\nHost: h\r\nX-Amz-Date: \r\namz-sdk-invocation-id: \r\n"
         b"amz-sdk-request: \r\nAuthorization: AWS4-HMAC-SHA256 Credential=K//us-east-1/s3/aws4_request, "
         b"SignedHeaders=host;x-amz-date, Signature=\r\n\r\n",
-        "20240309T120000Z", "20240309", "a" * 64, "id-1", "attempt=1; max=3")
+        "20240309T120000Z", "20240309", "a" * 64, "id-1", "attempt=1; max=3", None)
+    ranged = head.replace(b"\r\n\r\n", b"\r\nRange: bytes=100-199\r\n\r\n")
+    assert _both("shape", ranged)[0] == _both("shape", head)[0].replace(b"\r\n\r\n", b"\r\nRange: \r\n\r\n")
+    assert _both("shape", ranged)[6] == "bytes=100-199"
     for declined in (head.replace(b"GET", b"PUT"), head.replace(b"a" * 64, b"A" * 64),
                      head.replace(b"?x-id=GetObject", b"?X-Amz-Credential=x"), head.replace(b"id-1", b"id  1")):
         assert _both("shape", declined) is None
@@ -209,6 +220,59 @@ def test_a_request_of_a_kept_shape_is_accepted_only_as_the_full_check_accepts_it
     accepted = shaped.signed_anew(made, again, SECRET, NOW + clock, SKEW)
     answer = full(second, NOW + clock)
     assert accepted == (isinstance(answer, Identity) and answer.access_key == ACCESS_KEY), (kind, answer)
+
+
+RANGES = st.one_of(
+    st.tuples(st.integers(0, 10**7), st.integers(0, 10**7)).map(lambda ab: f"bytes={min(ab)}-{max(ab)}"),
+    st.integers(0, 10**7).map(lambda n: f"bytes=-{n}"),
+    st.integers(0, 10**7).map(lambda n: f"bytes={n}-"),
+    st.sampled_from(["bytes=0-1,3-4", "bytes=0-1, 3-4", "bytes=x-y", "items=0-1", "bytes=5-2", "bytes=-", "BYTES=1-2",
+                     "bytes=0-99"]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(method=METHODS, path=PATHS, query=QUERIES, headers=HEADERS, payload=PAYLOADS, first_range=RANGES,
+       second_range=RANGES, changed=st.one_of(st.none(), RANGES),
+       kind=st.sampled_from(["later", "later", "other secret", "signature"]),
+       clock=st.sampled_from([timedelta(0), timedelta(seconds=40), timedelta(minutes=16)]))
+def test_a_request_of_a_kept_shape_with_its_own_range_is_accepted_only_as_the_full_check_accepts_it(
+        method: str, path: str, query: str, headers: dict[str, str], payload: str, first_range: str,
+        second_range: str, changed: str | None, kind: str, clock: timedelta) -> None:
+    """The Range is signed (botocore signs every header): a request signed with its own Range is
+    accepted as the full check accepts it; one whose Range was `changed` after signing is refused."""
+    first = signed(method, path, query, {**headers, "range": first_range}, payload=payload)
+    shape = shaped.shape_of(head_of(first))
+    assume(shape is not None and isinstance(full(first, NOW), Identity))
+    assert shape is not None and shape[shaped.RANGE] == first_range
+    made = shaped.template(first, shape, SECRET, SKEW)
+    assert made is not None
+    second = _second(kind, method, path, query, {**headers, "range": second_range}, payload)
+    if changed is not None:
+        second = replace(second, headers=tuple((name, changed if name == "range" else value)
+                                               for name, value in second.headers))
+    again = shaped.shape_of(head_of(second))
+    assert again is not None and again[0] == shape[0]  # the same key: only the values (the Range too) changed
+    accepted = shaped.signed_anew(made, again, SECRET, NOW + clock, SKEW)
+    answer = full(second, NOW + clock)
+    assert accepted == (isinstance(answer, Identity) and answer.access_key == ACCESS_KEY), (kind, changed, answer)
+    if changed is not None and changed != second_range:
+        assert not accepted
+
+
+def test_a_range_no_signature_covers_is_any_range_as_for_the_full_check() -> None:
+    """A Range left out of SignedHeaders (not as the SDKs sign) is in no place of the template: any
+    value of it passes, as it passes the full check."""
+    first = signed("GET", "/bucket/object", "", {})
+    with_range = replace(first, headers=(*first.headers, ("range", "bytes=0-9")))
+    shape = shaped.shape_of(head_of(with_range))
+    assert shape is not None and isinstance(full(with_range, NOW), Identity)
+    made = shaped.template(with_range, shape, SECRET, SKEW)
+    assert made is not None and shaped.RANGE not in made.slots
+    other = shaped.shape_of(head_of(replace(first, headers=(*first.headers, ("range", "bytes=-5")))))
+    assert other is not None and other[0] == shape[0]
+    assert shaped.signed_anew(made, other, SECRET, NOW, SKEW)
+    assert isinstance(full(replace(first, headers=(*first.headers, ("range", "bytes=-5"))), NOW), Identity)
 
 
 def test_a_template_is_not_made_for_the_wrong_secret_or_a_request_not_signed_as_shaped() -> None:

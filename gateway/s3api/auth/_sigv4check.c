@@ -15,8 +15,9 @@
  *          -> True | False | None
  *   canonical(<the same but the signature>) -> ((canonical request, string to sign, signature), ...) | None
  *   shape(head) -> (key, x-amz-date, credential date, signature, amz-sdk-invocation-id | None,
- *          amz-sdk-request | None) | None: an SDK-signed (or presigned) GET or HEAD head cut around
- *          what changes between two sends of it (s3api.replays keeps requests by that key)
+ *          amz-sdk-request | None, range | None) | None: an SDK-signed (or presigned) GET or HEAD head
+ *          cut around what changes between two sends of it, its Range too (s3api.replays keeps
+ *          requests by that key)
  *   signs(canonical_request, keyed, signature) -> bool: a canonical request (bytes) signed with keyed
  *
  * SHA-256 is OpenSSL's (libcrypto; libssl-dev to build).
@@ -744,7 +745,7 @@ static size_t authorization_form(const unsigned char *p, size_t n)
     return date;
 }
 
-enum { AMZ_DATE, CREDENTIAL_DATE, SIGNATURE_SLOT, INVOCATION_ID, SDK_REQUEST, SLOTS };
+enum { AMZ_DATE, CREDENTIAL_DATE, SIGNATURE_SLOT, INVOCATION_ID, SDK_REQUEST, RANGE_SLOT, SLOTS };
 
 /* One header line of a head being shaped: its slot's place in `at`/`len` (offsets into the head) and
  * `seen` counted; 0, or 1: not of the usual shape. */
@@ -764,7 +765,7 @@ static int shape_line(const unsigned char *head, size_t start, size_t end, size_
         return 1;  /* (auth.fastpath.presigned_fast leaves it to the general path) */
     int which = lower_is(p, colon, "authorization") ? SIGNATURE_SLOT : lower_is(p, colon, "x-amz-date") ? AMZ_DATE
                 : lower_is(p, colon, "amz-sdk-invocation-id") ? INVOCATION_ID
-                : lower_is(p, colon, "amz-sdk-request") ? SDK_REQUEST : -1;
+                : lower_is(p, colon, "amz-sdk-request") ? SDK_REQUEST : lower_is(p, colon, "range") ? RANGE_SLOT : -1;
     if (which < 0)
         return 0;
     if (seen[which]++ || n < colon + 3 || p[colon + 1] != ' ')  /* "Name: value", the value its canonical form */
@@ -926,7 +927,7 @@ static PyObject *shape(PyObject *module, PyObject *head_bytes)
     if (shape_slots(head, n, at, len, seen) != 0)
         Py_RETURN_NONE;
     /* The key: the head without the slots' values, cut in the order they come. */
-    int order[SLOTS] = {0, 1, 2, 3, 4}, count = 0;
+    int order[SLOTS] = {0}, count = 0;
     for (int i = 0; i < SLOTS; i++)
         if (seen[i] || i == CREDENTIAL_DATE)
             order[count++] = i;
@@ -956,7 +957,7 @@ static PyObject *shape(PyObject *module, PyObject *head_bytes)
         for (int i = 0; i <= SLOTS; i++)
             made &= parts[i] != NULL;
         if (made)
-            result = PyTuple_Pack(6, parts[0], parts[1], parts[2], parts[3], parts[4], parts[5]);
+            result = PyTuple_Pack(7, parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6]);
     }
     for (int i = 0; i <= SLOTS; i++)
         Py_XDECREF(parts[i]);
@@ -1012,7 +1013,7 @@ static PyMethodDef methods[] = {
     {"verify", (PyCFunction)(void (*)(void))verify, METH_FASTCALL, "whether the signature matches; None: not built here"},
     {"canonical", (PyCFunction)(void (*)(void))canonical, METH_FASTCALL,
      "((canonical request, string to sign, signature), ...) of each canonical URI, or None"},
-    {"shape", shape, METH_O, "(key, x-amz-date, credential date, signature, invocation id, sdk request) "
+    {"shape", shape, METH_O, "(key, x-amz-date, credential date, signature, invocation id, sdk request, range) "
      "of an SDK-signed GET or HEAD head, or None"},
     {"signs", (PyCFunction)(void (*)(void))signs, METH_FASTCALL,
      "whether a canonical request signed with keyed() gives the signature"},

@@ -1,6 +1,9 @@
 """SigV4 checked anew for a request of a kept shape: an SDK's GET or HEAD sent again with only its
-x-amz-date, credential date, signature, amz-sdk-invocation-id and amz-sdk-request new (or a
-presigned URL made anew: only its X-Amz-Date, the Credential's date and X-Amz-Signature new).
+x-amz-date, credential date, signature, amz-sdk-invocation-id, amz-sdk-request and Range new (or a
+presigned URL made anew: only its X-Amz-Date, the Credential's date, X-Amz-Signature and Range new).
+An engine reads row groups and column chunks of one file each with its own Range: its value is cut
+out as the date is, and put back in its place in the canonical request when the Range is signed
+(as the SDKs sign it), so the signature still covers it; s3api.replays answers each Range anew.
 
 `shape_of` (the compiled _sigv4check.shape, or its twin) cuts those values out of a request head;
 two heads with the same rest (the key) have the same method, target, headers and values but
@@ -19,25 +22,28 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Final
 
 from gateway.s3api.auth.fastpath import _check, _Checked, _header_signed, _keyed, _presigned
 from gateway.s3api.auth.model import RequestView
 from gateway.signing import UNSIGNED_PAYLOAD
 
-__all__ = ["Shape", "Template", "shape_of", "signed_anew", "template"]
+__all__ = ["RANGE", "Shape", "Template", "shape_of", "signed_anew", "template"]
 
-Shape = tuple[bytes, str, str, str, "str | None", "str | None"]
-"""(key, x-amz-date, the credential's date, the signature, amz-sdk-invocation-id, amz-sdk-request)."""
+Shape = tuple[bytes, str, str, str, "str | None", "str | None", "str | None"]
+"""(key, x-amz-date, the credential's date, the signature, amz-sdk-invocation-id, amz-sdk-request, Range)."""
+RANGE: Final = 6  # the Range's place in a Shape
 
 shape_of = _check.shape
 _signs = _check.signs
 
 # The values that change between two sends, by their place in a Shape; each is given a value found
 # nowhere else (letters and digits: URI-encoding keeps it) while the kept request's canonical request
-# is built, to find its places: the headers' (x-amz-date, the SDK's two) and, presigned, the query's.
+# is built, to find its places: the headers' (x-amz-date, the SDK's two, Range) and, presigned, the
+# query's. (A Range not signed is in no place: any value passes the full check too.)
 _TOKEN = secrets.token_hex(8)
-_HEADER_SLOTS = {"x-amz-date": 1, "amz-sdk-invocation-id": 4, "amz-sdk-request": 5}
-_SENTINELS = {f"S3GW{_TOKEN}SLOT{index}": index for index in (1, 2, 4, 5)}
+_HEADER_SLOTS = {"x-amz-date": 1, "amz-sdk-invocation-id": 4, "amz-sdk-request": 5, "range": RANGE}
+_SENTINELS = {f"S3GW{_TOKEN}SLOT{index}": index for index in (1, 2, 4, 5, RANGE)}
 _SENTINEL_OF = {index: sentinel for sentinel, index in _SENTINELS.items()}
 _PRESIGN_PARAMS = frozenset(("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
                              "X-Amz-SignedHeaders", "X-Amz-Signature"))
@@ -163,7 +169,7 @@ def signed_anew(made: Template, shape: Shape, secret: str, now: datetime, max_sk
     """Whether a request of the kept key, its values `shape`'s, passes every check auth.fastpath
     makes (sigv4_fast, or presigned_fast for a presigned URL) with `secret`, the access key's secret
     the kept request was checked with."""
-    _, amz_date, date, provided, _, _ = shape
+    _, amz_date, date, provided, *_ = shape
     if date != amz_date[:8]:
         return False
     before, after = made.credential

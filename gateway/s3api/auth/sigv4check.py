@@ -193,7 +193,7 @@ def canonical(method: str, raw_path: str, canonical_query: str, headers: tuple[t
     return tuple(forms)
 
 
-Shape = tuple[bytes, str, str, str, "str | None", "str | None"]
+Shape = tuple[bytes, str, str, str, "str | None", "str | None", "str | None"]
 
 _REQUEST_LINE = re.compile(rb"(?:GET|HEAD) /[A-Za-z0-9\-._~!$&'()*+,;=:@/%?]* HTTP/1\.1")
 _HEADER_LINE = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[\x20-\x7e\t]*")
@@ -202,7 +202,7 @@ _AMZ_DATE = re.compile(rb"[0-9]{8}T[0-9]{6}Z")
 _AUTHORIZATION = re.compile(rb"AWS4-HMAC-SHA256 Credential=[\x21-\x2b\x2d-\x2e\x30-\x7e]+/([0-9]{8})/"
                             rb"[\x21-\x2b\x2d-\x2e\x30-\x7e]+/s3/aws4_request, SignedHeaders=[\x21-\x2b\x2d-\x7e]+"
                             rb", Signature=([0-9a-f]{64})")
-_SLOTS = {b"x-amz-date": 0, b"authorization": 2, b"amz-sdk-invocation-id": 3, b"amz-sdk-request": 4}
+_SLOTS = {b"x-amz-date": 0, b"authorization": 2, b"amz-sdk-invocation-id": 3, b"amz-sdk-request": 4, b"range": 5}
 
 
 _PRESIGN_VALUES = {
@@ -248,8 +248,8 @@ def _presigned_query(query: bytes, offset: int, cuts: dict[int, tuple[int, int]]
 
 def _shape_line(line: bytes, offset: int, cuts: dict[int, tuple[int, int]], presigned: bool) -> bool:
     """One header line of a head being shaped: its slots' (offset, length) into `cuts` (by slot:
-    0 x-amz-date, 1 the credential's date, 2 the signature, 3 and 4 the SDK's two); False when it
-    is not of the usual shape."""
+    0 x-amz-date, 1 the credential's date, 2 the signature, 3 and 4 the SDK's two, 5 Range); False
+    when it is not of the usual shape."""
     match = _HEADER_LINE.fullmatch(line)
     if match is None:
         return False
@@ -274,14 +274,14 @@ def _shape_line(line: bytes, offset: int, cuts: dict[int, tuple[int, int]], pres
 
 
 def shape(head: bytes) -> Shape | None:
-    """(key, x-amz-date, the credential's date, the signature, amz-sdk-invocation-id, amz-sdk-request)
-    of one whole request head (bytes as read) of the usual SDK shape: GET or HEAD, the request line
+    """(key, x-amz-date, the credential's date, the signature, amz-sdk-invocation-id, amz-sdk-request,
+    Range) of one whole request head (bytes as read) of the usual SDK shape: GET or HEAD, the request line
     as gateway.requesthead reads it, header lines `name:value` of visible ASCII; signed either in its
     headers (exactly one Authorization of the SDKs' form "AWS4-HMAC-SHA256 Credential=AK/YYYYMMDD/
     REGION/s3/aws4_request, SignedHeaders=..., Signature=<64 lowercase hex>" and one x-amz-date
     YYYYMMDDTHHMMSSZ, no signing parameter in the query) or presigned (the six X-Amz-* parameters
     once each as the SDKs write them, no Authorization, x-amz-date or x-amz-content-sha256 header);
-    at most one of each of the SDK's two headers; each of those headers written "Name: value" with a
+    at most one of each of the SDK's two headers and of Range; each of those headers written "Name: value" with a
     value that is its own canonical form (visible ASCII, single inner spaces). The key is the head
     with those values cut out (names and separators kept). None: any other head."""
     if not isinstance(head, bytes):
@@ -310,8 +310,8 @@ def shape(head: bytes) -> Shape | None:
         start = at + length
     key.append(head[start:])
     values = [head[at:at + length].decode("ascii") for at, length in (cuts[0], cuts[1], cuts[2])]
-    sdk = [head[cuts[slot][0]:sum(cuts[slot])].decode("ascii") if slot in cuts else None for slot in (3, 4)]
-    return b"".join(key), values[0], values[1], values[2], sdk[0], sdk[1]
+    sdk = [head[cuts[slot][0]:sum(cuts[slot])].decode("ascii") if slot in cuts else None for slot in (3, 4, 5)]
+    return b"".join(key), values[0], values[1], values[2], sdk[0], sdk[1], sdk[2]
 
 
 def signs(canonical_request: bytes, keyed: Keyed, provided: str) -> bool:

@@ -170,10 +170,13 @@ def warm_clients(replay: Replay, prefix: tuple[str, str], size: int) -> None:
             call()
 
 
-def profiler(pid: int, out: str) -> subprocess.Popen[bytes]:
-    """py-spy recording the gateway's processes until it is sent SIGINT."""
-    spy = subprocess.Popen([shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(pid), "--subprocesses",
-                            "--nonblocking", "-r", "250", "-f", "raw", "-o", out], stdout=subprocess.DEVNULL)
+def profiler(pid: int, out: str, rate: int, native: bool) -> subprocess.Popen[bytes]:
+    """py-spy recording the gateway's processes (`rate` samples a second) until it is sent SIGINT;
+    `native`: with the frames of C extensions (the processes paused for each sample), else
+    without pausing them."""
+    spy = subprocess.Popen([shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(pid),
+                            "--subprocesses", *(["--native"] if native else ["--nonblocking"]), "-r", str(rate),
+                            "-f", "raw", "-o", out], stdout=subprocess.DEVNULL)
     time.sleep(1.0)  # (it attaches to each process)
     return spy
 
@@ -196,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="", metavar="PATH",
                         help="py-spy record (raw, --subprocesses, --nonblocking) of the gateway's processes while "
                              "they answer, written here")
+    parser.add_argument("--profile-rate", type=int, default=250, help="py-spy's samples per second (--profile)")
+    parser.add_argument("--profile-native", action="store_true", help="py-spy --native (pausing the processes)")
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="cold-requests-"))
     version = wl.header("bench/cold_requests.py: cold small-file requests, directly and through a fresh gateway",
@@ -224,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             idle = tree_cpu()
             time.sleep(2.0)
             idle = (tree_cpu() - idle) / 2e6  # ms per second, answering nothing
-            spy = profiler(gw.pid, args.profile) if args.profile else None
+            spy = profiler(gw.pid, args.profile, args.profile_rate, args.profile_native) if args.profile else None
             cpu_start, wall_start = tree_cpu(), time.monotonic()
             with wl.Cpu() as load:
                 for number, prefix in enumerate(prefixes[:-1]):

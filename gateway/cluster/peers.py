@@ -17,7 +17,7 @@ Routes (GET, on the S3 port, only when the fleet is on):
   the metadata in `x-gateway-meta` (base64 of the shared-metadata form). 204: the
   owner could not (an empty object, a start past the end): ask the origin with a HEAD.
   Between the workers of one node, `cached=1` asks only what the worker holds (204 otherwise),
-  its metadata's age in `x-gateway-age`; with `index=-1`, the metadata alone.
+  its metadata's age in `x-gateway-age`.
 - `/_peer/v1/held?bucket&key&etag&vid&size&first&mask`: which of some blocks of the object
   version the node holds now (in a tier, or on their way to it), asked before a read's answer
   starts: `mask` (hex) has bit i set for block `first + i` (at most HELD_MAX blocks); the answer
@@ -225,8 +225,7 @@ class PeerClient:
                            in_file: bool, peers: bool = False, cached: bool = False) -> OpenAnswer | None:
         """`open`; the bytes are None when `in_file` was asked and the peer keeps the block in its
         file of the node's shared memory tier; `peers` as in `block_or_file`; `cached`: only what
-        the peer (a worker of this node) holds, never its origin (None when it holds nothing);
-        with `index` -1, only the metadata (the bytes empty)."""
+        the peer (a worker of this node) holds, never its origin (None when it holds nothing)."""
         params = [("bucket", bucket), ("key", key), ("vid", version_id or ""), ("index", str(index)),
                   *([("file", "1")] if in_file else []), *([("peers", "1")] if peers else []),
                   *([("cached", "1")] if cached else [])]

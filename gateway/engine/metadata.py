@@ -127,73 +127,56 @@ class Metadata:
                     self.stats["meta_l2_hit"] += 1
                     return ObjectHead(_answer(known), from_memory=True)
                 found = shared
-        # (A read that knows its first block asks the owner for it with the metadata: Opens.open. One of
-        # a suffix, whose first block is not known yet, asks the owner for the metadata it knows.)
-        if (found is None or found[0].missing) and (want is None or want.suffix is not None) and \
-                self._owner(cache_key) is not None:
-            asked = await self._from_owner(cache_key, epoch, checksums, cached=want is not None)
-            if asked is not None:
-                return asked
+        # Without Redis, a worker that is not the object's owner asks the owner once: a HEAD what it knows
+        # or asks its origin (one flight for the node), a read what it knows (the read's own GET brings the
+        # metadata otherwise, and the owner is not asked again for the first block: Opens.open). Not a read
+        # asked again because the version changed under it (`reopen`): the owner may know the old one.
+        asked = self._owner(cache_key) if (found is None or found[0].missing) and (want is None or not reopen) \
+            else None
+        if asked is not None:
+            answer = await self._from_owner(cache_key, epoch, checksums, cached=want is not None)
+            if answer is not None:
+                return answer
         if found is None or found[0].missing or (checksums and not found[0].complete):
             return await self._miss(cache_key, query, epoch, want if want is None or want.whole or not checksums
-                                    else None, checksums, reopen)
+                                    else None, checksums, reopen, asked)
         meta = found[0].value
         assert isinstance(meta, ObjectMeta)
         return ObjectHead(await self._revalidate(cache_key, query, meta, found[1], epoch))
 
     async def _miss(self, cache_key: MetaKey, query: list[tuple[str, str]], epoch: Epoch,
-                    want: Want | None, checksums: bool = False, reopen: bool = False) -> ObjectHead:
+                    want: Want | None, checksums: bool = False, reopen: bool = False,
+                    asked: int | None = None) -> ObjectHead:
         """One origin request however many readers miss at once: they share the flight until
         its answer is cached. (Not across an invalidation: a read that started after a write
-        must not get an answer asked for before it.)"""
+        must not get an answer asked for before it.) `asked`: the owner worker that said it knows
+        nothing of the object (Opens.open does not ask it again)."""
         self.stats["meta_miss"] += 1
         if self.fetch is None:
             want = None
         flight = (cache_key, want, checksums, epoch, reopen)
         if not self._coherence.trusted():  # another node's write may have come unheard since a flight began
-            return await self._fetch_missing(cache_key, query, epoch, want, checksums, reopen)
+            return await self._fetch_missing(cache_key, query, epoch, want, checksums, reopen, asked)
         if self._flights.joined(flight) is not None:
             self.stats["meta_miss_shared"] += 1
         return await self._flights.run(flight, lambda: self._fetch_missing(cache_key, query, epoch, want, checksums,
-                                                                           reopen))
+                                                                           reopen, asked))
 
     async def _fetch_missing(self, cache_key: MetaKey, query: list[tuple[str, str]], epoch: Epoch,
-                             want: Want | None, checksums: bool, reopen: bool = False) -> ObjectHead:
-        """Metadata the caches do not have: from another worker of this node that knows it fresh
-        (no Redis: `_from_siblings`), else from the origin, cached before the flight ends. An
-        object some blocks of which are held here (after a restart; or lent by another worker) is
-        not read from the origin with its metadata: its metadata comes alone (another worker's,
-        else a HEAD), and the blocks serve the read; unless the read is asked again because the
-        version changed under it (`reopen`)."""
-        if not reopen:
-            known = await self._from_siblings(cache_key, epoch, checksums)
-            if known is not None:
-                return known
+                             want: Want | None, checksums: bool, reopen: bool = False,
+                             asked: int | None = None) -> ObjectHead:
+        """Metadata the caches (and the owner worker, head_object) do not have: from the origin, cached
+        before the flight ends. An object some blocks of which are held here (after a restart; or lent
+        by another worker) is not read from the origin with its metadata: its metadata comes alone (a
+        HEAD), and the blocks serve the read; unless the read is asked again because the version changed
+        under it (`reopen`)."""
         if want is not None:
             assert self.fetch is not None
             held = self.fetch.store.holds_object(cache_key[0], cache_key[1]) and not reopen
-            opened = await self._open(cache_key, query, want, epoch, checksums, run=not held)
+            opened = await self._open(cache_key, query, want, epoch, checksums, run=not held, asked=asked)
             if opened is not None:
                 return opened
         return ObjectHead(await self._fetch_and_cache(cache_key, query, epoch))
-
-    async def _from_siblings(self, cache_key: MetaKey, epoch: Epoch, checksums: bool) -> ObjectHead | None:
-        """Metadata another worker of this node knows fresh (Siblings.known), kept here as old as it
-        is there; None when none does, or this node shares metadata in Redis (L2 was asked). A read
-        through any worker then finds the blocks and pieces the node holds, with no origin request."""
-        siblings = self.fetch.siblings if self.fetch is not None else None
-        if siblings is None or self.shared is not None:
-            return None
-        found = await siblings.known(*cache_key[:2], cache_key[2] or None)
-        if found is None:
-            return None
-        known = _Known(found[0], head_start=found[1])
-        if not self._usable((known, found[1]), checksums):
-            return None
-        if self._coherence.epoch(cache_key[0]) == epoch:
-            self.cache.put(cache_key, known, missing=False)
-        self.stats["meta_from_worker"] += 1
-        return ObjectHead(found[0], from_memory=True)
 
     def fresh_aged(self, bucket: str, key: str, version_id: str | None = None) -> tuple[ObjectMeta, float] | None:
         """`fresh_now`, and the entry's age (seconds since the origin said it, wherever it was learnt)."""
@@ -203,12 +186,13 @@ class Metadata:
         return found[0].value, found[1]  # type: ignore[return-value]
 
     async def _open(self, cache_key: MetaKey, query: list[tuple[str, str]], want: Want,
-                    epoch: Epoch, checksums: bool, *, run: bool) -> ObjectHead | None:
+                    epoch: Epoch, checksums: bool, *, run: bool, asked: int | None = None) -> ObjectHead | None:
         """The metadata and the bytes of a cold read from one GET (see Opens.open);
         None when a HEAD must be asked instead."""
         assert self.opens is not None
         try:
-            opened = await self.opens.open(cache_key[0], cache_key[1], query, want, checksums=checksums, run=run)
+            opened = await self.opens.open(cache_key[0], cache_key[1], query, want, checksums=checksums, run=run,
+                                           asked=asked)
         except S3Error as error:
             if error.status == 404:
                 await self._remember(cache_key, Missing.of(error), epoch)

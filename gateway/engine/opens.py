@@ -41,7 +41,7 @@ class Opens:
         self._recent_opens: LRU[str, tuple[ObjectMeta, BlockId, float]] = LRU(_RECENT_OPENS)
 
     async def open(self, bucket: str, key: str, query: list[tuple[str, str]], want: Want, *,
-                   checksums: bool = False, run: bool = True) -> Cold | None:
+                   checksums: bool = False, run: bool = True, asked: int | None = None) -> Cold | None:
         """The metadata of an object this worker knows nothing of, and the bytes `want` reads:
         the owner worker's, when it has both in memory (no origin request); a fleet owner's
         open of the block, when `want` is within one block another node owns; else one GET of
@@ -49,12 +49,15 @@ class Opens:
         that other nodes own are offered to them). None when that answer can't serve (an empty
         range, a start past the end): ask with a HEAD then. Raises the origin's S3Error.
         `checksums`: the metadata must hold the object's checksums (a whole object's GET brings
-        them). `run` False: only what another worker holds (None otherwise), the origin is not asked."""
+        them). `run` False: only what another worker holds (None otherwise), the origin is not asked.
+        `asked`: the owner worker that just said it knows nothing of the object (Metadata.head_object):
+        not asked again for the first block (a block lent to it without the metadata, which it would
+        answer after a HEAD, is then read with the metadata by the one GET: one origin request either way)."""
         fetch = self.fetch
         index = want.start // fetch.settings.block_size
         if want.suffix is None:
             owner = fetch.siblings.owner(bucket, key, index) if fetch.siblings is not None else None
-            if owner is not None and fetch.siblings is not None:
+            if owner is not None and owner != asked and fetch.siblings is not None:
                 known = await fetch.siblings.open_cached(owner, bucket, key, query, index)
                 if known is not None and (known[0].complete or not checksums):
                     return known

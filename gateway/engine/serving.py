@@ -105,8 +105,7 @@ class Serving:
         `serve_block` when it is in the node's shared memory tier.
         It goes to the worker that owns the block; with `peers`, to the fleet's owner of it too.
         `cached` (another worker of this node, opening for its own read): only what this worker
-        has in memory, metadata and block (with `index` -1: the metadata alone), else None;
-        never the origin."""
+        has in memory, metadata and block, else None; never the origin."""
         if cached:
             return await self._open_cached(bucket, key, version_id, index, in_file)
         query = [("versionId", version_id)] if version_id else []
@@ -126,8 +125,6 @@ class Serving:
     async def _open_cached(self, bucket: str, key: str, version_id: str, index: int,
                            in_file: bool) -> OpenAnswer | None:
         known = self.fresh(bucket, key, version_id or None)
-        if index < 0:  # the metadata alone (Siblings.known)
-            return None if known is None else OpenAnswer(encode_meta(known[0]), b"", cached=True, age=known[1])
         meta, age = known if known is not None else (await self._describe_taken(bucket, key, version_id, index), 0.0)
         if meta is None or not 0 <= index * self.fetch.settings.block_size < meta.size:
             return None

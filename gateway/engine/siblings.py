@@ -5,7 +5,6 @@ however many workers miss it, and keeps it. The same goes for the open of a cold
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -17,7 +16,7 @@ from gateway.cluster.peers import PeerClient, PeerError, PeerRefused
 from gateway.config import CacheSettings, ClusterSettings
 from gateway.engine.sources import Ask, Failures, Got, Opened, Part, Unanswered, length_of, opened_from, take_refusal
 from gateway.node.workers import WorkerSet
-from gateway.objects import ObjectMeta, decode_meta
+from gateway.objects import ObjectMeta
 from gateway.store.blocks import BlockId
 from gateway.store.shared import SharedTier
 from gateway.store.tiers import TieredStore
@@ -170,30 +169,6 @@ class Siblings:
         meta, first = opened
         first.from_origin = False
         return meta, first
-
-    async def known(self, bucket: str, key: str, version_id: str | None) -> tuple[ObjectMeta, float] | None:
-        """The metadata of an object that another worker of this node knows fresh, and its age
-        there (the youngest of their answers), or None: every other worker is asked at once, and
-        none asks its origin. The node's shared place for metadata when there is no Redis."""
-        answers = await asyncio.gather(*(self._known_by(worker, bucket, key, version_id) for worker in self._clients))
-        found = [answer for answer in answers if answer is not None]
-        if not found:
-            return None
-        self.stats["worker_meta_known"] += 1
-        return min(found, key=lambda answer: answer[1])
-
-    async def _known_by(self, worker: int, bucket: str, key: str,
-                        version_id: str | None) -> tuple[ObjectMeta, float] | None:
-        try:
-            answer = await self._clients[worker].open_or_file(self._members[worker], bucket, key, version_id, -1,
-                                                              self._block_size, in_file=False, cached=True)
-        except PeerError as exc:  # PeerRefused included: nothing is asked of the origin
-            self._failed(worker, exc, "asking the origin")
-            return None
-        if answer is None:
-            return None
-        meta = decode_meta(answer.meta)
-        return (meta, answer.age) if isinstance(meta, ObjectMeta) else None
 
     async def held(self, owner: int, blocks: list[BlockId], meta: ObjectMeta) -> set[int]:
         """Which of `blocks` (of one object version) the owner worker holds now (none when it

@@ -133,8 +133,8 @@ def test_the_node_stays_within_its_quota(node):
 
 def test_a_read_answered_by_another_workers_open_says_where_its_bytes_came_from(node, clean_origin):
     # Worker 0 opens objects it owns (one ranged GET for metadata and block); worker 1, which has
-    # no metadata of them, asks worker 0 to open them a moment later and is answered from worker
-    # 0's cache: a hit, not a miss (and no second origin GET). (Without checksum mode: a read that
+    # no metadata of them, asks worker 0 for it a moment later and reads the block from worker 0's
+    # file: a hit, not a miss (and no second origin GET). (Without checksum mode: a read that
     # asks for the object's checksums needs a HEAD, not an open.)
     s3 = [client(w.endpoint, response_checksum_validation="when_required") for w in node]
     origin = client(clean_origin)
@@ -150,7 +150,7 @@ def test_a_read_answered_by_another_workers_open_says_where_its_bytes_came_from(
         got = s3[1].get_object(Bucket="bkt", Key=key)
         assert got["Body"].read() == DATA[:999] and got["ResponseMetadata"]["HTTPHeaders"]["x-cache"] == "hit-mem"
     assert origin_gets(node) == before
-    assert sibling_stats(node)["worker_meta_known"] == len(owned)  # the metadata from worker 0, the block from its file
+    assert sibling_stats(node)["worker_meta"] == len(owned)  # the metadata from worker 0 (one ask), the block from its file
 
 
 def test_a_changed_object_is_read_anew_by_every_worker(node):
@@ -203,19 +203,15 @@ def test_a_block_evicted_before_the_asker_reads_it_is_still_answered(node):
     s3 = [client(w.endpoint) for w in node]
     s3[0].create_bucket(Bucket="bkt")
     # Worker 0 owns the first block: worker 1, which knows nothing of the object, asks it for that
-    # block and the metadata (an open), and is told "in the file". (Worker 1 asks the others for the
-    # metadata alone first: told nothing here, as when worker 0 knew the block only.)
+    # block and the metadata (an open), and is told "in the file". (Worker 1 would ask worker 0 for
+    # the metadata alone first, which answers it from memory: not here, as when worker 0 knew the
+    # block only.)
     key = next(k for k in (f"k{i}" for i in range(64)) if WorkerSet(0, 2, "x", b"x").owns("bkt", k, 0))
     s3[0].put_object(Bucket="bkt", Key=key, Body=DATA[:999])
     for worker in node:
         store = worker.server.config.app.s3.engine.store
         store.from_shared_memory = lambda block: None  # type: ignore[method-assign]
-    siblings = node[1].server.config.app.s3.engine.fetch.siblings
-
-    async def unknown(*_: object) -> None:
-        return None
-
-    siblings.known = unknown  # type: ignore[method-assign]
+    node[1].server.config.app.s3.engine.metadata._owner = lambda cache_key: None  # type: ignore[method-assign]
     for c in s3:
         assert c.get_object(Bucket="bkt", Key=key)["Body"].read() == DATA[:999]
     asked = sibling_stats(node)

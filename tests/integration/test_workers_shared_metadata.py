@@ -161,6 +161,29 @@ def test_a_footer_read_through_one_worker_answers_the_same_read_through_the_othe
     assert counted.since() == {"GET": 1}
 
 
+@pytest.mark.parametrize("read", ["whole", "bytes=-1000", "bytes=0-99"])
+def test_a_cold_read_through_another_worker_asks_the_owner_once(node, origin, counted, read):
+    # The owner, told nothing of the object, says so once; the read's one GET brings the rest.
+    s3 = client(node[0].endpoint)
+    key = owned_by(1, f"once-{read}")
+    body = bytes(range(256)) * 40
+    origin.put_object(Bucket=BUCKET, Key=key, Body=body)
+    asked: list[str] = []
+    owner = engine(node[0]).siblings._clients[1]  # type: ignore[union-attr]
+    for name in ("meta", "open_or_file"):
+        def asking(real, name=name):  # type: ignore[no-untyped-def]
+            async def ask(*args, **kwargs):  # type: ignore[no-untyped-def]
+                asked.append(name)
+                return await real(*args, **kwargs)
+            return ask
+        setattr(owner, name, asking(getattr(owner, name)))
+    counted.mark()
+    got = s3.get_object(Bucket=BUCKET, Key=key, **({} if read == "whole" else {"Range": read}))["Body"].read()
+    assert got == {"whole": body, "bytes=-1000": body[-1000:], "bytes=0-99": body[:100]}[read]
+    assert asked == ["meta"]
+    assert counted.since() == {"GET": 1}
+
+
 def test_workers_missing_one_object_at_once_ask_the_origin_once(node, origin, counted):
     s3 = [client(gateway.endpoint) for gateway in node]
     keys = [owned_by(0, "together"), owned_by(1, "together")]

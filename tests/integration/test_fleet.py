@@ -277,8 +277,8 @@ def test_a_fourth_node_takes_over_only_its_share(fleet, direct):
         # D takes the blocks of its share that the read brought (offered once they were sent).
         wait_for(lambda: engine(node).fetch.lending.waiting == 0, "the offers taken")
     # D's share came from the origin once, each block in the run of the first read that found D
-    # without it (one GET for each stretch of them; the old owner reads a block it still holds from
-    # its own tier), and D keeps it; nothing else was fetched again.
+    # without it (one GET for the read, which brings the blocks held between D's again without
+    # keeping them), and D keeps it; nothing else was kept anew.
     sent = origin_requests(a, b, c, d) - before
     assert sum(engine(n).fetch.stats["origin_block_fetch"] for n in (a, b, c, d)) - fetched_before == len(moved)
     assert set(sent) == {"GET"} and sent["GET"] <= len(moved)

@@ -59,6 +59,9 @@ def start_node(origin: str, workers: int, folder: Path) -> tuple[subprocess.Pope
                # every object would be revalidated (a HEAD, its shape learnt anew) as many times as the
                # load on the machine stretched the run (1 worker, the same code: 175,000 then 194,000).
                GATEWAY_METADATA_TTL="1h",
+               # Each of the connections waits its turn (the others' requests, each ~50x slower): on a
+               # loaded machine that outlasted server.keepalive_timeout, the node closed it.
+               GATEWAY_SERVER_KEEPALIVE_TIMEOUT="1h",
                GATEWAY_AUTH_USERS=f'[{{"access_key": "{cs.USER[0]}", "secret_key": "{cs.USER[1]}", '
                                   f'"grants": [{{"bucket": "{cs.BUCKET}", "access": "read"}}]}}]')
     command = ["valgrind", "--tool=callgrind", "--trace-children=yes", "--dump-instr=no",
@@ -91,13 +94,20 @@ class Client:
         sock.sendall(request)
         data = b""
         while b"\r\n\r\n" not in data:
-            data += sock.recv(65536)
+            data += self._received(sock, 65536)
         head, _, body = data.partition(b"\r\n\r\n")
         if not head.startswith((b"HTTP/1.1 200", b"HTTP/1.1 206")):  # (206: sdk-ranges)
             raise SystemExit(f"not a 200 or 206: {head[:200]!r}")
         length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
         while len(body) < length:
-            body += sock.recv(max(65536, length - len(body)))
+            body += self._received(sock, max(65536, length - len(body)))
+
+    @staticmethod
+    def _received(sock: socket.socket, most: int) -> bytes:
+        data = sock.recv(most)
+        if not data:  # (recv gives b"" for ever after: the bench would spin, not fail)
+            raise SystemExit("the node closed a connection mid-answer or between two requests")
+        return data
 
     def send(self, requests: list[bytes], count: int) -> None:
         for i in range(count):

@@ -15,10 +15,16 @@ keep-alive connections (the kernel spreads them among the workers), and every pr
 counters are dumped (callgrind_control -d): instructions per request, all processes summed, less
 what the node does while idle for as long (its timers, its supervisor's loop). Valgrind counts
 the processes' own instructions, not the kernel's: the system calls' work is not in them.
+Each figure also says how many ran under uvloop's stream reads (the requests read and
+answered): the rest, timers and datagrams (a node of several workers takes its hit notes every
+50 ms, sends its feed every 250 ms, compares its mappings with their files every second),
+follows the wall clock, which valgrind stretches ~50x, and comes out of the idle measure only
+as far as it costs without requests.
 
     .venv/bin/python bench/hit_instructions.py
     .venv/bin/python bench/hit_instructions.py --requests 4000 --connections 16
     .venv/bin/python bench/hit_instructions.py --signing same-bytes
+    .venv/bin/python bench/hit_instructions.py --keep   # then callgrind_annotate --inclusive=yes on a dump
 
 Needs: apt-get install -y valgrind. About 3 minutes (Python is ~50x slower under valgrind).
 """
@@ -49,6 +55,13 @@ def start_node(origin: str, workers: int, folder: Path) -> tuple[subprocess.Pope
                GATEWAY_ORIGIN_SECRET_KEY=cs.ORIGIN_CREDENTIALS[1], GATEWAY_SERVER_HOST="127.0.0.1",
                GATEWAY_SERVER_PORT=str(port), GATEWAY_SERVER_WORKERS=str(workers),
                GATEWAY_CACHE_MEMORY_QUOTA="1GiB", GATEWAY_SERVER_WORKER_START_TIMEOUT="600",  # ~50x slower
+               # Hits only: under valgrind the counted requests take minutes, and past metadata.ttl (1m)
+               # every object would be revalidated (a HEAD, its shape learnt anew) as many times as the
+               # load on the machine stretched the run (1 worker, the same code: 175,000 then 194,000).
+               GATEWAY_METADATA_TTL="1h",
+               # Each of the connections waits its turn (the others' requests, each ~50x slower): on a
+               # loaded machine that outlasted server.keepalive_timeout, the node closed it.
+               GATEWAY_SERVER_KEEPALIVE_TIMEOUT="1h",
                GATEWAY_AUTH_USERS=f'[{{"access_key": "{cs.USER[0]}", "secret_key": "{cs.USER[1]}", '
                                   f'"grants": [{{"bucket": "{cs.BUCKET}", "access": "read"}}]}}]')
     command = ["valgrind", "--tool=callgrind", "--trace-children=yes", "--dump-instr=no",
@@ -81,13 +94,20 @@ class Client:
         sock.sendall(request)
         data = b""
         while b"\r\n\r\n" not in data:
-            data += sock.recv(65536)
+            data += self._received(sock, 65536)
         head, _, body = data.partition(b"\r\n\r\n")
         if not head.startswith((b"HTTP/1.1 200", b"HTTP/1.1 206")):  # (206: sdk-ranges)
             raise SystemExit(f"not a 200 or 206: {head[:200]!r}")
         length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
         while len(body) < length:
-            body += sock.recv(max(65536, length - len(body)))
+            body += self._received(sock, max(65536, length - len(body)))
+
+    @staticmethod
+    def _received(sock: socket.socket, most: int) -> bytes:
+        data = sock.recv(most)
+        if not data:  # (recv gives b"" for ever after: the bench would spin, not fail)
+            raise SystemExit("the node closed a connection mid-answer or between two requests")
+        return data
 
     def send(self, requests: list[bytes], count: int) -> None:
         for i in range(count):
@@ -113,6 +133,21 @@ def dumped_instructions(folder: Path, before: set[Path]) -> dict[str, int]:
     return counts
 
 
+ON_READ = "uvloop_4loop___uv_stream_on_read"  # uvloop's callback for bytes read from a stream: the requests' path
+
+
+def on_read_instructions(dump: Path) -> int:
+    """Ir of a dump under uvloop's stream reads (the requests read and answered, and any stream
+    between the workers), as callgrind_annotate counts it inclusive: the rest is timers, call_soon
+    callbacks and datagrams (hit notes taken, the node feed, mappings compared with their files),
+    whose cost follows the wall clock more than the requests (and valgrind makes every request
+    ~50x longer)."""
+    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", "--auto=no", str(dump)],
+                         capture_output=True, text=True, check=True).stdout
+    found = re.search(rf"^ *([\d,]+) .*:__pyx_f_6{ON_READ} ", out, re.M)  # (not its recursive 'N entries)
+    return int(found.group(1).replace(",", "")) if found else 0
+
+
 def measure(origin: str, workers: int, keys: list[str], args: argparse.Namespace, folder: Path) -> float:
     """Instructions per request of a node of `workers` (all its processes)."""
     folder.mkdir()
@@ -135,6 +170,7 @@ def measure(origin: str, workers: int, keys: list[str], args: argparse.Namespace
             callgrind("-d", pids)
             time.sleep(2)
             counts = dumped_instructions(folder, before)
+            reading = sum(on_read_instructions(folder / name) for name in counts)
             # What the node does meanwhile whatever it serves (timers, its supervisor's loop), over as long.
             before_idle = set(folder.glob("callgrind.*"))
             callgrind("-z", pids)
@@ -147,7 +183,8 @@ def measure(origin: str, workers: int, keys: list[str], args: argparse.Namespace
         per_request = (sum(counts.values()) - idle) / args.requests
         print(f"  {workers} worker{'s' if workers > 1 else ' '}: {per_request:10,.0f} instructions per request"
               f" ({', '.join(f'{name}: {count / args.requests:,.0f}' for name, count in counts.items())};"
-              f" idle for as long: {idle / args.requests:,.0f})", flush=True)
+              f" idle for as long: {idle / args.requests:,.0f}); of which under stream reads (the requests'"
+              f" path): {reading / args.requests:,.0f}", flush=True)
         return per_request
     finally:
         cs._stop(proc, timeout=120)  # valgrind takes its time to write the last dumps
@@ -160,6 +197,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000, help="requests counted per node")
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--signing", choices=cs.SIGNINGS, default="sdk", help="how each request is signed")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the callgrind dumps (node-1/, node-2/) and the node logs, and print their folder: "
+                             "compare with callgrind_annotate --inclusive=yes")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("needs valgrind: apt-get install -y valgrind")
@@ -175,7 +215,11 @@ def main() -> None:
             counted = {workers: measure(origin, workers, keys, args, tmp / f"node-{workers}") for workers in (1, 2)}
             print(f"  two workers / one: {counted[2] / counted[1]:.2f}x")
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+            print(f"  callgrind dumps kept in {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

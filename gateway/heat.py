@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 ObjectKey = tuple[str, str]  # bucket, key
 
@@ -57,15 +57,17 @@ class HeatCounter:
         self._counts = {name: count >> halvings for name, count in self._counts.items() if count >> halvings}
         self._next_halving += halvings * self.half_life
 
-    def add(self, bucket: str, key: str, count: int) -> None:
-        """`count` hits of the object at once (another worker's, gateway.admin.nodefeed)."""
+    def add_all(self, hits: Iterable[tuple[str, str, int]]) -> None:
+        """Each (bucket, key, count): `count` hits of the object at once (another worker's, a
+        datagram of gateway.admin.nodefeed), the clock read once for them all."""
         if self._clock() >= self._next_halving:
             self._decay()
-        name = (bucket, key)
-        held = self._counts.get(name)
-        if held is None and len(self._counts) >= self.capacity:
-            self._shrink()
-        self._counts[name] = (held or 0) + count
+        for bucket, key, count in hits:
+            name = (bucket, key)
+            held = self._counts.get(name)
+            if held is None and len(self._counts) >= self.capacity:
+                self._shrink()
+            self._counts[name] = (held or 0) + count
 
     def _shrink(self) -> None:
         keep = self.capacity - self.capacity // 4
@@ -87,7 +89,7 @@ class HeatSender(HeatCounter):
         if len(pending) < self.capacity or name in pending:  # (past that, until the next take: lost)
             pending[name] = pending.get(name, 0) + 1
 
-    def add(self, bucket: str, key: str, count: int) -> None:
+    def add_all(self, hits: Iterable[tuple[str, str, int]]) -> None:
         raise TypeError("a HeatSender sends its hits, it takes none")
 
     def top(self, n: int = 20) -> list[tuple[str, str, int]]:

@@ -33,7 +33,7 @@ class LRU(Generic[K, V]):
     it is asked on the hit path.
     """
 
-    __slots__ = ("size", "_items", "_dropped", "get")
+    __slots__ = ("size", "_items", "_dropped", "get", "touch")
 
     def __init__(self, size: int, dropped: Callable[[K, V], None] | None = None) -> None:
         """`dropped(key, value)`: called for each entry `put` drops past `size` (to release what
@@ -42,6 +42,9 @@ class LRU(Generic[K, V]):
         self._items: Queue[K, V] = Queue()
         self._dropped = dropped
         self.get: Callable[[K], V | None] = self._items.get
+        # `use` of a key known to be held (KeyError otherwise), its value not wanted: the
+        # OrderedDict's own, no Python frame (store.mapped asks it on every hit of a mapped block).
+        self.touch: Callable[[K], None] = self._items.move_to_end
 
     def use(self, key: K) -> V | None:
         """The value of `key`, now the most recently used; None when it is not held."""

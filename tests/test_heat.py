@@ -57,8 +57,7 @@ def test_a_sender_keeps_its_hits_until_taken_and_the_first_worker_adds_them():
         sender.hit("bkt", key)
     node.hit("bkt", "b")
     assert sender.top() == []  # the node's heat is the first worker's
-    for (bucket, key), count in sender.take().items():
-        node.add(bucket, key, count)
+    node.add_all((bucket, key, count) for (bucket, key), count in sender.take().items())
     assert sender.take() == {}
     assert sorted(node.top()) == [("bkt", "a", 2), ("bkt", "b", 2)]
 

@@ -13,6 +13,7 @@ OPERATIONS = st.lists(st.one_of(
     st.tuples(st.just("put"), KEYS, st.integers()),
     st.tuples(st.just("get"), KEYS),
     st.tuples(st.just("use"), KEYS),
+    st.tuples(st.just("touch"), KEYS),  # a key not held: KeyError
     st.tuples(st.just("pop"), KEYS),
     st.tuples(st.just("pop_oldest"),),
     st.tuples(st.just("remove_where"), KEYS),  # drops the keys below this one
@@ -39,6 +40,10 @@ class Model:
             return None
         self.pairs.append(self.pairs.pop(at))
         return self.pairs[-1][1]
+
+    def touch(self, key: int) -> None:
+        if self.use(key) is None:
+            raise KeyError(key)
 
     def put(self, key: int, value: int) -> None:
         self.pop(key)
@@ -74,6 +79,15 @@ def test_the_lru_does_what_the_model_does(size: int, operations: list[tuple[obje
         if name == "remove_where":
             below = args[0]
             assert lru.remove_where(lambda key: key < below) == model.remove_where(below)  # type: ignore[operator]
+        elif name == "touch":
+            held = model.get(args[0]) is not None  # type: ignore[arg-type]
+            try:
+                lru.touch(args[0])
+            except KeyError:
+                assert not held
+            else:
+                assert held
+                model.touch(args[0])  # type: ignore[arg-type]
         else:
             assert getattr(lru, str(name))(*args) == getattr(model, str(name))(*args)
         assert list(lru) == [key for key, _ in model.pairs]  # the same keys, in the same order

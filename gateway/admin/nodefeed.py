@@ -163,8 +163,7 @@ class NodeFeed:
                 log.engine.warning("an unreadable datagram on the node's feed ignored")
 
     def _take(self, part: dict[str, Any]) -> None:
-        for bucket, key, count in part["heat"]:
-            self.heat.add(str(bucket), str(key), int(count))
+        self.heat.add_all((str(bucket), str(key), int(count)) for bucket, key, count in part["heat"])
         if "shadow" in part and self.shadow is not None:
             self.shadow.add_share(part["shadow"])
 

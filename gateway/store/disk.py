@@ -193,19 +193,18 @@ class DiskTier:
     def get_now(self, block_id: BlockId) -> bytes | memoryview | None:
         """`get` without an await (store.mapped): on tmpfs any block; on a disk one of at most 4 MiB
         all in the page cache. None, counting nothing, if not held or to be read in a thread."""
-        entry, files = self._index.get(block_id.name), self.files
+        name, files = block_id.name, self.files
+        entry, mapped = self._index.get(name), files if isinstance(files, MappedBlocks) else None
         if entry is None or self._closed:
             return None
         try:  # on tmpfs, a block mapped already is read without making its path
-            data = files.held(block_id.name) if isinstance(files, MappedBlocks) else None
-            if data is None:
-                path = self.block_path(block_id.name)
-                data = self._fetch(path, block_id, files.read) if isinstance(files, MappedBlocks) else \
-                    self._read_cached(path, entry)
+            data = mapped.held(name) if mapped is not None else self._read_cached(self.block_path(name), entry)
+            if data is None and mapped is not None:
+                data = self._fetch(self.block_path(name), block_id, mapped.read)
         except Exception as exc:  # noqa: BLE001 -- as in get
             self._read_failed(block_id, entry, exc)
             return None
-        return None if data is None else self._hit(entry, data)
+        return None if data is None else self._hit(entry, data, warm=mapped is None)  # (on tmpfs, `warm` is never asked)
 
     def _read_cached(self, path: str, entry: _Entry) -> bytes | memoryview | None:
         """A disk block read on the loop through its file kept, when the page cache holds it all
@@ -220,8 +219,9 @@ class DiskTier:
             self.stats.page_cache_hits += 1
         return data
 
-    def _hit(self, entry: _Entry, data: T) -> T:
-        entry.warm = self._clock()
+    def _hit(self, entry: _Entry, data: T, warm: bool = True) -> T:
+        if warm:
+            entry.warm = self._clock()
         self.stats.hits += 1
         self.policy.access(entry.block_id.name)
         return data

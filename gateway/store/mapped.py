@@ -114,8 +114,9 @@ class MappedBlocks:
             if checksum(held.data) != held.crc:
                 self._drop(name)
                 raise BadBlockError("checksum mismatch")
-        self._maps.use(name)
-        return _handed(held.data)
+        self._maps.touch(name)  # (held: just read)
+        data = held.data  # (_handed's, without its frame: every hit of a block mapped asks this)
+        return data[:] if len(data) >= VIEW_SIZE else data.tobytes()
 
     def read(self, path: str, block_id: BlockId) -> bytes | memoryview:
         """A block on tmpfs, checked: from its mapping; else read, and mapped if it was read

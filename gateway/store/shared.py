@@ -90,6 +90,7 @@ class SharedTier:
         self._adopting: dict[str, asyncio.Task[None]] = {}  # pieces other workers wrote, being taken in
         self._writers: dict[str, tuple[asyncio.Lock, list[int]]] = {}  # pieces being written again here (_one_writer)
         self._others_open = OpenBlockFiles(recheck=1.0)  # kept, as the own part keeps its own
+        self._owned: LRU[str, bool] = LRU(_WARM_FILES)  # owns() of the blocks hit lately, by name
 
     # --- what the own part answers ----------------------------------------------------------
 
@@ -163,15 +164,16 @@ class SharedTier:
         the last take; returns how many (of blocks it still holds: the others are gone)."""
         if self.notes is None:
             return 0
-        policy, taken, promote = self.policy, 0, self.promote_noted
+        policy, taken, promote, inline = self.policy, 0, self.promote_noted, self._inline
+        index, access, mark = self.own._index, self.policy.access, pieces.PIECE_MARK  # (once per take, not per note)
         for name in self.notes.drain():
-            entry = self.own._index.get(name)  # (its own part's index)
+            entry = index.get(name)  # (its own part's index)
             if name in policy:
-                policy.access(name)
+                access(name)
                 taken += 1
                 if promote is not None and entry is not None:
                     promote(self, entry.block_id)
-            if self._inline and (entry is None or pieces.is_piece(entry.block_id)):
+            if inline and (entry is None or entry.block_id.version.endswith(mark)):  # (pieces.is_piece, inline)
                 self._adopt_later(name, None if entry is None else entry.size)  # a piece another worker wrote?
         self.stats.notes_taken += taken
         return taken
@@ -220,12 +222,20 @@ class SharedTier:
     def get_now(self, block_id: BlockId) -> bytes | memoryview | None:
         """A held block (counted as a hit), or None, counting nothing: on tmpfs any block; on a
         disk one this worker keeps, from the page cache (DiskTier.get_now)."""
-        if self.owns(block_id):
+        mine = self._owned.get(block_id.name)  # (`owns`, asked once a block: every hit of the node asks)
+        if mine is None:
+            mine = self.owns(block_id)
+            self._owned.put(block_id.name, mine)
+        if mine:
             return self.own.get_now(block_id)
         data = self.read_other(block_id) if self._inline else self._read_other_cached(block_id)
         if data is not None:
             self.stats.hits += 1
-            self._noted(block_id)
+            notes = self.notes  # (_noted's, without its frame)
+            if notes is not None and notes.note(block_id):
+                self.stats.notes_sent += 1
+            elif notes is not None:
+                self.stats.notes_dropped += 1
         return data
 
     async def put(self, block_id: BlockId, data: bytes) -> list[BlockId]:

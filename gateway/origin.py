@@ -24,7 +24,7 @@ from yarl import URL
 from gateway import log
 from gateway.config import OriginSettings
 from gateway.errors import S3Error
-from gateway.rangeclient import RangeClient, RangeResponse
+from gateway.rangeclient import Arrived, RangeClient, RangeResponse
 from gateway.retry import ExponentialBackoff, Retry
 from gateway.signing import UNSIGNED_PAYLOAD, EMPTY_SHA256, sign_request_v4, uri_encode, sha256_hex
 
@@ -145,11 +145,12 @@ class BlockResponse:
         except _TRANSPORT_ERRORS as exc:
             raise S3Error("ServiceUnavailable", "The origin failed while sending its response.") from exc
 
-    async def read_exactly(self, count: int) -> bytes:
+    async def read_exactly(self, count: int, arrived: Arrived | None = None) -> bytes:
         """As OriginResponse.read_exactly, each call's bytes in a buffer of their own (a run
-        read block by block: Origin.get_run)."""
+        read block by block: Origin.get_run); `arrived` is given them as they come, in
+        stretches, before they are all in (RangeResponse.read_part)."""
         try:
-            return await self._response.read_part(count)
+            return await self._response.read_part(count, arrived)
         except _TRANSPORT_ERRORS as exc:
             raise S3Error("ServiceUnavailable", "The origin failed while sending its response.") from exc
 

@@ -10,6 +10,7 @@ import mmap
 import os
 import shutil
 import ssl
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from gateway.config import OriginSettings
 from gateway.errors import S3Error
 from gateway.origin import Origin
 from gateway.rangeclient import MalformedAnswer, RangeClient
+from gateway.rangeclient.connection import ARRIVAL, FIRST_ARRIVAL
 from gateway.rangeclient.fresh import PAGE, SMALLEST, all_in_memory, fresh_bytes
 from gateway.rangeclient.wire import ChunkedDecoder, body_framing, parse_head
 from tests.test_tls import make_certificate
@@ -263,6 +265,43 @@ async def test_a_body_read_in_parts_lands_part_by_part_and_the_connection_is_use
         assert (await get(rc, server))[2] == body  # on a new one: the one left mid-body was dropped
         await rc.aclose()
     assert server.connections == 2
+
+
+async def test_a_part_read_as_it_arrives_is_told_in_stretches_that_are_the_part_s_bytes():
+    body = os.urandom(900 * KiB + 5)
+    async with RawServer(lambda _: [length_head(len(body)), *pieces(body, 40 * KiB)]) as server:
+        rc = client()
+        response = await rc.get(server.host, "/b/k", {"host": server.host})
+        told: list[bytes] = []
+        first = await response.read_part(700 * KiB, lambda view: told.append(bytes(view)))
+        assert first == body[:700 * KiB] and b"".join(told) == first[:sum(map(len, told))]
+        assert len(told) >= 2 and len(told[0]) >= FIRST_ARRIVAL  # (the rest came with the part)
+        assert all(len(stretch) >= ARRIVAL for stretch in told[1:])
+        assert await response.read_part(200 * KiB + 5, told.append) == body[700 * KiB:]
+        assert (await get(rc, server))[2] == body  # the connection was pooled, whole
+        await rc.aclose()
+    assert server.connections == 1
+
+
+async def test_a_part_complete_with_the_rest_filling_the_scratch_buffer_leaves_reading_paused():
+    # The answer's rest arrives before the next part is asked for and fills the scratch buffer;
+    # telling what arrived must not resume reading into a full buffer (uvloop: a fatal error).
+    body = os.urandom(600 * KiB)
+
+    def slow_reader(view: memoryview) -> None:
+        time.sleep(0.05)  # the rest of the answer waits at the socket meanwhile, then comes at once
+
+    async with RawServer(lambda _: [length_head(len(body)), body[:100 * KiB], body[100 * KiB:]]) as server:
+        rc = client()
+        response = await rc.get(server.host, "/b/k", {"host": server.host})
+        parts = []
+        for size in (300 * KiB, 300 * KiB):
+            parts.append(await response.read_part(size, slow_reader))
+            await asyncio.sleep(0.01)  # (as a run's pump keeps the part before it reads the next)
+        assert b"".join(parts) == body
+        assert (await get(rc, server))[2] == body
+        await rc.aclose()
+    assert server.connections == 1
 
 
 async def test_a_chunked_body_is_read_whole_then_handed_out_in_parts():

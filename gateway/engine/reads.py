@@ -4,6 +4,7 @@ ahead, and streamed in order; reads the cache must not share go straight to the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import NamedTuple
 
@@ -12,7 +13,7 @@ from gateway.config import CacheSettings
 from gateway.engine.fetch import BlockFetcher, version_of
 from gateway.engine.holders import fetched_here
 from gateway.engine.opens import FirstBlock
-from gateway.engine.runs import Run
+from gateway.engine.runs import Run, Stretch
 from gateway.engine.sources import Part
 from gateway.engine.xcache import asked, from_tiers, in_others_file, reads_others_disks
 from gateway.errors import S3Error
@@ -48,7 +49,8 @@ class ObjectRead:
 
     __slots__ = ("source", "chunks", "body", "_close")
 
-    def __init__(self, source: str, *, chunks: AsyncIterator[bytes] | None = None, body: bytes | None = None,
+    def __init__(self, source: str, *, chunks: AsyncIterator[bytes | memoryview] | None = None,
+                 body: bytes | memoryview | None = None,
                  close: Callable[[], Awaitable[None]] | None = None) -> None:
         self.source = source
         self.chunks = chunks
@@ -137,7 +139,7 @@ class Reads:
         head = await _started(chunks, runs)
         if first_source == ["miss"] and source.startswith("hit"):
             source = "partial"  # its owner worker said it held the first block, and fetched it for this read
-        if len(blocks) == 1:  # a cold open's run of one block: the body in hand
+        if len(head) == end - start + 1:  # (a cold open's run of one short piece): the body in hand
             return ObjectRead(source, body=head, close=chunks.aclose)  # (closing gives its buffer back)
         return ObjectRead(source, chunks=_prepend(head, chunks), close=chunks.aclose)
 
@@ -326,7 +328,7 @@ class Reads:
         return [run]
 
     async def _stream(self, fetch: BlockFetcher, blocks: list[BlockId], meta: ObjectMeta, start: int, end: int,
-                      runs: list[Run], in_hand: bytes | None, first_source: list[str]) -> AsyncGenerator[bytes, None]:
+                      runs: list[Run], in_hand: bytes | None, first_source: list[str]) -> AsyncGenerator[bytes | memoryview, None]:
         """Each block's bytes of the read in turn: from the run that brings it, else from the
         tiers or its fetch (started up to the readahead window ahead). The read buffer a block
         holds is given back once it was sent. How the node had the first block, when it was
@@ -347,14 +349,13 @@ class Reads:
                     data = in_hand
                 elif run is not None:
                     self._fill(fetch, blocks, position + 1, ahead, runs, meta, (start, end))
-                    try:
-                        data, held = await run.piece(block.index)
-                        offset = run.bounds(block.index)[0]
-                    except S3Error:  # the origin's answer broke off: the rest of its blocks one by one
-                        runs.remove(run)
-                        await run.aclose()
-                        held = await self.budget.take(fetch.length(block, meta))
-                        data = await fetch.block(block, meta)
+                    async with contextlib.aclosing(self._from_run(fetch, run, runs, block, meta)) as parts:
+                        async for stretch, offset, held in parts:
+                            if part := _within(stretch, offset, start, end):
+                                yield part
+                            self.budget.give(held)
+                            held = 0
+                    continue
                 elif position in ahead:
                     fetching, held = ahead.pop(position)
                     self._fill(fetch, blocks, position + 1, ahead, runs, meta, (start, end))
@@ -367,8 +368,7 @@ class Reads:
                     offset += at
                     if position == 0:
                         first_source.append(got)
-                lo, hi = max(start, offset) - offset, min(end, offset + len(data) - 1) - offset + 1
-                yield data if (lo, hi) == (0, len(data)) else data[lo:hi]
+                yield _within(data, offset, start, end)
                 self.budget.give(held)
                 held = 0
         except ObjectChanged:
@@ -382,6 +382,24 @@ class Reads:
                 self.budget.give(taken)
             for run in runs:
                 await run.aclose()
+
+    async def _from_run(self, fetch: BlockFetcher, run: Run, runs: list[Run], block: BlockId,
+                        meta: ObjectMeta) -> AsyncGenerator[Stretch, None]:
+        """The run's piece of `block` as it arrives (Run.piece); if the origin's answer breaks off,
+        the run is dropped (the read's later blocks are fetched one by one) and what this
+        block's parts had not brought yet comes from its own fetch."""
+        sent = run.bounds(block.index)[0]
+        try:
+            async for data, at, held in run.piece(block.index):
+                yield data, at, held
+                sent = at + len(data)
+        except S3Error:
+            runs.remove(run)
+            await run.aclose()
+            held = await self.budget.take(fetch.length(block, meta))
+            data = await fetch.block(block, meta)
+            begin = block.index * self.settings.block_size
+            yield memoryview(data)[sent - begin:], sent, held
 
     def _fill(self, fetch: BlockFetcher, blocks: list[BlockId], position: int,
               ahead: dict[int, tuple[asyncio.Future[Part], int]], runs: list[Run], meta: ObjectMeta,
@@ -417,7 +435,15 @@ class Reads:
         return response
 
 
-async def _started(chunks: AsyncGenerator[bytes, None], runs: list[Run]) -> bytes:
+def _within(data: bytes | memoryview, offset: int, start: int, end: int) -> bytes | memoryview:
+    """The bytes of a read [start, end] that `data`, the object's bytes from `offset` on, holds."""
+    lo, hi = max(start, offset) - offset, min(end, offset + len(data) - 1) - offset + 1
+    if (lo, hi) == (0, len(data)):
+        return data
+    return data[lo:hi] if lo < hi else b""
+
+
+async def _started(chunks: AsyncGenerator[bytes | memoryview, None], runs: list[Run]) -> bytes | memoryview:
     """The first piece of a read's stream. Started here, so that closing the read runs its
     `finally` (which gives the budget back and stops the runs) even if the response never asks
     for a byte: an unstarted generator's is not run."""
@@ -431,7 +457,7 @@ async def _started(chunks: AsyncGenerator[bytes, None], runs: list[Run]) -> byte
         raise
 
 
-async def _prepend(head: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+async def _prepend(head: bytes | memoryview, rest: AsyncIterator[bytes | memoryview]) -> AsyncIterator[bytes | memoryview]:
     yield head
     async for chunk in rest:
         yield chunk

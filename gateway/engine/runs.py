@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from gateway.bytebudget import ByteBudget
@@ -54,6 +54,7 @@ _UNCLAIMED = 10.0  # seconds a run that nobody claimed goes on (its reader went 
 _LAZY_START = 1.0  # seconds a run not `eager` waits for its reader before its pump reads anyway
 
 Keep = Callable[[BlockId, bytes, int, bool], Awaitable[None]]  # (block, bytes, where they start in it, whole)
+Stretch = tuple[bytes | memoryview, int, int]  # a run's bytes for its reader, where in the object they start, the buffer held
 
 
 class RunStopped(Exception):
@@ -98,7 +99,8 @@ class Run:
         self._budget = budget
         ahead = max(1, ahead)
         self._room = asyncio.Semaphore(ahead)
-        self._pieces: asyncio.Queue[tuple[int, bytes, int] | BaseException] = asyncio.Queue()
+        self._pieces: asyncio.Queue[tuple[int, bytes | memoryview, int, int, bool] | BaseException] = asyncio.Queue()
+        self._told = 0  # bytes of the piece being read handed to the reader as they arrived
         self._reader = reader
         self._claimed = not reader or claimed  # a run without a reader is nobody's to claim
         self._closing = False
@@ -137,12 +139,13 @@ class Run:
         self._claimed = True
         return True
 
-    async def piece(self, index: int) -> tuple[bytes, int]:
-        """The piece of block `index` (the next one, in order), and the read buffer it holds if
-        it was read ahead (the reader gives it back once sent), else 0: the piece the reader
-        waits for is read without (so each reader holds at most one piece beyond the buffer,
-        and never waits for room that only its own later pieces hold). Raises S3Error if the
-        origin failed before it."""
+    async def piece(self, index: int) -> AsyncIterator[Stretch]:
+        """The piece of block `index` (the next one, in order) in parts: (bytes, where in the
+        object the first is, the read buffer they hold), to be given back once sent. A piece
+        read ahead comes whole, holding the buffer; the piece the reader waits for comes as it
+        arrives, holding none (so each reader holds at most one piece beyond the buffer, and
+        never waits for room that only its own later pieces hold). Raises S3Error if the origin
+        failed before its end."""
         if index < self._next:
             raise RuntimeError(f"run read out of order: block {index}, expected {self._next} or later")
         self._wanted.set()
@@ -150,12 +153,17 @@ class Run:
             item = await self._pieces.get()
             if isinstance(item, BaseException):
                 raise item
-            self._next += 1
-            self._room.release()
-            self._advanced.set()
-            if item[0] == index:
-                return item[1], item[2]
-            self._budget.give(item[2])  # a piece before the read's first (a suffix's part of a block)
+            got, data, at, held, last = item
+            if last:
+                self._next += 1
+                self._room.release()
+                self._advanced.set()
+            if got != index:
+                self._budget.give(held)  # a piece before the read's first (a suffix's part of a block)
+                continue
+            yield data, at, held
+            if last:
+                return
 
     async def aclose(self) -> None:
         """Done with the run: the pump stops after the piece it is reading; pieces read but not
@@ -166,7 +174,7 @@ class Run:
         while not self._pieces.empty():
             item = self._pieces.get_nowait()
             if not isinstance(item, BaseException):
-                self._budget.give(item[2])
+                self._budget.give(item[3])
 
     def _abandon(self) -> None:
         if not self._claimed and not self._closing:
@@ -204,24 +212,25 @@ class Run:
                 if taken is None or self._closing:
                     self._budget.give(taken or 0)
                     return
-                held = taken
                 self._register(index)
                 self._reading = True
                 try:
-                    data = await self._piece(index, lo, hi)
+                    data = await self._piece(index, lo, hi, streamed=self._reader and taken == 0)
                 except BaseException as exc:
-                    self._budget.give(held)
+                    self._budget.give(taken)
                     self._pieces.put_nowait(exc if isinstance(exc, S3Error) else
                                             S3Error("ServiceUnavailable", "The origin failed while sending its response."))
                     raise
                 finally:
                     self._reading = False
-                if not self._reader or self._closing:  # (closing: aclose drained the pieces already)
-                    self._budget.give(held)
-                    if self._closing:
-                        return
-                    continue
-                self._pieces.put_nowait((index, data, held))
+                if self._reader and not self._closing:  # (closing: aclose drained the pieces already)
+                    told = self._told
+                    self._pieces.put_nowait((index, memoryview(data)[told:] if told else data, lo + told, taken, True))
+                else:
+                    self._budget.give(taken)
+                await self._kept(index, data, lo, hi)
+                if self._closing:
+                    return
         finally:
             await self._response.aclose()  # pooled when read to its end, else closed
 
@@ -244,20 +253,33 @@ class Run:
             self._advanced.clear()
             await self._advanced.wait()
 
-    async def _piece(self, index: int, lo: int, hi: int) -> bytes:
-        """One piece from the answer; a whole block is kept and given to whoever waits for it."""
+    async def _piece(self, index: int, lo: int, hi: int, *, streamed: bool) -> bytes:
+        """One piece from the answer; `streamed`: the reader waits for it, so each stretch of it
+        is handed to the reader as it arrives (all but what arrived last, which the pump hands
+        over with the whole piece: `_told` bytes were handed over)."""
         assert self._response is not None
-        data = await self._response.read_exactly(hi - lo + 1)
+        self._told = 0
+        if not streamed:
+            return await self._response.read_exactly(hi - lo + 1)
+
+        def arrived(part: memoryview) -> None:
+            if not self._closing:
+                self._pieces.put_nowait((index, part, lo + self._told, 0, False))
+                self._told += len(part)
+
+        return await self._response.read_exactly(hi - lo + 1, arrived)
+
+    async def _kept(self, index: int, data: bytes, lo: int, hi: int) -> None:
+        """A piece brought: a whole block is kept and given to whoever waits for it."""
         waiting = self._waiting.pop(index, None)
         whole = lo == index * self._block_size and hi == min((index + 1) * self._block_size, self.size) - 1
         if whole and waiting is None:
-            return data  # another fetch of it was under way when the pump got there: that one keeps it
+            return  # another fetch of it was under way when the pump got there: that one keeps it
         try:
             await self._keep(self._blocks(index), data, lo - index * self._block_size, whole)
         finally:  # the bytes are good whether or not they could be kept
             if waiting is not None:
                 waiting.set_result(data)
-        return data
 
     def _release(self, start: int) -> None:
         """Those waiting for blocks `start` on get RunStopped: this run does not bring them now."""

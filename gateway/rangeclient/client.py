@@ -7,7 +7,7 @@ import ssl
 import time
 from collections import deque
 
-from gateway.rangeclient.connection import Connection
+from gateway.rangeclient.connection import Arrived, Connection
 
 _MAX_IDLE = 64  # pooled connections per host, at most
 _LARGEST_UNFRAMED = 64 * 1024 * 1024  # a body without a Content-Length read in parts: read whole, at most this
@@ -48,13 +48,14 @@ class RangeResponse:
         self._client.release(connection)
         return body
 
-    async def read_part(self, count: int) -> bytes:
+    async def read_part(self, count: int, arrived: Arrived | None = None) -> bytes:
         """The next `count` bytes of a body framed by Content-Length, in a buffer of their own
         (an answer of many blocks read block by block, memory bounded by a block); once its
         last byte was read the connection is pooled again. A body framed otherwise (chunked, or
         until close: not S3's way) is read whole first, up to 64 MiB, and handed out in parts.
         ConnectionError when the body ends before them; TimeoutError if it stalled: the
-        connection is dropped then."""
+        connection is dropped then. `arrived`: given the part's bytes as they come, in stretches
+        (views of the bytes returned), before it is complete (Connection.read_part)."""
         if self._rest is not None:
             return self._take(count)
         connection = self._connection
@@ -67,7 +68,7 @@ class RangeResponse:
             self._rest = rest
             return self._take(count)
         try:
-            part = await connection.read_part(count)
+            part = await connection.read_part(count, arrived)
         except BaseException:
             self._connection = None
             connection.drop()

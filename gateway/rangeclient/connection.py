@@ -10,6 +10,11 @@ from collections.abc import Callable
 from gateway.rangeclient.fresh import SMALLEST, fresh_bytes
 from gateway.rangeclient.wire import MAX_HEAD, ChunkedDecoder, MalformedAnswer, body_framing, parse_head
 
+Arrived = Callable[[memoryview], None]
+FIRST_ARRIVAL = 64 * 1024  # bytes of a part told to read_part's `arrived` first, then ...
+ARRIVAL = 256 * 1024  # ... at a time (each costs its reader a wake-up and a write)
+
+
 class Connection(asyncio.BufferedProtocol):
     """One connection: sends a request, reads its answer's head into a scratch buffer, then
     its body into a buffer of the body's size (or, chunked or until close, into pieces)."""
@@ -37,6 +42,7 @@ class Connection(asyncio.BufferedProtocol):
         self._body_filled = 0  # ... and how much of it arrived
         self._body_cap = 0  # the most bytes kept (limit + 1 past a limit)
         self._body_done = 0  # bytes of a Content-Length body returned by earlier read_part calls
+        self._wake_at = 0  # while read_part tells what arrived: the bytes of the part that wake it
         self._complete = False  # the body (up to _body_cap) is in
         self._waiter: asyncio.Future[None] | None = None
         self._loop = asyncio.get_running_loop()
@@ -88,7 +94,7 @@ class Connection(asyncio.BufferedProtocol):
             self._keep_alive = False
         return bytes(pieces[:limit + 1])
 
-    async def read_part(self, count: int) -> bytes:
+    async def read_part(self, count: int, arrived: Arrived | None = None) -> bytes:
         """The next `count` bytes of a body framed by Content-Length (see RangeResponse.read_part)."""
         left = self.parts_left()
         if left is None:
@@ -99,6 +105,8 @@ class Connection(asyncio.BufferedProtocol):
         if count > 0:
             self._start_body(count)
         self._complete = self._body_filled >= count
+        if arrived is not None and not self._complete:
+            await self._tell_arrivals(arrived)
         part = await self._received_body()
         self._body_done += count
         self._body_cap = self._body_filled = 0  # what comes next waits in the scratch buffer
@@ -114,6 +122,25 @@ class Connection(asyncio.BufferedProtocol):
         self._body_view[:taken] = self._view[:taken]
         self._body_filled = taken
         self._consume(taken)
+
+    async def _tell_arrivals(self, arrived: Arrived) -> None:
+        """Until the part is complete, `arrived` is given each stretch of it as it comes, the
+        first once FIRST_ARRIVAL bytes are in, the next ones ARRIVAL bytes at a time: read-only
+        views of the bytes the part ends as, which nothing writes again."""
+        assert self._body is not None
+        whole = memoryview(self._body).toreadonly()
+        given, step = 0, FIRST_ARRIVAL
+        self._resume()
+        while not self._complete:
+            self._wake_at = given + step
+            try:
+                await self._wait(lambda: self._complete or self._body_filled >= self._wake_at)
+            finally:
+                self._wake_at = 0
+            if not self._complete:
+                filled = self._body_filled
+                arrived(whole[given:filled])
+                given, step = filled, ARRIVAL
 
     async def _received_body(self) -> bytes | bytearray | None:
         """The body buffer once it is complete (reading resumed until then), let go of here."""
@@ -227,6 +254,8 @@ class Connection(asyncio.BufferedProtocol):
             if self._body_filled == self._body_cap:
                 self._complete = True
                 self._wake()
+            elif self._wake_at and self._body_filled >= self._wake_at:
+                self._wake()
             return
         self._filled += nbytes
         try:
@@ -321,6 +350,8 @@ class Connection(asyncio.BufferedProtocol):
             self._filled = rest
 
     def _resume(self) -> None:
-        if self._paused and self._transport is not None:
+        """Reading resumed, unless what arrived fills the scratch buffer (a part complete, the
+        answer's rest in the scratch buffer until the reader says how much it takes next)."""
+        if self._paused and self._transport is not None and self._filled < len(self._scratch):
             self._paused = False
             self._transport.resume_reading()

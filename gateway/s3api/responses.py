@@ -81,7 +81,7 @@ def body_response(body: bytes | memoryview, request_id: str, *, status: int, hea
 
 
 def stream_response(
-    chunks: AsyncIterator[bytes], request_id: str, *, status: int, headers: Mapping[str, str]
+    chunks: AsyncIterator[bytes | memoryview], request_id: str, *, status: int, headers: Mapping[str, str]
 ) -> Response:
     """Stream a body; a client that goes away cancels `chunks` (and so the origin request)."""
     out = dict(headers)

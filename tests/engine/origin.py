@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gateway.config import OriginSettings
@@ -31,7 +31,9 @@ class Stored:
 class Answer:
     """An answer as Origin.send gives one (OriginResponse): status, headers, a body read once."""
 
-    def __init__(self, status: int, headers: list[tuple[str, str]], body: bytes = b"") -> None:
+    def __init__(self, status: int, headers: list[tuple[str, str]], body: bytes = b"",
+                 trickle: asyncio.Event | None = None) -> None:
+        self.trickle = trickle  # read_exactly's second half of a part told as it arrives waits for it
         self.status = status
         self.header_items = headers
         self.headers = dict(headers)
@@ -46,10 +48,15 @@ class Answer:
         self.closed = True
         return self._body
 
-    async def read_exactly(self, count: int) -> bytes:
+    async def read_exactly(self, count: int, arrived: Callable[[memoryview], None] | None = None) -> bytes:
+        """The next `count` bytes; `arrived` is told their first half before they are all in, as
+        the range client tells a reader what arrived (a stretch at a time)."""
         if count > len(self._body):
             raise S3Error("ServiceUnavailable", "The origin failed while sending its response.")
         part, self._body = self._body[:count], self._body[count:]
+        if arrived is not None and count > 1:
+            arrived(memoryview(part)[:count // 2])
+            await (asyncio.sleep(0) if self.trickle is None else self.trickle.wait())
         return part
 
     async def aclose(self) -> None:
@@ -73,6 +80,7 @@ class MemoryOrigin:
         self.down = False
         self.settings = OriginSettings(retries=0)
         self._held: asyncio.Event | None = None
+        self.trickle: asyncio.Event | None = None  # set: an object's body, read in parts, half waits for it
 
     def create_bucket(self, bucket: str) -> None:
         self.objects.setdefault(bucket, {})
@@ -154,13 +162,13 @@ class MemoryOrigin:
             return Answer(200, [*items, ("content-length", str(size))])
         first, _, last = headers.get("range", "").removeprefix("bytes=").partition("-")
         if not first.isdigit():  # (no range, or one this origin does not know: the whole object)
-            return Answer(200, [*items, ("content-length", str(size))], stored.body)
+            return Answer(200, [*items, ("content-length", str(size))], stored.body, self.trickle)
         if int(first) >= size:
             return _error(416, "InvalidRange", ActualObjectSize=str(size))
         end = min(int(last) if last.isdigit() else size - 1, size - 1)
         body = stored.body[int(first):end + 1]
         return Answer(206, [*items, ("content-length", str(len(body))), ("content-range", f"bytes {first}-{end}/{size}")],
-                      body)
+                      body, self.trickle)
 
     def _document(self, bucket: str, names: list[str]) -> Answer:
         name = names[0] if names else ""

@@ -1,0 +1,56 @@
+"""A cold read never waits for bytes it did not ask for: the bytes of the block it waits for reach
+it as they arrive from the origin, while the rest of the block fills (then kept whole)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.bytebudget import ByteBudget
+from gateway.config import CacheSettings
+from gateway.engine.fetch import BlockFetcher
+from gateway.engine.reads import Reads
+from gateway.engine.sources import version_of
+from gateway.objects import meta_from_headers
+from gateway.store.blocks import BlockId
+from gateway.store.memory import MemoryTier
+from gateway.store.policy import make_policy
+from gateway.store.tiers import TieredStore
+from tests.engine.origin import MemoryOrigin
+
+BLOCK = 256 * 1024
+BODY = bytes(range(256)) * (3 * BLOCK // 256)
+
+
+async def _reads(origin: MemoryOrigin) -> tuple[Reads, BlockFetcher]:
+    settings = CacheSettings(block_size=BLOCK, readahead_blocks=0)
+    store = TieredStore(MemoryTier(16 * BLOCK, make_policy("lru", 16 * BLOCK)), [])
+    budget = ByteBudget(settings.read_buffer)
+
+    async def changed(bucket: str, key: str) -> None:
+        raise AssertionError("the object never changes here")
+
+    fetch = BlockFetcher(origin, store, settings, budget, changed)
+    return Reads(origin, fetch, settings, budget, changed), fetch
+
+
+async def test_the_first_bytes_of_a_cold_read_come_before_the_rest_of_their_block_arrives():
+    origin = MemoryOrigin()
+    origin.put("b", "k", BODY)
+    meta = meta_from_headers((await origin.send("HEAD", "b", "k")).header_items)
+    reads, fetch = await _reads(origin)
+    origin.trickle = asyncio.Event()  # each part's second half waits until this is set
+    start, end = 1000, 2 * BLOCK + 99  # from inside the first block to inside the third
+    read = await asyncio.wait_for(reads.read_object("b", "k", meta, start=start, end=end), 5)
+    async with read:
+        assert read.chunks is not None and read.body is None
+        first = await asyncio.wait_for(anext(read.chunks), 5)  # the first half of the first piece only
+        assert 0 < len(first) < BLOCK - start and bytes(first) == BODY[start:start + len(first)]
+        middle = BlockId("b", "k", version_of(meta), 1)
+        assert middle not in fetch.store
+        origin.trickle.set()
+        rest = b"".join([bytes(chunk) async for chunk in read.chunks])
+    assert bytes(first) + rest == BODY[start:end + 1]
+    for _ in range(100):
+        await asyncio.sleep(0)
+    assert middle in fetch.store  # kept whole once it was all in
+    assert len(origin.sent) == 2  # the HEAD above and one GET

@@ -9,7 +9,8 @@ reach it as S3Error. The `*_now` methods answer without an await, for the hit pa
 
 from gateway.engine.engine import Engine, OpenObject
 from gateway.engine.metadata import ObjectHead
-from gateway.engine.reads import ObjectRead, OneBlock
+from gateway.engine.objectread import ObjectRead
+from gateway.engine.reads import OneBlock
 from gateway.engine.runs import Want
 from gateway.engine.writes import Forwarded
 from gateway.objects import ObjectMeta, headers_carried, meta_from_headers

@@ -35,7 +35,8 @@ from gateway.engine.listings import Listings
 from gateway.engine.metadata import Metadata, ObjectHead
 from gateway.engine.opens import Opens
 from gateway.engine.peers import Peers
-from gateway.engine.reads import ObjectRead, OneBlock, Reads
+from gateway.engine.objectread import ObjectRead
+from gateway.engine.reads import OneBlock, Reads
 from gateway.engine.replicas import Replicas
 from gateway.engine.runs import Run, Want
 from gateway.engine.serving import Serving

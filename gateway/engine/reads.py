@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import NamedTuple
 
 from gateway.bytebudget import ByteBudget
 from gateway.config import CacheSettings
 from gateway.engine.fetch import BlockFetcher, version_of
 from gateway.engine.holders import fetched_here
+from gateway.engine.objectread import ObjectRead, prepend, started, within
 from gateway.engine.opens import FirstBlock
 from gateway.engine.runs import Run, Stretch
 from gateway.engine.sources import Part
@@ -36,37 +37,6 @@ class OneBlock(NamedTuple):
     end: int
     lo: int
     hi: int
-
-
-class ObjectRead:
-    """The bytes of a read, and how it is served: hit-mem | hit-disk | hit-peer | partial | miss.
-
-    A read within one block is `body`, in hand (no stream to run); otherwise `chunks`. Either
-    way the read owns what it holds (a share of the read buffer, an origin response) until it
-    is closed: `async with read:` or `await read.aclose()`, on every path, sent or not.
-    Closing twice is harmless.
-    """
-
-    __slots__ = ("source", "chunks", "body", "_close")
-
-    def __init__(self, source: str, *, chunks: AsyncIterator[bytes | memoryview] | None = None,
-                 body: bytes | memoryview | None = None,
-                 close: Callable[[], Awaitable[None]] | None = None) -> None:
-        self.source = source
-        self.chunks = chunks
-        self.body = body
-        self._close = close
-
-    async def aclose(self) -> None:
-        close, self._close = self._close, None
-        if close is not None:
-            await close()
-
-    async def __aenter__(self) -> ObjectRead:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
 
 class Reads:
@@ -136,12 +106,12 @@ class Reads:
         source = asked(source, blocks, runs, fetched=fetched, node_disks=reads_others_disks(fetch))
         first_source: list[str] = []
         chunks = self._stream(fetch, blocks, meta, start, end, runs, in_hand, first_source)
-        head = await _started(chunks, runs)
+        head = await started(chunks, runs)
         if first_source == ["miss"] and source.startswith("hit"):
             source = "partial"  # its owner worker said it held the first block, and fetched it for this read
         if len(head) == end - start + 1:  # (a cold open's run of one short piece): the body in hand
             return ObjectRead(source, body=head, close=chunks.aclose)  # (closing gives its buffer back)
-        return ObjectRead(source, chunks=_prepend(head, chunks), close=chunks.aclose)
+        return ObjectRead(source, chunks=prepend(head, chunks), close=chunks.aclose)
 
     async def _one_block(self, fetch: BlockFetcher, block: BlockId, meta: ObjectMeta, start: int, end: int,
                          in_hand: bytes | None, source: str) -> ObjectRead:
@@ -351,7 +321,7 @@ class Reads:
                     self._fill(fetch, blocks, position + 1, ahead, runs, meta, (start, end))
                     async with contextlib.aclosing(self._from_run(fetch, run, runs, block, meta)) as parts:
                         async for stretch, offset, held in parts:
-                            if part := _within(stretch, offset, start, end):
+                            if part := within(stretch, offset, start, end):
                                 yield part
                             self.budget.give(held)
                             held = 0
@@ -368,7 +338,7 @@ class Reads:
                     offset += at
                     if position == 0:
                         first_source.append(got)
-                yield _within(data, offset, start, end)
+                yield within(data, offset, start, end)
                 self.budget.give(held)
                 held = 0
         except ObjectChanged:
@@ -433,32 +403,3 @@ class Reads:
         if response.status >= 300:
             raise await self.origin.error_from(response, resource=f"/{bucket}/{key}")
         return response
-
-
-def _within(data: bytes | memoryview, offset: int, start: int, end: int) -> bytes | memoryview:
-    """The bytes of a read [start, end] that `data`, the object's bytes from `offset` on, holds."""
-    lo, hi = max(start, offset) - offset, min(end, offset + len(data) - 1) - offset + 1
-    if (lo, hi) == (0, len(data)):
-        return data
-    return data[lo:hi] if lo < hi else b""
-
-
-async def _started(chunks: AsyncGenerator[bytes | memoryview, None], runs: list[Run]) -> bytes | memoryview:
-    """The first piece of a read's stream. Started here, so that closing the read runs its
-    `finally` (which gives the budget back and stops the runs) even if the response never asks
-    for a byte: an unstarted generator's is not run."""
-    try:
-        return await anext(chunks)
-    except StopAsyncIteration:  # (never: a read of a non-empty object has a first piece)
-        return b""
-    except BaseException:
-        for started in runs:  # (the stream closed them if it began: closing again is harmless)
-            await started.aclose()
-        raise
-
-
-async def _prepend(head: bytes | memoryview, rest: AsyncIterator[bytes | memoryview]) -> AsyncIterator[bytes | memoryview]:
-    yield head
-    async for chunk in rest:
-        yield chunk
-

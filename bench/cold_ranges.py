@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         gw = wl.gateway("gw", proxy, tmp, code, {"GATEWAY_METADATA_TTL": "10m", "GATEWAY_LISTING_TTL": "10m",
                                                  **({"GATEWAY_SERVER_WORKERS": str(args.workers)} if args.workers else {})})
         gw.start()
+        print(f"gateway pid {gw.pid}", flush=True)
         try:
             clients = {"direct": wl.client(proxy, cs.ORIGIN_CREDENTIALS, pool=1), "gateway": wl.client(gw.endpoint, pool=1)}
             for s3 in clients.values():  # connections made and botocore's first-call work done, on an object not measured

@@ -43,7 +43,7 @@ def within(data: bytes | memoryview, offset: int, start: int, end: int) -> bytes
     lo, hi = max(start, offset) - offset, min(end, offset + len(data) - 1) - offset + 1
     if (lo, hi) == (0, len(data)):
         return data
-    return data[lo:hi] if lo < hi else b""
+    return memoryview(data)[lo:hi] if lo < hi else b""  # (a view: a block's part is not copied)
 
 
 async def started(chunks: AsyncGenerator[bytes | memoryview, None], runs: list[Run]) -> bytes | memoryview:

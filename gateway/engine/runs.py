@@ -213,9 +213,10 @@ class Run:
                     self._budget.give(taken or 0)
                     return
                 self._register(index)
-                self._reading = True
+                self._reading = True  # (until the piece is read and kept: not cancelled meanwhile)
                 try:
                     data = await self._piece(index, lo, hi, streamed=self._reader and taken == 0)
+                    await self._kept(index, data, lo, hi)
                 except BaseException as exc:
                     self._budget.give(taken)
                     self._pieces.put_nowait(exc if isinstance(exc, S3Error) else
@@ -223,14 +224,13 @@ class Run:
                     raise
                 finally:
                     self._reading = False
-                if self._reader and not self._closing:  # (closing: aclose drained the pieces already)
-                    told = self._told
-                    self._pieces.put_nowait((index, memoryview(data)[told:] if told else data, lo + told, taken, True))
-                else:
+                if not self._reader or self._closing:  # (closing: aclose drained the pieces already)
                     self._budget.give(taken)
-                await self._kept(index, data, lo, hi)
-                if self._closing:
-                    return
+                    if self._closing:
+                        return
+                    continue
+                told = self._told  # the rest of the piece once it is kept: a read answered whole left it kept
+                self._pieces.put_nowait((index, memoryview(data)[told:] if told else data, lo + told, taken, True))
         finally:
             await self._response.aclose()  # pooled when read to its end, else closed
 
@@ -256,7 +256,7 @@ class Run:
     async def _piece(self, index: int, lo: int, hi: int, *, streamed: bool) -> bytes:
         """One piece from the answer; `streamed`: the reader waits for it, so each stretch of it
         is handed to the reader as it arrives (all but what arrived last, which the pump hands
-        over with the whole piece: `_told` bytes were handed over)."""
+        over once the piece is kept: `_told` bytes were handed over)."""
         assert self._response is not None
         self._told = 0
         if not streamed:

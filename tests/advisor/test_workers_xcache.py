@@ -113,6 +113,8 @@ def test_a_block_its_owner_fetched_for_the_read_is_a_miss_in_x_cache_and_stats(
         hits, misses = (now - then for now, then in zip(counted(workers), before))
         assert (hits, misses) == (3, 1)  # the node's stats: 3 of the 4 blocks held
         assert origin_gets(workers) == gets + 1
+        # The owner keeps the block it fetched after its answer (down to its disk, in its threads).
+        wait_for(lambda: blocks[0] in owner.fetch.store, "worker 1 keeps the block it fetched again")
         before = counted(workers)
         assert get(first, four) == (body, "hit-disk")  # now all held: x-cache and stats agree again
         hits, misses = (now - then for now, then in zip(counted(workers), before))

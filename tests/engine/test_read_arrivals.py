@@ -4,6 +4,7 @@ it as they arrive from the origin, while the rest of the block fills (then kept 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from gateway.bytebudget import ByteBudget
 from gateway.config import CacheSettings
@@ -12,6 +13,7 @@ from gateway.engine.reads import Reads
 from gateway.engine.sources import version_of
 from gateway.objects import meta_from_headers
 from gateway.store.blocks import BlockId
+from gateway.store.disk import DiskTier
 from gateway.store.memory import MemoryTier
 from gateway.store.policy import make_policy
 from gateway.store.tiers import TieredStore
@@ -21,9 +23,13 @@ BLOCK = 256 * 1024
 BODY = bytes(range(256)) * (3 * BLOCK // 256)
 
 
-async def _reads(origin: MemoryOrigin) -> tuple[Reads, BlockFetcher]:
+async def _reads(origin: MemoryOrigin, disk: Path | None = None) -> tuple[Reads, BlockFetcher]:
+    """Over a memory tier of 16 blocks; with `disk`, of one block over a disk tier there (a block
+    kept sends the one before down to the disk, in a thread: keeping it takes a while)."""
     settings = CacheSettings(block_size=BLOCK, readahead_blocks=0)
-    store = TieredStore(MemoryTier(16 * BLOCK, make_policy("lru", 16 * BLOCK)), [])
+    memory = 16 * BLOCK if disk is None else BLOCK
+    disks = [] if disk is None else [DiskTier(str(disk), 16 * BLOCK, make_policy("lru", 16 * BLOCK), name="disk0")]
+    store = TieredStore(MemoryTier(memory, make_policy("lru", memory)), disks)
     budget = ByteBudget(settings.read_buffer)
 
     async def changed(bucket: str, key: str) -> None:
@@ -54,3 +60,16 @@ async def test_the_first_bytes_of_a_cold_read_come_before_the_rest_of_their_bloc
         await asyncio.sleep(0)
     assert middle in fetch.store  # kept whole once it was all in
     assert len(origin.sent) == 2  # the HEAD above and one GET
+
+
+async def test_a_read_answered_whole_leaves_its_blocks_kept_when_it_is_closed_at_once(tmp_path: Path):
+    origin = MemoryOrigin()
+    origin.put("b", "k", BODY)
+    meta = meta_from_headers((await origin.send("HEAD", "b", "k")).header_items)
+    reads, fetch = await _reads(origin, tmp_path / "disk")
+    async with await reads.read_object("b", "k", meta, start=0, end=2 * BLOCK - 1) as read:
+        assert read.chunks is not None
+        got = b"".join([bytes(chunk) async for chunk in read.chunks])
+    assert got == BODY[:2 * BLOCK]
+    # Closed the moment its last byte came: the run's pump was not cancelled keeping the last block.
+    assert all(BlockId("b", "k", version_of(meta), index) in fetch.store for index in (0, 1))

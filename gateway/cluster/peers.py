@@ -59,6 +59,7 @@ from __future__ import annotations
 import base64
 import ssl
 import time
+from collections import Counter
 from typing import NamedTuple, Protocol
 
 import orjson
@@ -140,8 +141,11 @@ class OpenAnswer(NamedTuple):
 class PeerClient:
     """Asks peers for blocks. One keep-alive pool for every peer; timeouts from cluster.*."""
 
-    def __init__(self, settings: ClusterSettings, *, max_connections: int = 256, unix_socket: str = "") -> None:
+    def __init__(self, settings: ClusterSettings, *, max_connections: int = 256, unix_socket: str = "",
+                 counts: Counter[str] | None = None) -> None:
         self.settings = settings
+        # Requests made, by what they ask (`asked_name`), counted as "worker_asked_<name>" here when given.
+        self._counts = counts
         self._secret = settings.secret.encode()
         self._max_connections = max_connections
         self._unix_socket = unix_socket  # every request goes to the server on this socket (another worker)
@@ -354,6 +358,8 @@ class PeerClient:
         scheme, _, host = peer.url.partition("://")
         headers = {"host": host, AUTH_HEADER: signature}
         self.requests += 1
+        if self._counts is not None:
+            self._counts["worker_asked_" + asked_name(path, params)] += 1
         try:
             response = await self._client(scheme).get(host, f"{path}?{query}", headers, read_timeout=read_timeout)
             try:
@@ -385,6 +391,17 @@ def _aged(peer: Member, what: str, status: int, headers: dict[str, str], body: b
     if status != 200 or not 0 <= age < 1e9:
         raise PeerError(f"{peer.id} answered {status} to a {what} question")
     return body, age
+
+
+def asked_name(path: str, params: list[tuple[str, str]]) -> str:
+    """What a request asks, as its count names it: its route (block, open, held, take, meta, list, hold),
+    or lent, part, told (a block lent, part of a block, metadata told), and open_cached, meta_cached."""
+    route = path.rsplit("/", 1)[1]
+    names = {name for name, _ in params}
+    for param, name in (("lent", "lent"), ("lo", "part"), ("told", "told")):
+        if param in names:
+            return name
+    return f"{route}_cached" if "cached" in names else route
 
 
 def held_masks(indexes: list[int]) -> list[tuple[int, int]]:

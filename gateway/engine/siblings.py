@@ -42,7 +42,8 @@ class Siblings:
         self._on_changed = on_changed
         # The peer API of each other worker, on its own socket, signed with the node's secret.
         signed = dataclasses.replace(cluster, secret=workers.secret.hex())
-        self._clients = {i: PeerClient(signed, max_connections=64, unix_socket=workers.socket_path(i))
+        self._clients = {i: PeerClient(signed, max_connections=64, unix_socket=workers.socket_path(i),
+                                       counts=self.stats)
                          for i in workers.siblings()}
         self._members = {i: Member(f"worker-{i}", "http://worker") for i in workers.siblings()}
         # With the memory tier shared as files, an owner that keeps a block there is not asked to send it.

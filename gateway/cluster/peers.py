@@ -26,7 +26,10 @@ Routes (GET, on the S3 port, only when the fleet is on):
 - `/_peer/v1/take?bucket&key&etag&vid&size&index&from&node`: a block the asking node's worker
   `from` fetched (in a run of a read of its own) that this node owns: the node takes it from
   there (`block?...&lent=1&worker=<from>` of the node `node`, a member) and keeps it, without
-  asking the origin; 204 once it did, or found the block gone.
+  asking the origin; 204 once it did, or found the block gone. Between the workers of a node,
+  `file=1`: the block is in the owner's file of the node's shared memory tier (the asker wrote it
+  there), taken from it and not asked for; `mvid&told&journal`: metadata told with the block, as
+  `meta?...&told` tells it (`mvid`: the version it was asked for), kept before the block is taken.
 - `/_peer/v1/meta?bucket&key&vid[&checksums][&cached]` (between the workers of a node without
   Redis): the object's metadata in the shared form (a 404 too) as the worker owning its first
   block knows it, or asks its origin once (`cached`: never; 204 when it knows nothing fresh), with
@@ -269,11 +272,18 @@ class PeerClient:
         return held
 
     async def take(self, peer: Member, bucket: str, key: str, etag: str, version_id: str | None, size: int,
-                   index: int, giver: int, node: str = "") -> None:
+                   index: int, giver: int, node: str = "", *, told: tuple[str, bytes, int] | None = None,
+                   in_file: bool = False) -> None:
         """Tell `peer` to take the block from worker `giver` of this node: `peer` is the worker of
-        this node that owns it, or (`node`: this node's member id) another node that owns it."""
+        this node that owns it, or (`node`: this node's member id) another node that owns it.
+        Between the workers of a node, `in_file`: the block is in `peer`'s file of the node's
+        shared memory tier, not to be asked for; `told`: metadata told with it, as `tell_meta`
+        tells it ((version asked for, shared form, journal's records published))."""
         params = [("bucket", bucket), ("key", key), ("etag", etag), ("vid", version_id or ""), ("size", str(size)),
-                  ("index", str(index)), ("from", str(giver)), *([("node", node)] if node else [])]
+                  ("index", str(index)), ("from", str(giver)), *([("node", node)] if node else []),
+                  *([("file", "1")] if in_file else []),
+                  *([("mvid", told[0]), ("told", base64.urlsafe_b64encode(told[1]).decode()),
+                     ("journal", str(told[2]))] if told is not None else [])]
         status, _, _ = await self._get(peer, TAKE_PATH, params, 0)
         if status != 204:
             raise PeerError(f"{peer.id} answered {status} to a take")
@@ -398,6 +408,8 @@ def asked_name(path: str, params: list[tuple[str, str]]) -> str:
     or lent, part, told (a block lent, part of a block, metadata told), and open_cached, meta_cached."""
     route = path.rsplit("/", 1)[1]
     names = {name for name, _ in params}
+    if route == "take":
+        return "take_in_file" if "file" in names else route
     for param, name in (("lent", "lent"), ("lo", "part"), ("told", "told")):
         if param in names:
             return name

@@ -381,6 +381,19 @@ class SharedTier:
         if raw is not None:
             await self._keep_own_piece(piece, raw)
 
+    async def write_for_owner(self, block_id: BlockId, data: bytes) -> bool:
+        """On tmpfs, a block another worker owns written to its file for that worker to take in
+        (engine.lending: `read_written`, then `drop_written` if it did not keep it; in no quota until then)."""
+        return self._inline and not self.owns(block_id) and \
+            bool(await self.own.in_thread(lambda b: self._write_for_owner(b, data), block_id))
+
+    def read_written(self, block_id: BlockId) -> bytes | None:
+        return self._read_piece(block_id)  # (never through a mapping kept: its owner writes the file again)
+
+    def drop_written(self, block_id: BlockId) -> None:
+        if self._inline and self.owns(block_id) and block_id not in self.own:  # (an unlink in memory)
+            self._unlink_quiet(self.own.block_path(block_id.name))
+
     async def remove(self, block_id: BlockId) -> bool:
         """Remove a block this worker owns (another's is its owner's to remove)."""
         return await self.own.remove(block_id) if self.owns(block_id) else False

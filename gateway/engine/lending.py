@@ -100,10 +100,12 @@ class Lending:
             if told is not None:
                 await siblings.tell_meta(owner, block.bucket, block.key, *told)
             return
-        if await memory.write_for_owner(block, data):
+        inode = await memory.write_for_owner(block, data)
+        if inode:
             self.stats["lent_in_file"] += 1
-            await siblings.give(owner, block, meta, told=told, in_file=True)  # (not told: the file waits for
-            return  # its owner's next start, which indexes what it owns)
+            if not await siblings.give(owner, block, meta, told=told, in_file=True):
+                memory.drop_written(block, inode)  # (the owner will not take it: in no quota, it is not left)
+            return
         self._offer(block, data, 1)
         await self._given(block, siblings.give(owner, block, meta, told=told))
 

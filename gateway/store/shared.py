@@ -385,18 +385,23 @@ class SharedTier:
         if raw is not None:
             await self._keep_own_piece(piece, raw)
 
-    async def write_for_owner(self, block_id: BlockId, data: bytes) -> bool:
-        """On tmpfs, a block another worker owns written to its file for that worker to take in
-        (engine.lending: `read_written`, then `drop_written` if it did not keep it; in no quota until then)."""
-        return self._inline and not self.owns(block_id) and \
-            bool(await self.own.in_thread(lambda b: self._write_for_owner(b, data), block_id))
+    async def write_for_owner(self, block_id: BlockId, data: bytes) -> int:
+        """On tmpfs, a block another worker owns written for it to take in (engine.lending): the file's inode, or 0."""
+        path = self.own.block_path(block_id.name)
+        return 0 if not self._inline or self.owns(block_id) else int(await self.own.in_thread(
+            lambda b: self._write_for_owner(b, data) and os.stat(path).st_ino, block_id) or 0)
 
     def read_written(self, block_id: BlockId) -> bytes | None:
         return self._read_piece(block_id)  # (never through a mapping kept: its owner writes the file again)
 
-    def drop_written(self, block_id: BlockId) -> None:
-        if self._inline and self.owns(block_id) and block_id not in self.own:  # (an unlink in memory)
-            self._unlink_quiet(self.own.block_path(block_id.name))
+    def drop_written(self, block_id: BlockId, inode: int = 0) -> None:
+        """Delete a file `write_for_owner` wrote: the owner's call, unless it kept the block; the
+        lender's (`inode`: the owner was not told), if it is still that file. (An unlink in memory.)"""
+        path = self.own.block_path(block_id.name)
+        with contextlib.suppress(OSError):
+            if (os.stat(path).st_ino == inode) if inode else \
+                    (self._inline and self.owns(block_id) and block_id not in self.own):
+                os.unlink(path)
 
     async def remove(self, block_id: BlockId) -> bool:
         """Remove a block this worker owns (another's is its owner's to remove)."""

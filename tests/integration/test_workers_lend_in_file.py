@@ -10,6 +10,7 @@ process, over moto behind bench/shaped_proxy.py, which counts the origin's reque
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import tempfile
 from collections import Counter
@@ -18,7 +19,9 @@ from collections.abc import Iterator
 import pytest
 
 from gateway.engine import Engine
+from gateway.engine.sources import version_of
 from gateway.node.workers import WorkerSet, placement
+from gateway.store.blocks import BlockId
 from tests.servers import CountingProxy
 from tests.support import RunningGateway, base_settings, client
 from tests.waiting import wait_for
@@ -107,3 +110,19 @@ def test_a_block_lent_in_its_file_is_counted_once_in_the_owners_quota(node, clea
     memory = owner.store.memory  # type: ignore[union-attr]
     assert memory is not None and memory.used == len(keys) * len(BODY)  # in its quota, once each
     assert engine(node[0]).store.memory.used == 0  # type: ignore[union-attr]  # the lender keeps none
+
+
+def test_a_block_lent_to_an_owner_that_does_not_answer_is_not_left_in_its_file(node, clean_origin, counted):  # type: ignore[no-untyped-def]
+    key = owned_by(1, "unanswered")
+    client(clean_origin, ("origin-key", "origin-secret")).put_object(Bucket=BUCKET, Key=key, Body=BODY)
+    node[1].__exit__()  # the owner is gone (being restarted): its file would be in no worker's quota
+    lender = engine(node[0])
+    counted.mark()
+    assert client(node[0].endpoint).get_object(Bucket=BUCKET, Key=key)["Body"].read() == BODY
+    assert counted.since() == {"GET": 1}
+    wait_for(lambda: lender.fetch.stats["lent_in_file"] == 1 and not lender.fetch.background,  # type: ignore[union-attr]
+             "the lend is over")
+    meta = lender.metadata.fresh_now(BUCKET, key)
+    assert meta is not None
+    block = BlockId(BUCKET, key, version_of(meta), 0)
+    assert not os.path.exists(lender.store.memory.own.block_path(block.name))  # type: ignore[union-attr]

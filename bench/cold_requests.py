@@ -22,13 +22,16 @@ directly and through the gateway (medians), the gateway's added time (gateway mi
 the same request of the same prefix: median and p90), and the CPU the gateway's processes used
 per request (their threads' run time, /proc/<pid>/task/*/schedstat, from the request's start to
 the next request's start); with the origin requests of each setup by kind, counted at the
-shaped proxy (the gateway must not ask more than the client directly did).
+shaped proxy (the gateway must not ask more than the client directly did). With --asks, the
+requests the gateway's workers made of one another (the engine's `worker_asked_<what>` counts, from
+the node's metrics) per request of each kind, read 50 ms after each request (its background
+exchanges included), which makes the CPU figures of that run meaningless.
 
 The origin is moto behind bench/shaped_proxy.py (+25 ms first byte, 80 MB/s per connection: as
 bench/engines.py); the gateway is a `gateway serve` process started as bench/engines.py starts
 it (server.workers default: one per core; metadata and listing TTLs 10m).
 
-    .venv/bin/python bench/cold_requests.py [--prefixes 60] [--connections 4] [--workers 1] [--latency 25ms]
+    .venv/bin/python bench/cold_requests.py [--prefixes 60] [--connections 4] [--workers 1] [--latency 25ms] [--asks]
 """
 
 from __future__ import annotations
@@ -96,6 +99,21 @@ class TreeCpu:
                 except OSError:
                     pass
         return total
+
+
+ADMIN_TOKEN = "cold-requests"
+
+
+def worker_asks(endpoint: str) -> dict[str, float]:
+    """The requests the node's workers made of one another so far, by what they asked (all workers)."""
+    text = httpx.get(f"{endpoint}/_gateway/metrics", headers={"authorization": f"Bearer {ADMIN_TOKEN}"},
+                     timeout=10).text
+    asks: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith('gateway_engine_events_total{event="worker_asked_'):
+            name = line.split('"')[1].removeprefix("worker_asked_")
+            asks[name] = asks.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return asks
 
 
 def origin_counts(proxy: str) -> dict[str, int]:
@@ -201,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
                              "they answer, written here")
     parser.add_argument("--profile-rate", type=int, default=250, help="py-spy's samples per second (--profile)")
     parser.add_argument("--profile-native", action="store_true", help="py-spy --native (pausing the processes)")
+    parser.add_argument("--asks", action="store_true", help="count the workers' requests of one another per request "
+                                                             "kind (the CPU figures are then meaningless)")
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="cold-requests-"))
     version = wl.header("bench/cold_requests.py: cold small-file requests, directly and through a fresh gateway",
@@ -213,10 +233,12 @@ def main(argv: list[str] | None = None) -> int:
     times: dict[str, dict[str, list[float]]] = {"direct": {k: [] for k in KINDS}, "gateway": {k: [] for k in KINDS}}
     cpu: dict[str, list[float]] = {k: [] for k in KINDS}
     counted = {"direct": dict.fromkeys(ORIGIN_KINDS, 0), "gateway": dict.fromkeys(ORIGIN_KINDS, 0)}
+    asks: dict[str, dict[str, float]] = {k: {} for k in KINDS}
     with wl.shaped_moto(tmp, args.latency, args.rate) as (moto, proxy):
         prefixes = fill(moto, args.prefixes + 1, args.size)
         gw = wl.gateway("gw", proxy, tmp, code, {"GATEWAY_METADATA_TTL": "10m", "GATEWAY_LISTING_TTL": "10m",
                                                  "GATEWAY_METADATA_NEGATIVE_TTL": "10m",
+                                                 **({"GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN} if args.asks else {}),
                                                  **({"GATEWAY_SERVER_WORKERS": str(args.workers)} if args.workers else {})})
         gw.start()
         try:
@@ -240,9 +262,14 @@ def main(argv: list[str] | None = None) -> int:
                         calls = replay.requests(*prefix, args.size)
                         last = tree_cpu() if setup == "gateway" else 0
                         for kind, call in calls:
+                            asked = worker_asks(gw.endpoint) if args.asks and setup == "gateway" else None
                             t0 = time.perf_counter()
                             call()
                             times[setup][kind].append((time.perf_counter() - t0) * 1e3)
+                            if asked is not None:
+                                time.sleep(0.05)  # (its exchanges in the background too)
+                                for name, count in worker_asks(gw.endpoint).items():
+                                    asks[kind][name] = asks[kind].get(name, 0.0) + count - asked.get(name, 0.0)
                             if setup == "gateway":
                                 now = tree_cpu()
                                 cpu[kind].append((now - last) / 1e6)
@@ -268,6 +295,12 @@ def main(argv: list[str] | None = None) -> int:
     print(wl.markdown(["request", "n", "direct ms (median)", "gateway ms (median)", "added ms (median)",
                        "added ms (p90)", "gateway CPU ms/request (median)", "(mean)"], rows))
     requests = sum(len(times["gateway"][k]) for k in KINDS)
+    if args.asks:
+        print("\nthe workers' requests of one another per request (by what they asked; --asks: CPU figures meaningless)")
+        for kind in KINDS:
+            n = len(times["gateway"][kind])
+            print(f"  {kind}: {sum(asks[kind].values()) / n:.2f} (" + ", ".join(
+                f"{name} {count / n:.2f}" for name, count in sorted(asks[kind].items()) if count) + ")")
     print(f"\ngateway CPU, all its processes: {gateway_cpu:.2f} s over {wall:.1f} s for {requests} requests "
           f"({gateway_cpu * 1e3 / requests:.2f} ms per request, the direct requests' time included in the wall)")
     print(f"gateway idle (before the run): {idle:.2f} ms CPU per second; the gateway's connections on its "

@@ -20,6 +20,7 @@ import ssl
 import sys
 import threading
 from collections.abc import Callable
+from types import FrameType
 
 import uvicorn
 
@@ -47,7 +48,35 @@ def run_server(settings: Settings, listening: Callable[[int], None] = lambda por
         _Server(_config(settings, None), listening).run(sockets=[sock])
 
 
-class _Server(uvicorn.Server):
+class _Ticking(uvicorn.Server):
+    """uvicorn, whose main loop looks at its state once a second, not ten times (its date header
+    changes once a second; an idle worker wakes less: issue 33), and at once when asked to stop."""
+
+    _stop: asyncio.Event | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    async def main_loop(self) -> None:
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 10) % 864000  # (uvicorn's ticks are tenths of a second: each of these is ten)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), 1.0)
+            should_exit = await self.on_tick(counter)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        self.wake()
+
+    def wake(self) -> None:
+        """Have the main loop look at `should_exit` now (any thread, a signal handler too)."""
+        if self._loop is not None and self._stop is not None:
+            with contextlib.suppress(RuntimeError):  # (the loop is closed: it stopped already)
+                self._loop.call_soon_threadsafe(self._stop.set)
+
+
+class _Server(_Ticking):
     """uvicorn, saying the port it listens on once it serves."""
 
     def __init__(self, config: uvicorn.Config, listening: Callable[[int], None]) -> None:
@@ -124,7 +153,7 @@ def keep_large_allocations() -> None:
     mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
 
 
-class _WorkerServer(uvicorn.Server):
+class _WorkerServer(_Ticking):
     """uvicorn on the node's TCP socket (with TLS when configured) and on this worker's own
     unix socket, in plain HTTP: only the node's workers reach it, in the node's 0700 run
     folder. Reports "ready" to the supervisor once both serve."""
@@ -171,11 +200,12 @@ def run_worker(tcp_fd: int, report: int) -> None:
     server.run(sockets=[socket.socket(fileno=tcp_fd)])
 
 
-def _stop_with_supervisor(server: uvicorn.Server) -> None:
+def _stop_with_supervisor(server: _WorkerServer) -> None:
     """A worker outliving its supervisor (killed) would keep the port: it stops as on SIGTERM."""
     sys.stdin.buffer.read()
     log.s3api.warning("the node's supervisor is gone: stopping")
     server.should_exit = True
+    server.wake()
 
 
 if __name__ == "__main__":

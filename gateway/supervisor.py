@@ -62,7 +62,10 @@ EARLY = 5.0  # seconds: a worker that exits sooner after starting is restarted a
 FIRST_PAUSE = 0.5  # seconds before restarting a worker that died early once; doubled each time in a row
 MAX_PAUSE = 30.0  # seconds: the longest pause before a restart
 KILL_MARGIN = 5.0  # seconds past server.shutdown_timeout before a stopping worker is killed
-TICK = 0.1  # seconds between looks at the workers and the signals received
+TICK = 0.1  # seconds between looks at a worker that closed its report pipe, until it exited; while stopping
+# Seconds between looks at the workers at most when nothing is due: a report, an exit (its pipe closes)
+# and a signal (the wakeup pipe) wake the supervisor; an idle node's supervisor wakes once a second.
+IDLE_LOOK = 1.0
 
 
 class NodeFailed(Exception):
@@ -80,9 +83,9 @@ def supervise(settings: Settings, count: int, log_level: str, listening: Callabl
         settings = dataclasses.replace(settings, server=dataclasses.replace(settings.server, port=port))
         with _run_folder(base, port) as run_dir:
             node = _Node(settings, count, log_level, sock, run_dir)
-            with _signals() as received:
+            with _signals() as (received, wakeup):
                 try:
-                    node.serve(received, lambda: listening(port))
+                    node.serve(received, wakeup, lambda: listening(port))
                 finally:
                     node.stop(received)
 
@@ -184,16 +187,24 @@ def _answers(folder: str) -> bool:
 
 
 @contextlib.contextmanager
-def _signals() -> Iterator[list[int]]:
-    """The signals received, in order, taken by the supervisor's loop."""
+def _signals() -> Iterator[tuple[list[int], int]]:
+    """The signals received, in order, taken by the supervisor's loop; and the read end of the pipe
+    a byte is written to as each arrives (signal.set_wakeup_fd), which wakes that loop."""
     received: list[int] = []
     handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    wake_read, wake_write = os.pipe()
+    for fd in (wake_read, wake_write):
+        os.set_blocking(fd, False)
+    previous_fd = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
     previous = {sig: signal.signal(sig, lambda sig, frame: received.append(sig)) for sig in handled}
     try:
-        yield received
+        yield received, wake_read
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        signal.set_wakeup_fd(previous_fd)
+        os.close(wake_read)
+        os.close(wake_write)
 
 
 @dataclass
@@ -206,6 +217,7 @@ class _Worker:
     late: bool = False  # killed for not serving within server.worker_start_timeout
     error: str = ""
     unread: bytes = b""
+    closed: bool = False  # its report pipe is at its end: it exits (or exited)
 
     def __post_init__(self) -> None:
         os.set_blocking(self.report, False)
@@ -214,6 +226,7 @@ class _Worker:
         with contextlib.suppress(BlockingIOError):
             while chunk := os.read(self.report, 4096):
                 self.unread += chunk
+            self.closed = True  # (read b"": the worker closed its end)
         *lines, self.unread = self.unread.split(b"\n")
         for line in lines:
             word, _, rest = line.decode(errors="replace").partition(" ")
@@ -252,12 +265,13 @@ class _Node:
         self.due: dict[int, float] = {}  # index -> when to start it again
         self.selector = selectors.DefaultSelector()
 
-    def serve(self, received: list[int], listening: Callable[[], None]) -> None:
+    def serve(self, received: list[int], wakeup: int, listening: Callable[[], None]) -> None:
         for index in range(self.count):
             self._start(index)
+        self.selector.register(wakeup, selectors.EVENT_READ, None)
         announced = False
         while True:
-            self._read_reports()
+            self._read_reports(self._next_look(time.monotonic()))
             if self._stop_asked(received):
                 return
             self._look_after(time.monotonic())
@@ -315,11 +329,29 @@ class _Node:
             proc.stdin.flush()
         logger.info("worker %d started (pid %d)", index, proc.pid)
 
-    def _read_reports(self) -> None:
-        for key, _ in self.selector.select(TICK):
-            worker: _Worker = key.data
+    def _next_look(self, now: float) -> float:
+        """Seconds until the loop must look at the workers though nothing woke it: a worker's start
+        timeout, a restart due; TICK while a worker that closed its pipe has not exited yet."""
+        if any(worker.closed for worker in self.workers.values()):
+            return TICK
+        limit = self.settings.server.worker_start_timeout
+        due = [IDLE_LOOK, *(at - now for at in self.due.values()),
+               *(w.started + limit - now for w in self.workers.values() if not (w.ready or w.late))]
+        return max(0.0, min(due))
+
+    def _read_reports(self, timeout: float) -> None:
+        for key, _ in self.selector.select(timeout):
+            worker: _Worker | None = key.data
+            if worker is None:  # a signal's byte: the handler appended it to `received`
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(key.fd, 512):
+                        pass
+                continue
             was_ready = worker.ready
             worker.read_report()
+            if worker.closed:  # (its pipe stays readable at its end: looked at every TICK until it exited)
+                with contextlib.suppress(KeyError):
+                    self.selector.unregister(worker.report)
             if worker.ready and not was_ready:
                 self.unstarted[worker.index] = 0
                 logger.info("worker %d serves (pid %d)", worker.index, worker.proc.pid)
@@ -349,7 +381,8 @@ class _Node:
 
     def _forget(self, worker: _Worker) -> None:
         del self.workers[worker.index]
-        self.selector.unregister(worker.report)
+        with contextlib.suppress(KeyError):  # (unregistered once its pipe closed)
+            self.selector.unregister(worker.report)
         worker.close()
 
     def _send(self, sig: int, *, ready_only: bool = False) -> None:

@@ -45,9 +45,10 @@ ServeOpen = Callable[[str, str, str, int, bool, bool, bool], Awaitable["OpenAnsw
 # (bucket, key, etag, version id or "", object size, replicas) -> bytes fetched.
 ServeHold = Callable[[str, str, str, str, int, int], Awaitable[int]]
 # (bucket, key, etag, version id or "", object size, index, giving worker, giving node or "" (a worker
-# of this node)) -> None: a block the giver lends is taken (before the answer). (The same but the
-# giver, and the worker of this node that lent it, None: this one) -> the bytes it lent, or None.
-ServeTake = Callable[[str, str, str, str, int, int, int, str], Awaitable[None]]
+# of this node), in the taker's file of the node's shared memory tier) -> None: a block the giver lends
+# is taken (before the answer). (The same but the giver, and the worker of this node that lent it,
+# None: this one) -> the bytes it lent, or None.
+ServeTake = Callable[[str, str, str, str, int, int, int, str, bool], Awaitable[None]]
 ServeLent = Callable[[str, str, str, str, int, int, "int | None"], Awaitable["bytes | None"]]
 # (bucket, key, etag, version id or "", object size, block indexes, whether a worker of this node
 # asks (then only of the blocks this worker owns)) -> the indexes of those held now.
@@ -198,7 +199,10 @@ class PeerApp:
                 raise ValueError("a take from another node names it")
             if self._serve_take is None:
                 raise LookupError("this worker keeps no blocks")
-            await self._serve_take(*block, int(params["from"]), node)
+            if sibling and "told" in params and self._node_metadata is not None:  # (told before it is taken)
+                self._node_metadata.told(params["bucket"], params["key"], params["mvid"],
+                                         base64.urlsafe_b64decode(params["told"].encode()), int(params["journal"]))
+            await self._serve_take(*block, int(params["from"]), node, sibling and params.get("file") == "1")
             self._count("take")
             return await _answer(send, 204, b"")
         worker = None if sibling else int(params["worker"])

@@ -26,7 +26,10 @@ Routes (GET, on the S3 port, only when the fleet is on):
 - `/_peer/v1/take?bucket&key&etag&vid&size&index&from&node`: a block the asking node's worker
   `from` fetched (in a run of a read of its own) that this node owns: the node takes it from
   there (`block?...&lent=1&worker=<from>` of the node `node`, a member) and keeps it, without
-  asking the origin; 204 once it did, or found the block gone.
+  asking the origin; 204 once it did, or found the block gone. Between the workers of a node,
+  `file=1`: the block is in the owner's file of the node's shared memory tier (the asker wrote it
+  there), taken from it and not asked for; `mvid&told&journal`: metadata told with the block, as
+  `meta?...&told` tells it (`mvid`: the version it was asked for), kept before the block is taken.
 - `/_peer/v1/meta?bucket&key&vid[&checksums][&cached]` (between the workers of a node without
   Redis): the object's metadata in the shared form (a 404 too) as the worker owning its first
   block knows it, or asks its origin once (`cached`: never; 204 when it knows nothing fresh), with
@@ -59,6 +62,7 @@ from __future__ import annotations
 import base64
 import ssl
 import time
+from collections import Counter
 from typing import NamedTuple, Protocol
 
 import orjson
@@ -140,8 +144,11 @@ class OpenAnswer(NamedTuple):
 class PeerClient:
     """Asks peers for blocks. One keep-alive pool for every peer; timeouts from cluster.*."""
 
-    def __init__(self, settings: ClusterSettings, *, max_connections: int = 256, unix_socket: str = "") -> None:
+    def __init__(self, settings: ClusterSettings, *, max_connections: int = 256, unix_socket: str = "",
+                 counts: Counter[str] | None = None) -> None:
         self.settings = settings
+        # Requests made, by what they ask (`asked_name`), counted as "worker_asked_<name>" here when given.
+        self._counts = counts
         self._secret = settings.secret.encode()
         self._max_connections = max_connections
         self._unix_socket = unix_socket  # every request goes to the server on this socket (another worker)
@@ -265,11 +272,18 @@ class PeerClient:
         return held
 
     async def take(self, peer: Member, bucket: str, key: str, etag: str, version_id: str | None, size: int,
-                   index: int, giver: int, node: str = "") -> None:
+                   index: int, giver: int, node: str = "", *, told: tuple[str, bytes, int] | None = None,
+                   in_file: bool = False) -> None:
         """Tell `peer` to take the block from worker `giver` of this node: `peer` is the worker of
-        this node that owns it, or (`node`: this node's member id) another node that owns it."""
+        this node that owns it, or (`node`: this node's member id) another node that owns it.
+        Between the workers of a node, `in_file`: the block is in `peer`'s file of the node's
+        shared memory tier, not to be asked for; `told`: metadata told with it, as `tell_meta`
+        tells it ((version asked for, shared form, journal's records published))."""
         params = [("bucket", bucket), ("key", key), ("etag", etag), ("vid", version_id or ""), ("size", str(size)),
-                  ("index", str(index)), ("from", str(giver)), *([("node", node)] if node else [])]
+                  ("index", str(index)), ("from", str(giver)), *([("node", node)] if node else []),
+                  *([("file", "1")] if in_file else []),
+                  *([("mvid", told[0]), ("told", base64.urlsafe_b64encode(told[1]).decode()),
+                     ("journal", str(told[2]))] if told is not None else [])]
         status, _, _ = await self._get(peer, TAKE_PATH, params, 0)
         if status != 204:
             raise PeerError(f"{peer.id} answered {status} to a take")
@@ -354,6 +368,8 @@ class PeerClient:
         scheme, _, host = peer.url.partition("://")
         headers = {"host": host, AUTH_HEADER: signature}
         self.requests += 1
+        if self._counts is not None:
+            self._counts["worker_asked_" + asked_name(path, params)] += 1
         try:
             response = await self._client(scheme).get(host, f"{path}?{query}", headers, read_timeout=read_timeout)
             try:
@@ -385,6 +401,19 @@ def _aged(peer: Member, what: str, status: int, headers: dict[str, str], body: b
     if status != 200 or not 0 <= age < 1e9:
         raise PeerError(f"{peer.id} answered {status} to a {what} question")
     return body, age
+
+
+def asked_name(path: str, params: list[tuple[str, str]]) -> str:
+    """What a request asks, as its count names it: its route (block, open, held, take, meta, list, hold),
+    or lent, part, told (a block lent, part of a block, metadata told), and open_cached, meta_cached."""
+    route = path.rsplit("/", 1)[1]
+    names = {name for name, _ in params}
+    if route == "take":
+        return "take_in_file" if "file" in names else route
+    for param, name in (("lent", "lent"), ("lo", "part"), ("told", "told")):
+        if param in names:
+            return name
+    return f"{route}_cached" if "cached" in names else route
 
 
 def held_masks(indexes: list[int]) -> list[tuple[int, int]]:

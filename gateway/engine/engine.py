@@ -303,8 +303,8 @@ class Engine:
         return await self._serving().serve_open(bucket, key, version_id, index, peers, in_file, cached)
 
     async def serve_take(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
-                         giver: int, node: str) -> None:
-        await self._serving().serve_take(bucket, key, etag, version_id, size, index, giver, node)
+                         giver: int, node: str, in_file: bool = False) -> None:
+        await self._serving().serve_take(bucket, key, etag, version_id, size, index, giver, node, in_file)
 
     async def serve_lent(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
                          worker: int | None) -> bytes | None:

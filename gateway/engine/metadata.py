@@ -17,9 +17,12 @@ from gateway.engine.fetch import BlockFetcher
 from gateway.engine.opens import FirstBlock, Opens
 from gateway.engine.flight import SingleFlight
 from gateway.engine.runs import Run, Want
+from gateway.engine.siblings import Told
+from gateway.engine.sources import version_of
 from gateway.errors import S3Error
 from gateway.objects import Missing, ObjectMeta, decode_meta, encode_meta, meta_from_headers
 from gateway.origin import BlockResponse, Origin, error_for_status
+from gateway.store.blocks import BlockId
 from gateway.store.meta import MetadataCache, MetaKey
 
 # Metadata is always asked for with its checksums, so one cached entry serves every
@@ -202,7 +205,8 @@ class Metadata:
         meta, first = opened
         self.stats["meta_opened_with_get"] += 1
         # (an open the owner worker answered from what it holds: it knows the metadata already)
-        await self._remember(cache_key, meta, epoch, tell=not isinstance(first, FirstBlock) or first.from_origin)
+        await self._remember(cache_key, meta, epoch, tell=not isinstance(first, FirstBlock) or first.from_origin,
+                             run=first if isinstance(first, Run) else None)
         return ObjectHead(meta, first=first)
 
     def fresh_now(self, bucket: str, key: str, version_id: str | None = None, *,
@@ -244,9 +248,10 @@ class Metadata:
         return age <= self.settings.ttl and not self.settings.strict and (known.complete or not checksums)
 
     async def _remember(self, cache_key: MetaKey, value: ObjectMeta | Missing, epoch: Epoch, *,
-                        tell: bool = True) -> None:
+                        tell: bool = True, run: Run | None = None) -> None:
         """Cache an answer the origin just gave, here and in the shared level (without Redis: and
-        with the worker owning the object, `_tell_owner`, unless it gave it: not `tell`)."""
+        with the worker owning the object, `_tell_owner`, unless it gave it: not `tell`; `run`: the
+        read's run that came with it, which may lend that worker the object's first block)."""
         published = self._coherence.journal.published if self._coherence.journal is not None else 0
         if self._coherence.epoch(cache_key[0]) != epoch:
             self.stats["meta_not_cached_raced"] += 1
@@ -257,7 +262,7 @@ class Metadata:
             await self.shared.put_meta(cache_key, encode_meta(value),
                                        self.settings.negative_ttl if missing else self.settings.ttl)
         if tell:
-            self._tell_owner(cache_key, value, published)
+            self._tell_owner(cache_key, value, published, run)
 
     async def _revalidate(
         self, cache_key: MetaKey, query: list[tuple[str, str]], meta: ObjectMeta, age: float, epoch: Epoch
@@ -374,14 +379,31 @@ class Metadata:
         age = found[1] if found is not None and found[0].value == value else 0.0
         return encode_meta(value), age
 
-    def _tell_owner(self, cache_key: MetaKey, value: ObjectMeta | Missing, published: int) -> None:
+    def _tell_owner(self, cache_key: MetaKey, value: ObjectMeta | Missing, published: int,
+                    run: Run | None = None) -> None:
         """Tell the owner worker an answer this worker's origin gave (in a task: the read does not
-        wait), with the journal's records published before this worker checked its epoch."""
+        wait), with the journal's records published before this worker checked its epoch; told with
+        the object's first block when `run` brings it whole (engine.lending lends it to that same
+        worker: one request for both), else alone, or when the run ends without lending it."""
         owner = self._owner(cache_key)
         if owner is None or self._coherence.journal is None:
             return
         assert self.fetch is not None and self.fetch.siblings is not None
-        task = asyncio.create_task(self.fetch.siblings.tell_meta(owner, *cache_key, encode_meta(value), published))
+        told = (cache_key[2], encode_meta(value), published)
+        if run is not None and isinstance(value, ObjectMeta) and run.first == 0 and \
+                run.last >= min(self.fetch.settings.block_size, value.size) - 1:
+            first = BlockId(cache_key[0], cache_key[1], version_of(value), 0)
+            lending = self.fetch.lending
+            lending.tell_with(first, told)
+            run.pump.add_done_callback(lambda _: self._tell_alone(owner, cache_key, lending.untold(first)))
+            return
+        self._tell_alone(owner, cache_key, told)
+
+    def _tell_alone(self, owner: int, cache_key: MetaKey, told: Told | None) -> None:
+        if told is None:  # (told with the block)
+            return
+        assert self.fetch is not None and self.fetch.siblings is not None
+        task = asyncio.create_task(self.fetch.siblings.tell_meta(owner, cache_key[0], cache_key[1], *told))
         self._telling.add(task)
         task.add_done_callback(self._telling.discard)
 

@@ -191,14 +191,15 @@ class Serving:
         return held, asks
 
     async def serve_take(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
-                         giver: int, node: str = "") -> None:
+                         giver: int, node: str = "", in_file: bool = False) -> None:
         """A block this worker, or this node (`node`: the member offering it), owns, offered by
-        worker `giver` of this node or of that one: taken (engine.lending)."""
+        worker `giver` of this node or of that one (`in_file`: written to this worker's file of the
+        node's shared memory tier): taken (engine.lending)."""
         meta = _described(etag, version_id, size)
         block = BlockId(bucket, key, version_of(meta), index)
         if not 0 <= index * self.fetch.settings.block_size < size:
             raise ValueError("a block outside the object")
-        await self.fetch.lending.take(block, meta, giver, node)
+        await self.fetch.lending.take(block, meta, giver, node, in_file)
 
     async def serve_lent(self, bucket: str, key: str, etag: str, version_id: str, size: int, index: int,
                          worker: int | None = None) -> bytes | None:

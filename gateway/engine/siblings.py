@@ -21,6 +21,10 @@ from gateway.store.blocks import BlockId
 from gateway.store.shared import SharedTier
 from gateway.store.tiers import TieredStore
 
+# Metadata told the owner worker: the version asked for ("" none: Metadata's key), the shared form, and
+# the node's journal's records published when it was fetched (Metadata.told keeps it only if no more were).
+Told = tuple[str, bytes, int]
+
 
 class Siblings:
     """Asking the owner worker: a BlockSource. Event loop only.
@@ -42,12 +46,18 @@ class Siblings:
         self._on_changed = on_changed
         # The peer API of each other worker, on its own socket, signed with the node's secret.
         signed = dataclasses.replace(cluster, secret=workers.secret.hex())
-        self._clients = {i: PeerClient(signed, max_connections=64, unix_socket=workers.socket_path(i))
+        self._clients = {i: PeerClient(signed, max_connections=64, unix_socket=workers.socket_path(i),
+                                       counts=self.stats)
                          for i in workers.siblings()}
         self._members = {i: Member(f"worker-{i}", "http://worker") for i in workers.siblings()}
         # With the memory tier shared as files, an owner that keeps a block there is not asked to send it.
         self._in_files = isinstance(store.memory, SharedTier)
         self._failures = Failures(log.engine, self.stats, "worker_failure")
+
+    @property
+    def in_files(self) -> bool:
+        """Whether the node's memory tier is shared as files: a block lent to its owner goes there."""
+        return self._in_files
 
     def owner(self, bucket: str, key: str, index: int) -> int | None:
         """The worker to ask for the block, or None: this one owns it."""
@@ -181,17 +191,21 @@ class Siblings:
             return set()
 
     async def give(self, owner: int, block: BlockId, meta: ObjectMeta, giver: int | None = None,
-                   node: str = "") -> bool:
-        """Tell the owner worker to take a block this worker lends it (engine.lending), or (`node`)
-        one that worker `giver` of that node of the fleet offered this node; False when it could
-        not be told (it will not take it)."""
+                   node: str = "", *, told: Told | None = None, in_file: bool = False) -> bool:
+        """Tell the owner worker to take a block this worker lends it (engine.lending; `in_file`:
+        written to its file of the node's shared memory tier, else offered), or (`node`) one that
+        worker `giver` of that node of the fleet offered this node; with the metadata `told` (see
+        `tell_meta`) in the same request. False when it could not be told (it will not take it)."""
         try:
             await self._clients[owner].take(self._members[owner], block.bucket, block.key, meta.etag,
                                             meta.version_id, meta.size, block.index,
-                                            self.workers.index if giver is None else giver, node)
+                                            self.workers.index if giver is None else giver, node,
+                                            told=told, in_file=in_file)
         except PeerError as exc:
             self._failed(owner, exc, "its block not kept")
             return False
+        if told is not None:
+            self.stats["worker_meta_told"] += 1
         return True
 
     async def lent(self, giver: int, block: BlockId, meta: ObjectMeta) -> bytes | None:

@@ -57,6 +57,7 @@ __all__ = ["SharedTier"]
 
 _WARM_FILES = 65536  # other workers' block files remembered as read lately (names and times)
 NOTES_EVERY = 0.05  # seconds between two takes of the other workers' notes (and before each victim)
+NOTES_IDLE = 0.8  # at most, while none come: twice as long after each take that found none (an idle worker wakes less)
 
 
 class SharedTier:
@@ -73,6 +74,7 @@ class SharedTier:
         self.policy = policy
         self.notes = notes  # the hits served from other workers' blocks, told to them; theirs, to this one
         self._take_later: asyncio.TimerHandle | None = None
+        self._take_every = NOTES_EVERY
         # Installed by TieredStore on a level below memory with CACHE_PROMOTE: a block of this
         # worker's that another worker hit here is promoted by this worker, as its own hit would be.
         self.promote_noted: Callable[[SharedTier, BlockId], None] | None = None
@@ -166,7 +168,9 @@ class SharedTier:
             return 0
         policy, taken, promote, inline = self.policy, 0, self.promote_noted, self._inline
         index, access, mark = self.own._index, self.policy.access, pieces.PIECE_MARK  # (once per take, not per note)
-        for name in self.notes.drain():
+        names = self.notes.drain()
+        self._take_every = NOTES_EVERY if names else min(2 * self._take_every, NOTES_IDLE)
+        for name in names:
             entry = index.get(name)  # (its own part's index)
             if name in policy:
                 access(name)
@@ -186,7 +190,7 @@ class SharedTier:
 
     def _take_periodically(self) -> None:
         self.take_notes()
-        self._take_later = asyncio.get_running_loop().call_later(NOTES_EVERY, self._take_periodically)
+        self._take_later = asyncio.get_running_loop().call_later(self._take_every, self._take_periodically)
 
     def __contains__(self, block_id: object) -> bool:
         """Held here, or (on tmpfs, where asking costs no disk access) by the worker that owns it."""
@@ -380,6 +384,24 @@ class SharedTier:
         raw = self._read_piece(piece)
         if raw is not None:
             await self._keep_own_piece(piece, raw)
+
+    async def write_for_owner(self, block_id: BlockId, data: bytes) -> int:
+        """On tmpfs, a block another worker owns written for it to take in (engine.lending): the file's inode, or 0."""
+        path = self.own.block_path(block_id.name)
+        return 0 if not self._inline or self.owns(block_id) else int(await self.own.in_thread(
+            lambda b: self._write_for_owner(b, data) and os.stat(path).st_ino, block_id) or 0)
+
+    def read_written(self, block_id: BlockId) -> bytes | None:
+        return self._read_piece(block_id)  # (never through a mapping kept: its owner writes the file again)
+
+    def drop_written(self, block_id: BlockId, inode: int = 0) -> None:
+        """Delete a file `write_for_owner` wrote: the owner's call, unless it kept the block; the
+        lender's (`inode`: the owner was not told), if it is still that file. (An unlink in memory.)"""
+        path = self.own.block_path(block_id.name)
+        with contextlib.suppress(OSError):
+            if (os.stat(path).st_ino == inode) if inode else \
+                    (self._inline and self.owns(block_id) and block_id not in self.own):
+                os.unlink(path)
 
     async def remove(self, block_id: BlockId) -> bool:
         """Remove a block this worker owns (another's is its owner's to remove)."""

@@ -6,9 +6,9 @@ character, URL-encoded or not, other declared encodings, DTDs (refused by both).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
-from urllib.parse import unquote_plus
+from urllib.parse import quote_plus, unquote_plus
 
 import defusedxml.ElementTree as SafeET
 import pytest
@@ -17,8 +17,22 @@ from hypothesis import strategies as st
 
 from gateway.errors import S3Error
 from gateway.s3api import xml
-from gateway.s3api.xml import ListPage, ObjectEntry, Owner, RestoreStatus
-from gateway.s3api.xml.common import _PARSE_ERRORS, S3_NS, _child, _children, _flag, _int, _local, _text, url_encode
+from gateway.s3api.xml import ListPage, ObjectEntry, Owner, RestoreStatus, listing
+from gateway.s3api.xml.common import (
+    _ESCAPES,
+    _PARSE_ERRORS,
+    S3_NS,
+    _bool,
+    _child,
+    _children,
+    _el,
+    _flag,
+    _int,
+    _local,
+    _render_owner,
+    _text,
+    url_encode,
+)
 
 # --- the parser before: the oracle ------------------------------------------------------------------
 
@@ -221,3 +235,63 @@ def test_a_page_of_odd_characters() -> None:
     assert page.contents == [ObjectEntry(key="a\rb<&>한&", last_modified="", etag="", size=3,
                                          checksum_algorithm=("CRC32", "SHA1"))]
     assert page.common_prefixes == ["p\n/"] and page.key_count == 2 and page.prefix == "" and page.name == "b"
+
+
+# --- what the answer to the client is written with ----------------------------------------------------
+
+ANY_CHARACTERS = st.text(st.one_of(st.characters(), st.sampled_from("&<>\"'~*/+% \t\r\n\x1b\ufffe\uffff\ud800é한😀")),
+                         max_size=30)
+
+
+@given(ANY_CHARACTERS)
+def test_xml_escape_is_the_table(text: str) -> None:
+    assert xml.xml_escape(text) == text.translate(_ESCAPES)
+
+
+@given(ANY_CHARACTERS)
+def test_url_encode_is_quote_plus(text: str) -> None:
+    """(As url_encode was before it quoted only the runs that need it.)"""
+    assert xml.url_encode(text) == quote_plus(text, safe="/*", encoding="utf-8", errors="surrogatepass").replace(
+        "~", "%7E")
+
+
+@given(st.lists(st.one_of(st.characters(exclude_categories=["Cs"]), st.sampled_from("%+ 0aFg"),
+                          st.integers(0, 255).map(lambda b: f"%{b:02X}"), st.integers(0, 255).map(lambda b: f"%{b:02x}")),
+                max_size=20).map("".join))
+def test_url_decode_is_unquote_plus(text: str) -> None:
+    assert listing._url_decode(text) == unquote_plus(text)
+
+
+def old_render_contents(page: ListPage, encode: Callable[[str], str], *, with_owner: bool) -> Iterator[str]:
+    """listing._render_contents before it wrote an entry in one string (gateway 689a186)."""
+    for item in page.contents:
+        yield "<Contents>" + _el("Key", encode(item.key)) + _el("LastModified", item.last_modified) + _el("ETag", item.etag)
+        for algorithm in item.checksum_algorithm:
+            yield _el("ChecksumAlgorithm", algorithm)
+        if item.checksum_type is not None:
+            yield _el("ChecksumType", item.checksum_type)
+        yield _el("Size", str(item.size))
+        if with_owner and item.owner is not None:
+            yield _render_owner(item.owner)
+        yield _el("StorageClass", item.storage_class)
+        if item.restore_status is not None:
+            status = item.restore_status
+            yield "<RestoreStatus>" + _el("IsRestoreInProgress", _bool(status.is_restore_in_progress))
+            if status.restore_expiry_date is not None:
+                yield _el("RestoreExpiryDate", status.restore_expiry_date)
+            yield "</RestoreStatus>"
+        yield "</Contents>"
+    for prefix in page.common_prefixes:
+        yield "<CommonPrefixes>" + _el("Prefix", encode(prefix)) + "</CommonPrefixes>"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(listing_body(), st.booleans(), st.booleans())
+def test_the_answer_is_written_as_before(body: bytes, url: bool, with_owner: bool) -> None:
+    try:
+        page = xml.parse_list_objects(body)
+    except S3Error:
+        return
+    encode = url_encode if url else str
+    assert "".join(listing._render_contents(page, encode, with_owner=with_owner)) == \
+        "".join(old_render_contents(page, encode, with_owner=with_owner))

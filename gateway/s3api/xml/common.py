@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -54,8 +55,23 @@ _ESCAPES.update({c: f"&#x{c:x};" for c in (*range(0xD800, 0xE000), 0xFFFE, 0xFFF
 
 
 def xml_escape(text: str) -> str:
-    """Text or attribute content as S3 writes it."""
-    return text.translate(_ESCAPES)
+    """Text or attribute content as S3 writes it (`_ESCAPES`)."""
+    if not text.isprintable():  # a control, a surrogate, U+FFFE or U+FFFF maybe: the whole table
+        return text.translate(_ESCAPES)
+    # Else only these four can be in it, and a replace is a fraction of translate's time.
+    if "&" in text:
+        text = text.replace("&", "&amp;")
+    if "<" in text:
+        text = text.replace("<", "&lt;")
+    if ">" in text:
+        text = text.replace(">", "&gt;")
+    if '"' in text:
+        text = text.replace('"', "&quot;")
+    return text
+
+
+# What URLEncoder leaves as it is (and `/`, `*`): every other run of characters is quoted.
+_URL_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/*]+")
 
 
 def url_encode(text: str) -> str:
@@ -64,8 +80,18 @@ def url_encode(text: str) -> str:
     Measured against S3: `a b` -> `a+b`, `a+b` -> `a%2Bb`, `100%` -> `100%25`,
     non-ASCII as UTF-8 percent escapes, `/` unescaped.  `*` kept and `~` escaped
     follow URLEncoder; either way botocore's unquote_plus reads them back.
+    Only the runs to quote go through quote_plus (a third of its time on a key).
     """
-    return quote_plus(text, safe="/*", encoding="utf-8", errors="surrogatepass").replace("~", "%7E")
+    return _URL_UNSAFE.sub(_quoted_run, text)
+
+
+def _quoted_run(run: re.Match[str]) -> str:
+    return _quoted(run.group())
+
+
+@functools.lru_cache(maxsize=1024)
+def _quoted(run: str) -> str:
+    return quote_plus(run, safe="/*", encoding="utf-8", errors="surrogatepass").replace("~", "%7E")
 
 
 def _el(name: str, text: str) -> str:

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
-from urllib.parse import unquote_plus
+from urllib.parse import unquote_to_bytes
 
 from gateway.errors import S3Error
 from gateway.s3api.xml.common import (
@@ -22,6 +22,7 @@ from gateway.s3api.xml.common import (
     _parse_origin,
     _render_owner,
     url_encode,
+    xml_escape,
 )
 
 
@@ -31,7 +32,7 @@ class RestoreStatus:
     restore_expiry_date: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # (not frozen: a frozen dataclass's __init__ takes twice as long)
 class ObjectEntry:
     """One <Contents> of a listing; strings are kept as the origin wrote them."""
 
@@ -101,7 +102,7 @@ def parse_list_objects(body: bytes) -> ListPage:
     text = root.findtext
     v2 = text(tags.KeyCount) is not None  # a v2 page always has one, a v1 page never
     encoding = text(tags.EncodingType)
-    decode: Callable[[str], str] = unquote_plus if encoding == "url" else _identity
+    decode: Callable[[str], str] = _url_decode if encoding == "url" else _identity
 
     def decoded(tag: str) -> str | None:
         value = text(tag)
@@ -188,6 +189,16 @@ def _identity(text: str) -> str:
     return text
 
 
+def _url_decode(text: str) -> str:
+    """urllib's unquote_plus (UTF-8, errors replaced) of XML text (no surrogate), in half its
+    time on a key with an escape: the escapes decoded with the text around them, which is the
+    same, as a byte that UTF-8 writes in a literal character can neither end nor continue the
+    escapes' sequence."""
+    if "%" not in text:
+        return text.replace("+", " ")
+    return unquote_to_bytes(text.replace("+", " ")).decode("utf-8", "replace")
+
+
 def _encoder(encoding_type: str | None) -> Callable[[str], str]:
     return url_encode if encoding_type == "url" else _identity
 
@@ -195,25 +206,38 @@ def _encoder(encoding_type: str | None) -> Callable[[str], str]:
 def _render_contents(page: ListPage, encode: Callable[[str], str], *, with_owner: bool) -> Iterator[str]:
     # Order measured on S3's wire: Key, LastModified, ETag, ChecksumAlgorithm,
     # ChecksumType, Size, Owner, StorageClass.
+    escape = xml_escape
+    key_escape = _identity if encode is url_encode else escape  # (url_encode writes none of &<>")
     for item in page.contents:
-        yield "<Contents>" + _el("Key", encode(item.key)) + _el("LastModified", item.last_modified) + _el("ETag", item.etag)
-        for algorithm in item.checksum_algorithm:
-            yield _el("ChecksumAlgorithm", algorithm)
-        if item.checksum_type is not None:
-            yield _el("ChecksumType", item.checksum_type)
-        yield _el("Size", str(item.size))
-        if with_owner and item.owner is not None:
-            yield _render_owner(item.owner)
-        yield _el("StorageClass", item.storage_class)
-        if item.restore_status is not None:
-            status = item.restore_status
-            yield "<RestoreStatus>" + _el("IsRestoreInProgress", _bool(status.is_restore_in_progress))
-            if status.restore_expiry_date is not None:
-                yield _el("RestoreExpiryDate", status.restore_expiry_date)
-            yield "</RestoreStatus>"
-        yield "</Contents>"
+        entry = (f"<Contents><Key>{key_escape(encode(item.key))}</Key><LastModified>{escape(item.last_modified)}"
+                 f"</LastModified><ETag>{escape(item.etag)}</ETag>")
+        if item.checksum_algorithm or item.checksum_type is not None or item.restore_status is not None or \
+                with_owner and item.owner is not None:
+            yield entry
+            yield from _render_rare(item, with_owner)
+        else:
+            yield f"{entry}<Size>{item.size}</Size><StorageClass>{escape(item.storage_class)}</StorageClass></Contents>"
     for prefix in page.common_prefixes:
-        yield "<CommonPrefixes>" + _el("Prefix", encode(prefix)) + "</CommonPrefixes>"
+        yield f"<CommonPrefixes><Prefix>{key_escape(encode(prefix))}</Prefix></CommonPrefixes>"
+
+
+def _render_rare(item: ObjectEntry, with_owner: bool) -> Iterator[str]:
+    """An entry after its ETag, when it has checksums, an owner to show or a restore status."""
+    for algorithm in item.checksum_algorithm:
+        yield _el("ChecksumAlgorithm", algorithm)
+    if item.checksum_type is not None:
+        yield _el("ChecksumType", item.checksum_type)
+    yield _el("Size", str(item.size))
+    if with_owner and item.owner is not None:
+        yield _render_owner(item.owner)
+    yield _el("StorageClass", item.storage_class)
+    if item.restore_status is not None:
+        status = item.restore_status
+        yield "<RestoreStatus>" + _el("IsRestoreInProgress", _bool(status.is_restore_in_progress))
+        if status.restore_expiry_date is not None:
+            yield _el("RestoreExpiryDate", status.restore_expiry_date)
+        yield "</RestoreStatus>"
+    yield "</Contents>"
 
 
 def render_list_objects_v2(

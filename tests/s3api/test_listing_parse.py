@@ -38,7 +38,7 @@ from gateway.s3api.xml.common import (
 
 
 def oracle(body: bytes) -> ListPage:
-    """parse_list_objects as it was before the C parser and `find` (gateway 689a186)."""
+    """parse_list_objects as it was before the C parser and `find` (gateway e46ed93)."""
     try:
         root = SafeET.fromstring(body, forbid_dtd=True, forbid_entities=True, forbid_external=True)
     except _PARSE_ERRORS:
@@ -263,7 +263,7 @@ def test_url_decode_is_unquote_plus(text: str) -> None:
 
 
 def old_render_contents(page: ListPage, encode: Callable[[str], str], *, with_owner: bool) -> Iterator[str]:
-    """listing._render_contents before it wrote an entry in one string (gateway 689a186)."""
+    """listing._render_contents before it wrote an entry in one string (gateway e46ed93)."""
     for item in page.contents:
         yield "<Contents>" + _el("Key", encode(item.key)) + _el("LastModified", item.last_modified) + _el("ETag", item.etag)
         for algorithm in item.checksum_algorithm:

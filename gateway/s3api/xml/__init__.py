@@ -1,4 +1,4 @@
-"""S3's XML: parse what clients and the origin send (defusedxml only), render what S3 sends: pure.
+"""S3's XML: parse what clients (defusedxml) and the origin (no DTD) send, render what S3 sends: pure.
 
 One module per document family: common (escaping, safe parsing, readers, Owner), error
 (the error document), buckets (ListBuckets, CreateBucket), listing (ListObjects v1/v2),

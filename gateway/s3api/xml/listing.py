@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from urllib.parse import unquote_plus
+from typing import NamedTuple
+from urllib.parse import unquote_to_bytes
 
 from gateway.errors import S3Error
 from gateway.s3api.xml.common import (
@@ -12,17 +15,14 @@ from gateway.s3api.xml.common import (
     S3_NS,
     Owner,
     _bool,
-    _child,
-    _children,
     _el,
     _flag,
     _int,
     _is_int32,
     _parse_origin,
-    _parse_owner,
     _render_owner,
-    _text,
     url_encode,
+    xml_escape,
 )
 
 
@@ -32,7 +32,7 @@ class RestoreStatus:
     restore_expiry_date: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # (not frozen: a frozen dataclass's __init__ takes 2.5x as long, 2.9 against 1.1 us)
 class ObjectEntry:
     """One <Contents> of a listing; strings are kept as the origin wrote them."""
 
@@ -93,54 +93,110 @@ def validate_max_keys(value: str | None) -> int:
 
 def parse_list_objects(body: bytes) -> ListPage:
     """The origin's ListBucketResult (v1 or v2), URL-decoded when it says EncodingType=url
-    (except the top-level Prefix of a v1 page, which S3 does not encode: see render_list_objects_v1)."""
-    root = _parse_origin(body, "ListBucketResult")
-    v2 = _text(root, "KeyCount") is not None  # a v2 page always has one, a v1 page never
-    encoding = _text(root, "EncodingType")
-    decode: Callable[[str], str] = unquote_plus if encoding == "url" else _identity
+    (except the top-level Prefix of a v1 page, which S3 does not encode: see render_list_objects_v1).
 
-    def decoded(name: str) -> str | None:
-        value = _text(root, name)
+    Its elements are read in the namespace of the root (S3's, or none), each by ElementTree's C
+    `find` (one Python call per field, none per element scanned)."""
+    root = _parse_origin(body, "ListBucketResult")
+    tags = _tags(root.tag[: root.tag.find("}") + 1])  # "{namespace}", or "" when none
+    text = root.findtext
+    v2 = text(tags.KeyCount) is not None  # a v2 page always has one, a v1 page never
+    encoding = text(tags.EncodingType)
+    decode: Callable[[str], str] = _url_decode if encoding == "url" else _identity
+
+    def decoded(tag: str) -> str | None:
+        value = text(tag)
         return None if value is None else decode(value)
 
-    contents = []
-    for item in _children(root, "Contents"):
-        restore = _child(item, "RestoreStatus")
-        contents.append(ObjectEntry(
-            key=decode(_text(item, "Key") or ""),
-            last_modified=_text(item, "LastModified") or "",
-            etag=_text(item, "ETag") or "",
-            size=_int(_text(item, "Size")) or 0,
-            storage_class=_text(item, "StorageClass") or "STANDARD",
-            owner=_parse_owner(_child(item, "Owner")),
-            checksum_algorithm=tuple(c.text or "" for c in _children(item, "ChecksumAlgorithm")),
-            checksum_type=_text(item, "ChecksumType"),
-            restore_status=None if restore is None else RestoreStatus(
-                is_restore_in_progress=bool(_flag(_text(restore, "IsRestoreInProgress"))),
-                restore_expiry_date=_text(restore, "RestoreExpiryDate"),
-            ),
-        ))
-    prefixes = [decode(_text(cp, "Prefix") or "") for cp in _children(root, "CommonPrefixes")]
     return ListPage(
-        contents=contents,
-        common_prefixes=prefixes,
-        is_truncated=bool(_flag(_text(root, "IsTruncated"))),
-        next_marker=decoded("NextMarker"),
-        next_continuation_token=_text(root, "NextContinuationToken"),
-        name=_text(root, "Name"),
-        prefix=decoded("Prefix") if v2 else _text(root, "Prefix"),
-        delimiter=decoded("Delimiter"),
-        marker=decoded("Marker"),
-        start_after=decoded("StartAfter"),
-        continuation_token=_text(root, "ContinuationToken"),
-        max_keys=_int(_text(root, "MaxKeys")),
-        key_count=_int(_text(root, "KeyCount")),
+        contents=[_entry(item, tags, decode) for item in root.findall(tags.Contents)],
+        common_prefixes=[decode(cp.findtext(tags.Prefix, "")) for cp in root.findall(tags.CommonPrefixes)],
+        is_truncated=bool(_flag(text(tags.IsTruncated))),
+        next_marker=decoded(tags.NextMarker),
+        next_continuation_token=text(tags.NextContinuationToken),
+        name=text(tags.Name),
+        prefix=decoded(tags.Prefix) if v2 else text(tags.Prefix),
+        delimiter=decoded(tags.Delimiter),
+        marker=decoded(tags.Marker),
+        start_after=decoded(tags.StartAfter),
+        continuation_token=text(tags.ContinuationToken),
+        max_keys=_int(text(tags.MaxKeys)),
+        key_count=_int(text(tags.KeyCount)),
         encoding_type=encoding,
     )
 
 
+def _entry(item: ET.Element, tags: _Tags, decode: Callable[[str], str]) -> ObjectEntry:
+    """One <Contents>."""
+    text = item.findtext
+    owner = item.find(tags.Owner)
+    restore = item.find(tags.RestoreStatus)
+    checksums = item.findall(tags.ChecksumAlgorithm)
+    return ObjectEntry(
+        key=decode(text(tags.Key, "")),
+        last_modified=text(tags.LastModified, ""),
+        etag=text(tags.ETag, ""),
+        size=_int(text(tags.Size)) or 0,
+        storage_class=text(tags.StorageClass) or "STANDARD",
+        owner=None if owner is None else Owner(id=owner.findtext(tags.ID), display_name=owner.findtext(tags.DisplayName)),
+        checksum_algorithm=tuple(c.text or "" for c in checksums) if checksums else (),
+        checksum_type=text(tags.ChecksumType),
+        restore_status=None if restore is None else RestoreStatus(
+            is_restore_in_progress=bool(_flag(restore.findtext(tags.IsRestoreInProgress))),
+            restore_expiry_date=restore.findtext(tags.RestoreExpiryDate),
+        ),
+    )
+
+
+class _Tags(NamedTuple):
+    """The tags of a listing's elements in one namespace (ElementTree's `{namespace}Name`)."""
+
+    Contents: str
+    CommonPrefixes: str
+    IsTruncated: str
+    NextMarker: str
+    NextContinuationToken: str
+    Name: str
+    Prefix: str
+    Delimiter: str
+    Marker: str
+    StartAfter: str
+    ContinuationToken: str
+    MaxKeys: str
+    KeyCount: str
+    EncodingType: str
+    Key: str
+    LastModified: str
+    ETag: str
+    Size: str
+    StorageClass: str
+    Owner: str
+    ID: str
+    DisplayName: str
+    ChecksumAlgorithm: str
+    ChecksumType: str
+    RestoreStatus: str
+    IsRestoreInProgress: str
+    RestoreExpiryDate: str
+
+
+@functools.lru_cache(maxsize=16)
+def _tags(namespace: str) -> _Tags:
+    return _Tags(*(namespace + name for name in _Tags._fields))
+
+
 def _identity(text: str) -> str:
     return text
+
+
+def _url_decode(text: str) -> str:
+    """urllib's unquote_plus (UTF-8, errors replaced) of XML text (no surrogate), in half its
+    time on a key with an escape: the escapes decoded with the text around them, which is the
+    same, as a byte that UTF-8 writes in a literal character can neither end nor continue the
+    escapes' sequence."""
+    if "%" not in text:
+        return text.replace("+", " ")
+    return unquote_to_bytes(text.replace("+", " ")).decode("utf-8", "replace")
 
 
 def _encoder(encoding_type: str | None) -> Callable[[str], str]:
@@ -150,25 +206,38 @@ def _encoder(encoding_type: str | None) -> Callable[[str], str]:
 def _render_contents(page: ListPage, encode: Callable[[str], str], *, with_owner: bool) -> Iterator[str]:
     # Order measured on S3's wire: Key, LastModified, ETag, ChecksumAlgorithm,
     # ChecksumType, Size, Owner, StorageClass.
+    escape = xml_escape
+    key_escape = _identity if encode is url_encode else escape  # (url_encode writes none of &<>")
     for item in page.contents:
-        yield "<Contents>" + _el("Key", encode(item.key)) + _el("LastModified", item.last_modified) + _el("ETag", item.etag)
-        for algorithm in item.checksum_algorithm:
-            yield _el("ChecksumAlgorithm", algorithm)
-        if item.checksum_type is not None:
-            yield _el("ChecksumType", item.checksum_type)
-        yield _el("Size", str(item.size))
-        if with_owner and item.owner is not None:
-            yield _render_owner(item.owner)
-        yield _el("StorageClass", item.storage_class)
-        if item.restore_status is not None:
-            status = item.restore_status
-            yield "<RestoreStatus>" + _el("IsRestoreInProgress", _bool(status.is_restore_in_progress))
-            if status.restore_expiry_date is not None:
-                yield _el("RestoreExpiryDate", status.restore_expiry_date)
-            yield "</RestoreStatus>"
-        yield "</Contents>"
+        entry = (f"<Contents><Key>{key_escape(encode(item.key))}</Key><LastModified>{escape(item.last_modified)}"
+                 f"</LastModified><ETag>{escape(item.etag)}</ETag>")
+        if item.checksum_algorithm or item.checksum_type is not None or item.restore_status is not None or \
+                with_owner and item.owner is not None:
+            yield entry
+            yield from _render_rare(item, with_owner)
+        else:
+            yield f"{entry}<Size>{item.size}</Size><StorageClass>{escape(item.storage_class)}</StorageClass></Contents>"
     for prefix in page.common_prefixes:
-        yield "<CommonPrefixes>" + _el("Prefix", encode(prefix)) + "</CommonPrefixes>"
+        yield f"<CommonPrefixes><Prefix>{key_escape(encode(prefix))}</Prefix></CommonPrefixes>"
+
+
+def _render_rare(item: ObjectEntry, with_owner: bool) -> Iterator[str]:
+    """An entry after its ETag, when it has checksums, an owner to show or a restore status."""
+    for algorithm in item.checksum_algorithm:
+        yield _el("ChecksumAlgorithm", algorithm)
+    if item.checksum_type is not None:
+        yield _el("ChecksumType", item.checksum_type)
+    yield _el("Size", str(item.size))
+    if with_owner and item.owner is not None:
+        yield _render_owner(item.owner)
+    yield _el("StorageClass", item.storage_class)
+    if item.restore_status is not None:
+        status = item.restore_status
+        yield "<RestoreStatus>" + _el("IsRestoreInProgress", _bool(status.is_restore_in_progress))
+        if status.restore_expiry_date is not None:
+            yield _el("RestoreExpiryDate", status.restore_expiry_date)
+        yield "</RestoreStatus>"
+    yield "</Contents>"
 
 
 def render_list_objects_v2(

@@ -238,6 +238,17 @@ class SharedTier:
                 self.stats.notes_dropped += 1
         return data
 
+    def touch(self, block_id: BlockId) -> bool:
+        """A hit counted as `get` counts it, the block not read (Tier.touch): one this worker keeps,
+        in its part; another worker's, on tmpfs, when its file is there (noted to its owner)."""
+        if self.owns(block_id):
+            return self.own.touch(block_id)
+        if not self._inline or not os.path.exists(self.own.block_path(block_id.name)):
+            return False  # (on a disk, `in` does not see it either: no stat on the loop)
+        self.stats.hits += 1
+        self._noted(block_id)
+        return True
+
     async def put(self, block_id: BlockId, data: bytes) -> list[BlockId]:
         return [victim for victim, _ in await self.put_demoting(block_id, data)]
 

@@ -14,7 +14,7 @@ from gateway.store import blockfile
 from gateway.store.blocks import BlockId
 from gateway.store.policy import make_policy
 from gateway.store.shared import SharedTier
-from tests.store.helpers import bid, flip_last_byte, payload
+from tests.store.helpers import bid, flip_last_byte, lru_order, payload
 
 
 def even(block: BlockId) -> bool:
@@ -128,6 +128,31 @@ async def test_another_workers_disk_block_read_lately_is_read_on_the_loop(tmp_pa
         flip_last_byte(b.own.block_path(other.name))
         assert a.get_now(other) is None and await a.get(other) is None  # refused on the loop, and in the thread
         assert os.path.exists(b.own.block_path(other.name))  # left to its owner
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+@pytest.mark.parametrize("medium", ["memory", "ssd"])
+async def test_touch_counts_a_hit_without_reading_the_file(tmp_path: Path, medium: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A block whose bytes the caller has already: this worker's own is its part's hit (its policy
+    told); another worker's, on tmpfs where its file is seen, a hit of this part too; no file read."""
+    a, b = parts(tmp_path, 1000, medium)
+    await a.open()
+    await b.open()
+    try:
+        own, other, later = bid("k", 0), bid("k", 1), bid("k", 2)
+        for block in (own, later):
+            await a.put(block, payload(block, 100))
+        await b.put(other, payload(other, 100))
+        read: list[str] = []
+        monkeypatch.setattr(blockfile, "read_block", lambda path, block: read.append(path))
+        monkeypatch.setattr(blockfile, "map_file", lambda path, **_: read.append(path))
+        assert a.touch(own) is True and lru_order(a.policy) == [later.name, own.name]  # (the policy saw it)
+        assert a.touch(other) is (medium == "memory")  # on a disk, `in` does not see it either
+        assert a.touch(bid("gone", 1)) is False and b.touch(bid("gone", 1)) is False
+        assert (a.stats.hits, a.stats.misses, read) == (1 + (medium == "memory"), 0, [])
     finally:
         await a.aclose()
         await b.aclose()

@@ -46,7 +46,7 @@ from gateway.store.blockfile import BadBlockError, encode_header
 from gateway.store.blocks import BlockId, checksum
 from gateway.store.disk import WARM, DiskTier
 from gateway.store.hitnotes import HitNotes, NotedPolicy
-from gateway.store.mapped import MappedBlocks
+from gateway.store.mapped import VIEW_SIZE, MappedBlocks
 from gateway.store.openfiles import OpenBlockFiles
 from gateway.store.policy import EvictionPolicy
 from gateway.store.stats import TierStats
@@ -91,6 +91,8 @@ class SharedTier:
         self._writers: dict[str, tuple[asyncio.Lock, list[int]]] = {}  # pieces being written again here (_one_writer)
         self._others_open = OpenBlockFiles(recheck=1.0)  # kept, as the own part keeps its own
         self._owned: LRU[str, bool] = LRU(_WARM_FILES)  # owns() of the blocks hit lately, by name
+        self._mapped = self.own.files if isinstance(self.own.files, MappedBlocks) else None  # on tmpfs: all mappings
+        self._access = self.own.policy.access  # (the own part's policy's, as its hits take it)
 
     # --- what the own part answers ----------------------------------------------------------
 
@@ -143,7 +145,6 @@ class SharedTier:
         self._others_open.close()
         if self._take_later is not None:
             self._take_later.cancel()
-            self._take_later = None
         if self.notes is not None:
             self.notes.close()
             self.notes = None  # (hits served while closing are not counted as notes lost)
@@ -164,14 +165,14 @@ class SharedTier:
         the last take; returns how many (of blocks it still holds: the others are gone)."""
         if self.notes is None:
             return 0
-        policy, taken, promote, inline = self.policy, 0, self.promote_noted, self._inline
+        taken, promote, inline = 0, self.promote_noted, self._inline
         index, access, mark = self.own._index, self.policy.access, pieces.PIECE_MARK  # (once per take, not per note)
         for name in self.notes.drain():
-            entry = index.get(name)  # (its own part's index)
-            if name in policy:
+            entry = index.get(name)  # (its own part's index, whose names are its policy's)
+            if entry is not None:
                 access(name)
                 taken += 1
-                if promote is not None and entry is not None:
+                if promote is not None:
                     promote(self, entry.block_id)
             if inline and (entry is None or entry.block_id.version.endswith(mark)):  # (pieces.is_piece, inline)
                 self._adopt_later(name, None if entry is None else entry.size)  # a piece another worker wrote?
@@ -179,8 +180,7 @@ class SharedTier:
         return taken
 
     async def read_own(self, block_id: BlockId) -> bytes | None:
-        """A block this worker keeps here, read uncounted (a hit another worker served and
-        counted, promoted by this one): in the own part's threads."""
+        """A block this worker keeps here, read uncounted in its threads (to promote another worker's hit)."""
         data = await self.own.in_thread(self.read_other, block_id)
         return None if data is None else bytes(data)
 
@@ -212,7 +212,7 @@ class SharedTier:
         elif (data := self._read_other_cached(block_id)) is None:
             data = await self.own.in_thread(self.read_other, block_id)
             if data is not None:
-                self._note_read(block_id.name)
+                self._read_lately.put(block_id.name, self._clock())
         if data is None:  # a miss is the owner's to count, when it is asked for the block
             return None
         self.stats.hits += 1
@@ -221,33 +221,49 @@ class SharedTier:
 
     def get_now(self, block_id: BlockId) -> bytes | memoryview | None:
         """A held block (counted as a hit), or None, counting nothing: on tmpfs any block; on a
-        disk one this worker keeps, from the page cache (DiskTier.get_now)."""
-        mine = self._owned.get(block_id.name)  # (`owns`, asked once a block: every hit of the node asks)
+        disk one this worker keeps, from the page cache (DiskTier.get_now). On tmpfs, one mapped
+        and compared with its file lately is answered here, as the own part's get_now and
+        MappedBlocks.held would (without their frames: every hit of the node asks)."""
+        name = block_id.name
+        mine = self._owned.get(name)  # (`owns`, asked once a block)
         if mine is None:
             mine = self.owns(block_id)
-            self._owned.put(block_id.name, mine)
-        if mine:
+            self._owned.put(name, mine)
+        mapped = self._mapped  # (an own block is mapped only while its part indexes it: DiskTier._forget)
+        held = None if mapped is None else mapped.mapping_of(name)
+        data: bytes | memoryview | None
+        if held is not None and mapped is not None and mapped.clock() - held.checked < mapped.recheck:
+            mapped.mark_read(name)
+            view = held.data
+            data = view[:] if len(view) >= VIEW_SIZE else view.tobytes()  # (store.mapped's _handed)
+            if mine:
+                self.stats.hits += 1
+                self._access(name)  # (DiskTier._hit's)
+                return data
+        elif mine:
             return self.own.get_now(block_id)
-        data = self.read_other(block_id) if self._inline else self._read_other_cached(block_id)
-        if data is not None:
-            self.stats.hits += 1
-            notes = self.notes  # (_noted's, without its frame)
-            if notes is not None and notes.note(block_id):
+        elif (data := self.read_other(block_id) if self._inline else self._read_other_cached(block_id)) is None:
+            return None
+        self.stats.hits += 1
+        notes = self.notes  # (_noted's, without its frames)
+        if notes is not None:
+            route = notes.routes.get(name)
+            if route[0].push(route[1]) if route is not None else notes.note(block_id):
                 self.stats.notes_sent += 1
-            elif notes is not None:
+            else:
                 self.stats.notes_dropped += 1
         return data
 
     def touch(self, block_id: BlockId) -> bool:
-        """A hit counted as `get` counts it, the block not read (Tier.touch): one this worker keeps,
-        in its part; another worker's, on tmpfs, when its file is there (noted to its owner)."""
+        """A hit counted as `get` counts it, the block not read (Tier.touch): one this worker keeps, in its
+        part; another worker's on tmpfs, its file there (noted to its owner; on a disk, `in` sees none)."""
         if self.owns(block_id):
             return self.own.touch(block_id)
-        if not self._inline or not os.path.exists(self.own.block_path(block_id.name)):
-            return False  # (on a disk, `in` does not see it either: no stat on the loop)
-        self.stats.hits += 1
-        self._noted(block_id)
-        return True
+        held = self._inline and os.path.exists(self.own.block_path(block_id.name))
+        if held:
+            self.stats.hits += 1
+            self._noted(block_id)
+        return held
 
     async def put(self, block_id: BlockId, data: bytes) -> list[BlockId]:
         return [victim for victim, _ in await self.put_demoting(block_id, data)]
@@ -400,8 +416,7 @@ class SharedTier:
         """The block another worker owns, from its file, or None: on tmpfs through the file's
         mapping (event loop), on a disk read whole (threads). A bad file is left to its owner
         (which deletes it when it next reads it): this worker never changes another's part."""
-        files = self.own.files
-        mapped = files if isinstance(files, MappedBlocks) else None  # on tmpfs: through the file's mapping
+        mapped = self._mapped  # on tmpfs: through the file's mapping
         if mapped is not None and (data := mapped.held(block_id.name)) is not None:
             return data
         path = self.own.block_path(block_id.name)
@@ -414,9 +429,8 @@ class SharedTier:
             return None
 
     def _read_other_cached(self, block_id: BlockId) -> bytes | memoryview | None:
-        """Another worker's block on a disk, read on the event loop through its file kept if the
-        file was read lately and the page cache holds it all; else None (for the threads, which
-        also see a bad file)."""
+        """Another worker's block on a disk, read on the event loop through its file kept if it was read
+        lately and the page cache holds it all; else None (for the threads, which also see a bad file)."""
         name = block_id.name
         read = self._read_lately.get(name)
         if read is None or self._clock() - read > WARM:
@@ -429,11 +443,8 @@ class SharedTier:
         if data is None:
             return None
         self.stats.page_cache_hits += 1
-        self._note_read(name)
-        return data
-
-    def _note_read(self, name: str) -> None:
         self._read_lately.put(name, self._clock())
+        return data
 
     def __repr__(self) -> str:
         return f"SharedTier({self.own!r})"

@@ -40,8 +40,9 @@ memory small:
   area of the process), the least recently read dropped first.
 
 A mapping dropped while a view of it is still being sent is unmapped when that view is done.
-The worker's own blocks are answered from its index first (store.disk), so a block it evicted
-is never read from a mapping; another worker's block on tmpfs may be read from a mapping for
+The worker's own blocks are answered from its index first (store.disk), or from a mapping its
+index drops with the block (DiskTier._forget; store.shared), so a block it evicted is never read
+from a mapping; another worker's block on tmpfs may be read from a mapping for
 up to `recheck` seconds after its owner evicted it (on a disk, the file is compared on every
 read). Event loop only.
 """

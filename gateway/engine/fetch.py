@@ -399,9 +399,9 @@ class BlockFetcher:
         version = version_of(meta)
 
         async def keep(block: BlockId, data: bytes, lo: int, whole: bool) -> None:
-            if block.index in again:  # held, brought again between blocks a read fetches: a tier's hit here
-                hit = await self.store.get(block) if block in self.store else None
-                self.stats["run_block_again" if hit is None else f"block_hit_{hit[1]}"] += 1
+            if block.index in again:  # held, brought again between blocks a read fetches: a tier's hit, not read
+                tier = await self.store.touch(block, data if whole else None)
+                self.stats["run_block_again" if tier is None else f"block_hit_{tier}"] += 1
                 return
             self.stats["block_miss"] += 1
             self.store.missed()

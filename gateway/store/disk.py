@@ -159,10 +159,8 @@ class DiskTier:
                 await self._run(self._unlink_all, excess)
             except RuntimeError as exc:  # the pool is shut down; unlink errors are logged inside
                 log.warning("disk tier %s: cannot delete blocks over the quota: %s", self.name, exc)
-        log.info(
-            "disk tier %s: %d blocks, %d bytes at open (%d bad and %d temporary files deleted, %d over quota)",
-            self.name, len(self._index), self._used, bad, temporaries, len(excess),
-        )
+        log.info("disk tier %s: %d blocks, %d bytes at open (%d bad and %d temporary files deleted, %d over quota)",
+                 self.name, len(self._index), self._used, bad, temporaries, len(excess))
 
     async def aclose(self) -> None:
         """Stop taking work and wait for the thread pool to finish what it has."""
@@ -183,8 +181,7 @@ class DiskTier:
         path = self.block_path(block_id.name)
         try:
             cached = self._read_cached(path, entry)
-            data = bytes(cached) if cached is not None else await self._run(self._fetch, path, block_id,
-                                                                             self._read_block)
+            data = bytes(cached) if cached is not None else await self._run(self._fetch, path, block_id, self._read_block)
         except Exception as exc:  # noqa: BLE001 -- a cache failure never fails the read (STYLE.md)
             self._read_failed(block_id, entry, exc)
             return None
@@ -205,6 +202,11 @@ class DiskTier:
             self._read_failed(block_id, entry, exc)
             return None
         return None if data is None else self._hit(entry, data, warm=mapped is None)  # (on tmpfs, `warm` is never asked)
+
+    def touch(self, block_id: BlockId) -> bool:
+        """A held block's hit counted as `get` counts it, its file not read (Tier.touch); False if not held."""
+        entry = None if self._closed else self._index.get(block_id.name)
+        return entry is not None and self._hit(entry, True, warm=False)  # (unread: its inode no warmer)
 
     def _read_cached(self, path: str, entry: _Entry) -> bytes | memoryview | None:
         """A disk block read on the loop through its file kept, when the page cache holds it all
@@ -351,10 +353,8 @@ class DiskTier:
 
     def _mark_unhealthy(self, exc: BaseException) -> None:
         if self.healthy:
-            log.warning(
-                "disk tier %s: %s; not writing for %.0fs (%s)",
-                self.name, exc, self.backoff, errno.errorcode.get(getattr(exc, "errno", 0) or 0, "error"),
-            )
+            log.warning("disk tier %s: %s; not writing for %.0fs (%s)", self.name, exc, self.backoff,
+                        errno.errorcode.get(getattr(exc, "errno", 0) or 0, "error"))
         self._unhealthy_until = self._clock() + self.backoff
 
     def _evict_for(self, size: int) -> list[_Entry]:

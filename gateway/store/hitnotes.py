@@ -110,16 +110,22 @@ class HitRing:
 
     def drain(self) -> list[bytes]:
         """Every name written since the last drain, oldest first. Reader only."""
+        raw = self.drain_raw()
+        return [raw[at:at + _NAME] for at in range(0, len(raw), _NAME)]
+
+    def drain_raw(self) -> bytes:
+        """`drain`'s names, one after the other (two slices of the ring at most, not one per name)."""
         head, tail = self._read(_HEAD), self._read(_TAIL)
         if head == tail:
-            return []
+            return b""
         tail = max(tail, head - self.slots)  # a writer never laps its reader; a garbled file is not trusted
-        names = []
-        for index in range(tail, head):
-            at = _SLOTS_AT + (index % self.slots) * _NAME
-            names.append(self._map[at:at + _NAME])
+        first, count = tail % self.slots, head - tail
+        to_end = min(count, self.slots - first)  # the slots up to the ring's end, then from its start
+        raw = self._map[_SLOTS_AT + first * _NAME:_SLOTS_AT + (first + to_end) * _NAME]
+        if count > to_end:
+            raw += self._map[_SLOTS_AT:_SLOTS_AT + (count - to_end) * _NAME]
         self._write(_TAIL, head)
-        return names
+        return raw
 
     def close(self) -> None:
         self._counts.clear()  # the mapping closes once nothing points into it
@@ -146,7 +152,9 @@ class HitNotes:
         self.slots = slots
         self._out: list[HitRing | None] = []
         self._in: list[HitRing] = []
-        self._routes: dict[str, tuple[HitRing, bytes]] = {}  # block name -> its owner's ring, raw name
+        # block name -> its owner's ring and raw name: `note`'s, read by a caller that pushes itself
+        # (store.shared, on every hit of another worker's block, without `note`'s frame)
+        self.routes: dict[str, tuple[HitRing, bytes]] = {}
 
     def path(self, reader: int, owner: int) -> str:
         return os.path.join(self.folder, f"{self.tier}.{reader}-{owner}")
@@ -161,24 +169,25 @@ class HitNotes:
         for ring in (*self._out, *self._in):
             if ring is not None:
                 ring.close()
-        self._out, self._in, self._routes = [], [], {}
+        self._out, self._in, self.routes = [], [], {}
 
     def note(self, block_id: BlockId) -> bool:
         """A hit of another worker's block, for its owner: a store of 16 bytes, never a wait.
         False when it was lost (its ring full, or the rings closed)."""
-        route = self._routes.get(block_id.name)
+        route = self.routes.get(block_id.name)
         if route is None:  # the ring and raw name of a block, kept for its next hits
             ring = self._out[self.owner(block_id)] if self._out else None
             if ring is None:
                 return False
-            if len(self._routes) >= _ROUTES:
-                self._routes.clear()
-            route = self._routes[block_id.name] = (ring, bytes.fromhex(block_id.name))
+            if len(self.routes) >= _ROUTES:
+                self.routes.clear()
+            route = self.routes[block_id.name] = (ring, bytes.fromhex(block_id.name))
         return route[0].push(route[1])
 
     def drain(self) -> list[str]:
         """The names of this worker's blocks other workers hit since the last drain."""
-        return [name.hex() for ring in self._in for name in ring.drain()]
+        names = b"".join([ring.drain_raw() for ring in self._in]).hex()
+        return [names[at:at + 2 * _NAME] for at in range(0, len(names), 2 * _NAME)]
 
     def __repr__(self) -> str:
         return f"HitNotes({self.tier!r}, worker {self.index} of {self.count})"

@@ -40,8 +40,9 @@ memory small:
   area of the process), the least recently read dropped first.
 
 A mapping dropped while a view of it is still being sent is unmapped when that view is done.
-The worker's own blocks are answered from its index first (store.disk), so a block it evicted
-is never read from a mapping; another worker's block on tmpfs may be read from a mapping for
+The worker's own blocks are answered from its index first (store.disk), or from a mapping its
+index drops with the block (DiskTier._forget; store.shared), so a block it evicted is never read
+from a mapping; another worker's block on tmpfs may be read from a mapping for
 up to `recheck` seconds after its owner evicted it (on a disk, the file is compared on every
 read). Event loop only.
 """
@@ -59,14 +60,16 @@ from gateway.store.blockfile import BadBlockError
 from gateway.store.blocks import BlockId, checksum
 from gateway.store.resident import Pages, address_of
 
-__all__ = ["CACHED_SIZE", "VIEW_SIZE", "MappedBlocks"]
+__all__ = ["CACHED_SIZE", "VIEW_SIZE", "BlockMapping", "MappedBlocks"]
 
 VIEW_SIZE = 64 * 1024
 CACHED_SIZE = 4 * 1024 * 1024  # the largest block read from a disk's page cache on the loop (its CRC: ~0.25 ms)
 
 
 @dataclass(slots=True)
-class _Mapping:
+class BlockMapping:
+    """A block file's mapping kept, its bytes checked when it was made."""
+
     mapping: mmap.mmap
     data: memoryview  # the block's bytes, within the mapping, read-only
     crc: int
@@ -84,8 +87,12 @@ class MappedBlocks:
         self.budget = budget
         self.recheck = recheck
         self.verify = verify
-        self._clock = clock
-        self._maps: LRU[str, _Mapping] = LRU(most, dropped=self._unmap)
+        self.clock = clock  # (what `checked` is read on)
+        self._maps: LRU[str, BlockMapping] = LRU(most, dropped=self._unmap)
+        # For a caller that answers a hit of a block mapped and compared lately itself, as `held` would,
+        # without its frame (store.shared, on tmpfs): the dict's own look-up, and marking it read.
+        self.mapping_of: Callable[[str], BlockMapping | None] = self._maps.get
+        self.mark_read: Callable[[str], None] = self._maps.touch
         self._read_once: LRU[str, None] = LRU(most)  # names read once, not mapped
         self.bytes = 0
 
@@ -102,7 +109,7 @@ class MappedBlocks:
         held = self._maps.get(name)
         if held is None:
             return None
-        now = self._clock()
+        now = self.clock()
         if (self.verify or now - held.checked >= self.recheck) and not self._still_there(held, now):
             self._drop(name)
             return None
@@ -164,7 +171,7 @@ class MappedBlocks:
             return block
         pages = None if address is None else Pages(address + len(mapping) - len(data), len(data))
         self.forget(name)  # (a mapping of the block's former file)
-        self._maps.put(name, _Mapping(mapping, data, crc, path, identity, self._clock(), pages))
+        self._maps.put(name, BlockMapping(mapping, data, crc, path, identity, self.clock(), pages))
         self.bytes += len(data)
         while self.bytes > self.budget and (oldest := self._maps.pop_oldest()) is not None:
             self._unmap(*oldest)
@@ -179,7 +186,7 @@ class MappedBlocks:
         if name in self._maps:
             self._drop(name)
 
-    def _still_there(self, held: _Mapping, now: float) -> bool:
+    def _still_there(self, held: BlockMapping, now: float) -> bool:
         try:
             if blockfile.identity(held.path) != held.identity:
                 return False
@@ -193,7 +200,7 @@ class MappedBlocks:
         if held is not None:
             self._unmap(name, held)
 
-    def _unmap(self, name: str, held: _Mapping) -> None:
+    def _unmap(self, name: str, held: BlockMapping) -> None:
         """Release a mapping no longer held (dropped, or pushed out past `most`)."""
         self.bytes -= len(held.data)
         _close(held.mapping, held.data)

@@ -90,6 +90,15 @@ class MemoryTier:
         self.stats.hits += 1
         return held[1]
 
+    def touch(self, block_id: BlockId) -> bool:
+        """A hit of a held block whose bytes the caller has already, counted as `get` counts it
+        (the policy's access, the stats) without reading it; False, counting nothing, if not held."""
+        if block_id.name not in self._blocks:
+            return False
+        self.policy.access(block_id.name)
+        self.stats.hits += 1
+        return True
+
     async def put(self, block_id: BlockId, data: bytes) -> list[BlockId]:
         """Store a block; returns the ids evicted to make room."""
         return [victim for victim, _ in self._put(block_id, data)]

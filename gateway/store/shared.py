@@ -34,20 +34,20 @@ workers is one of their two pieces, whole (a rename): never bytes of another ver
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from gateway.lru import LRU
 from gateway.store import blockfile, pieces
-from gateway.store.blockfile import BadBlockError, encode_header
-from gateway.store.blocks import BlockId, checksum
+from gateway.store.blockfile import BadBlockError
+from gateway.store.blocks import BlockId
 from gateway.store.disk import WARM, DiskTier
 from gateway.store.hitnotes import HitNotes, NotedPolicy
-from gateway.store.mapped import MappedBlocks
+from gateway.store.mapped import VIEW_SIZE, MappedBlocks
 from gateway.store.openfiles import OpenBlockFiles
+from gateway.store.sharedpieces import SharedPieces
 from gateway.store.policy import EvictionPolicy
 from gateway.store.stats import TierStats
 
@@ -60,7 +60,7 @@ NOTES_EVERY = 0.05  # seconds between two takes of the other workers' notes (and
 NOTES_IDLE = 0.8  # at most, while none come: twice as long after each take that found none (an idle worker wakes less)
 
 
-class SharedTier:
+class SharedTier(SharedPieces):
     """This worker's part of a shared folder (`own`: an ordinary DiskTier that keeps only the
     blocks `owns` names), and reads of the other parts. Event loop only.
 
@@ -93,6 +93,8 @@ class SharedTier:
         self._writers: dict[str, tuple[asyncio.Lock, list[int]]] = {}  # pieces being written again here (_one_writer)
         self._others_open = OpenBlockFiles(recheck=1.0)  # kept, as the own part keeps its own
         self._owned: LRU[str, bool] = LRU(_WARM_FILES)  # owns() of the blocks hit lately, by name
+        self._mapped = self.own.files if isinstance(self.own.files, MappedBlocks) else None  # on tmpfs: all mappings
+        self._access = self.own.policy.access  # (the own part's policy's, as its hits take it)
 
     # --- what the own part answers ----------------------------------------------------------
 
@@ -145,7 +147,6 @@ class SharedTier:
         self._others_open.close()
         if self._take_later is not None:
             self._take_later.cancel()
-            self._take_later = None
         if self.notes is not None:
             self.notes.close()
             self.notes = None  # (hits served while closing are not counted as notes lost)
@@ -153,29 +154,21 @@ class SharedTier:
 
     # --- the other workers' hits ------------------------------------------------------------
 
-    def _noted(self, block_id: BlockId) -> None:
-        """A hit of another worker's block: noted to that worker (a store of 16 bytes)."""
-        if self.notes is not None:
-            if self.notes.note(block_id):
-                self.stats.notes_sent += 1
-            else:
-                self.stats.notes_dropped += 1
-
     def take_notes(self) -> int:
         """Take into this worker's policy the hits other workers served from its blocks since
         the last take; returns how many (of blocks it still holds: the others are gone)."""
         if self.notes is None:
             return 0
-        policy, taken, promote, inline = self.policy, 0, self.promote_noted, self._inline
+        taken, promote, inline = 0, self.promote_noted, self._inline
         index, access, mark = self.own._index, self.policy.access, pieces.PIECE_MARK  # (once per take, not per note)
         names = self.notes.drain()
         self._take_every = NOTES_EVERY if names else min(2 * self._take_every, NOTES_IDLE)
         for name in names:
-            entry = index.get(name)  # (its own part's index)
-            if name in policy:
+            entry = index.get(name)  # (its own part's index, whose names are its policy's)
+            if entry is not None:
                 access(name)
                 taken += 1
-                if promote is not None and entry is not None:
+                if promote is not None:
                     promote(self, entry.block_id)
             if inline and (entry is None or entry.block_id.version.endswith(mark)):  # (pieces.is_piece, inline)
                 self._adopt_later(name, None if entry is None else entry.size)  # a piece another worker wrote?
@@ -183,8 +176,7 @@ class SharedTier:
         return taken
 
     async def read_own(self, block_id: BlockId) -> bytes | None:
-        """A block this worker keeps here, read uncounted (a hit another worker served and
-        counted, promoted by this one): in the own part's threads."""
+        """A block this worker keeps here, read uncounted in its threads (to promote another worker's hit)."""
         data = await self.own.in_thread(self.read_other, block_id)
         return None if data is None else bytes(data)
 
@@ -216,7 +208,7 @@ class SharedTier:
         elif (data := self._read_other_cached(block_id)) is None:
             data = await self.own.in_thread(self.read_other, block_id)
             if data is not None:
-                self._note_read(block_id.name)
+                self._read_lately.put(block_id.name, self._clock())
         if data is None:  # a miss is the owner's to count, when it is asked for the block
             return None
         self.stats.hits += 1
@@ -225,22 +217,49 @@ class SharedTier:
 
     def get_now(self, block_id: BlockId) -> bytes | memoryview | None:
         """A held block (counted as a hit), or None, counting nothing: on tmpfs any block; on a
-        disk one this worker keeps, from the page cache (DiskTier.get_now)."""
-        mine = self._owned.get(block_id.name)  # (`owns`, asked once a block: every hit of the node asks)
+        disk one this worker keeps, from the page cache (DiskTier.get_now). On tmpfs, one mapped
+        and compared with its file lately is answered here, as the own part's get_now and
+        MappedBlocks.held would (without their frames: every hit of the node asks)."""
+        name = block_id.name
+        mine = self._owned.get(name)  # (`owns`, asked once a block)
         if mine is None:
             mine = self.owns(block_id)
-            self._owned.put(block_id.name, mine)
-        if mine:
+            self._owned.put(name, mine)
+        mapped = self._mapped  # (an own block is mapped only while its part indexes it: DiskTier._forget)
+        held = None if mapped is None else mapped.mapping_of(name)
+        data: bytes | memoryview | None
+        if held is not None and mapped is not None and mapped.clock() - held.checked < mapped.recheck:
+            mapped.mark_read(name)
+            view = held.data
+            data = view[:] if len(view) >= VIEW_SIZE else view.tobytes()  # (store.mapped's _handed)
+            if mine:
+                self.stats.hits += 1
+                self._access(name)  # (DiskTier._hit's)
+                return data
+        elif mine:
             return self.own.get_now(block_id)
-        data = self.read_other(block_id) if self._inline else self._read_other_cached(block_id)
-        if data is not None:
-            self.stats.hits += 1
-            notes = self.notes  # (_noted's, without its frame)
-            if notes is not None and notes.note(block_id):
+        elif (data := self.read_other(block_id) if self._inline else self._read_other_cached(block_id)) is None:
+            return None
+        self.stats.hits += 1
+        notes = self.notes  # (_noted's, without its frames)
+        if notes is not None:
+            route = notes.routes.get(name)
+            if route[0].push(route[1]) if route is not None else notes.note(block_id):
                 self.stats.notes_sent += 1
-            elif notes is not None:
+            else:
                 self.stats.notes_dropped += 1
         return data
+
+    def touch(self, block_id: BlockId) -> bool:
+        """A hit counted as `get` counts it, the block not read (Tier.touch): one this worker keeps, in its
+        part; another worker's on tmpfs, its file there (noted to its owner; on a disk, `in` sees none)."""
+        if self.owns(block_id):
+            return self.own.touch(block_id)
+        held = self._inline and os.path.exists(self.own.block_path(block_id.name))
+        if held:
+            self.stats.hits += 1
+            self._noted(block_id)
+        return held
 
     async def put(self, block_id: BlockId, data: bytes) -> list[BlockId]:
         return [victim for victim, _ in await self.put_demoting(block_id, data)]
@@ -255,154 +274,6 @@ class SharedTier:
             await self.own.remove(piece)
         return [(victim, None if pieces.is_piece(victim) else kept) for victim, kept in victims]
 
-    # --- parts of blocks (store.pieces), on tmpfs --------------------------------------------
-
-    def piece(self, block_id: BlockId) -> tuple[int, bytes | memoryview] | None:
-        """(lo, bytes) of the block's piece, whichever worker keeps it, uncounted; None when none is."""
-        raw = self._read_piece(pieces.piece_id(block_id)) if self._inline else None
-        return None if raw is None else pieces.decoded(raw)
-
-    def _read_piece(self, piece: BlockId) -> bytes | None:
-        """A piece's file read now (on tmpfs: from memory), never through a mapping kept: a piece
-        grows under its name (a new file renamed over the old one), a block never changes."""
-        try:
-            return blockfile.read_block(self.own.block_path(piece.name), piece)
-        except FileNotFoundError:
-            return None
-        except (BadBlockError, OSError) as exc:  # (its owner deletes a bad one when it next writes the piece)
-            log.info("tier %s: piece %s unreadable: %s", self.name, piece.name, exc)
-            return None
-
-    def piece_hit(self, block_id: BlockId, lo: int, hi: int) -> bytes | memoryview | None:
-        """Bytes [lo, hi) of the block from its piece, counted as a hit (noted to the piece's
-        owner); None, counting nothing, when no piece holds them all."""
-        held = self.piece(block_id)
-        if held is None or not pieces.covers(held[0], held[0] + len(held[1]), lo, hi):
-            return None
-        piece = pieces.piece_id(block_id)
-        if self.owns(piece):
-            if piece.name in self.policy:  # (else written by another worker, not taken in yet)
-                self.policy.access(piece.name)
-        else:
-            self._noted(piece)
-        self.stats.hits += 1
-        return held[1][lo - held[0]:hi - held[0]]
-
-    async def put_piece(self, block_id: BlockId, lo: int, data: bytes
-                        ) -> tuple[tuple[int, bytes], list[tuple[BlockId, bytes | None]]]:
-        """Keep bytes [lo, lo + len(data)) of a block not held whole, joined with its piece: in
-        this worker's part when it owns the block, else written for its owner and noted to it
-        (`_adopt`). The piece now kept ((lo, b"") when none is) and the blocks evicted here."""
-        if not self._inline or not data:
-            return (lo, b""), []
-        if self.owns(block_id):
-            async with self._one_writer(pieces.piece_id(block_id).name):
-                return await self._join_own_piece(block_id, lo, data)
-        held = self.piece(block_id)
-        joined = pieces.join(None if held is None else (held[0], bytes(held[1])), lo, bytes(data))
-        piece, raw = pieces.piece_id(block_id), pieces.encoded(*joined)
-        if self.notes is None or not await self.own.in_thread(lambda b: self._write_for_owner(b, raw), piece):
-            return (lo, b""), []
-        if not self.notes.note(piece):  # its owner would never count it: not left in the folder
-            self.stats.notes_dropped += 1
-            await self.own.in_thread(lambda b: self._unlink_quiet(self.own.block_path(b.name)), piece)
-            return (lo, b""), []
-        self.stats.notes_sent += 1
-        return joined, []
-
-    async def _join_own_piece(self, block_id: BlockId, lo: int, data: bytes
-                              ) -> tuple[tuple[int, bytes], list[tuple[BlockId, bytes | None]]]:
-        """put_piece of a block this worker owns (under `_one_writer`)."""
-        held = self.piece(block_id)
-        joined = pieces.join(None if held is None else (held[0], bytes(held[1])), lo, bytes(data))
-        piece = pieces.piece_id(block_id)
-        victims = await self._keep_own_piece(piece, pieces.encoded(*joined))
-        return (joined if piece in self.own else (lo, b"")), victims
-
-    @contextlib.asynccontextmanager
-    async def _one_writer(self, name: str) -> AsyncIterator[None]:
-        """This worker's writes of one piece of its own, one at a time: joining bytes it brought and
-        taking in a file another worker wrote each read the piece, then write it again (two at once
-        would keep the one read first, and lose what the other joined)."""
-        lock, users = self._writers.setdefault(name, (asyncio.Lock(), [0]))
-        users[0] += 1
-        try:
-            async with lock:
-                yield
-        finally:
-            users[0] -= 1
-            if not users[0]:
-                del self._writers[name]
-
-    async def _keep_own_piece(self, piece: BlockId, raw: bytes) -> list[tuple[BlockId, bytes | None]]:
-        """The piece (`encoded` bytes) in this worker's part, in place of the one held before. Its file
-        is replaced, never deleted first: a worker reading the piece meanwhile reads the old one."""
-        await self.own.remove(piece, keep_file=True)
-        victims = await self.own.put_demoting(piece, raw)
-        if piece not in self.own:  # (not kept after all: no quota left but pinned blocks)
-            await self.own.in_thread(lambda b: self._unlink_quiet(self.own.block_path(b.name)), piece)
-        return [(victim, None if pieces.is_piece(victim) else kept) for victim, kept in victims]
-
-    def _write_for_owner(self, piece: BlockId, raw: bytes) -> bool:
-        """In the own part's threads: the piece's file, for the worker that owns it to take in."""
-        try:
-            blockfile.write_file(self.own.block_path(piece.name), encode_header(piece, len(raw), checksum(raw)), raw,
-                                 fsync=False, unlink=self._unlink_quiet)
-        except OSError as exc:
-            log.info("tier %s: piece %s for its owner not written: %s", self.name, piece.name, exc)
-            return False
-        return True
-
-    def _unlink_quiet(self, path: str) -> None:
-        blockfile.unlink_quiet(path, self.name)
-
-    def _adopt_later(self, name: str, size: int | None) -> None:
-        """`_adopt` in a task of its own, one at a time for a name (two at once would each
-        remove the file the other writes)."""
-        if name not in self._adopting:
-            task = self._adopting[name] = asyncio.get_running_loop().create_task(self._adopt(name, size))
-            task.add_done_callback(lambda _: self._adopting.pop(name, None))
-
-    async def _adopt(self, name: str, size: int | None) -> None:
-        async with self._one_writer(name):
-            await self._adopt_one(name, size)
-
-    async def _adopt_one(self, name: str, size: int | None) -> None:
-        """Take into this worker's part the piece another worker wrote under `name` for it (noted
-        to it), unless its part holds that piece already (`size`: the bytes it counts for it): its
-        bytes read from the file, which is then written again as this part's own."""
-        path = self.own.block_path(name)
-        try:
-            piece, length, _ = blockfile.read_entry(path, name)  # (on tmpfs: a read from memory)
-        except (BadBlockError, OSError):  # no file (a hit on a block gone since), or a bad one
-            return
-        if not pieces.is_piece(piece) or not self.owns(piece) or length == size:
-            return
-        if pieces.block_of(piece) in self.own:  # whole here since: the piece is of no more use
-            await self.own.in_thread(lambda _: self._unlink_quiet(path), piece)
-            return
-        raw = self._read_piece(piece)
-        if raw is not None:
-            await self._keep_own_piece(piece, raw)
-
-    async def write_for_owner(self, block_id: BlockId, data: bytes) -> int:
-        """On tmpfs, a block another worker owns written for it to take in (engine.lending): the file's inode, or 0."""
-        path = self.own.block_path(block_id.name)
-        return 0 if not self._inline or self.owns(block_id) else int(await self.own.in_thread(
-            lambda b: self._write_for_owner(b, data) and os.stat(path).st_ino, block_id) or 0)
-
-    def read_written(self, block_id: BlockId) -> bytes | None:
-        return self._read_piece(block_id)  # (never through a mapping kept: its owner writes the file again)
-
-    def drop_written(self, block_id: BlockId, inode: int = 0) -> None:
-        """Delete a file `write_for_owner` wrote: the owner's call, unless it kept the block; the
-        lender's (`inode`: the owner was not told), if it is still that file. (An unlink in memory.)"""
-        path = self.own.block_path(block_id.name)
-        with contextlib.suppress(OSError):
-            if (os.stat(path).st_ino == inode) if inode else \
-                    (self._inline and self.owns(block_id) and block_id not in self.own):
-                os.unlink(path)
-
     async def remove(self, block_id: BlockId) -> bool:
         """Remove a block this worker owns (another's is its owner's to remove)."""
         return await self.own.remove(block_id) if self.owns(block_id) else False
@@ -411,8 +282,7 @@ class SharedTier:
         """The block another worker owns, from its file, or None: on tmpfs through the file's
         mapping (event loop), on a disk read whole (threads). A bad file is left to its owner
         (which deletes it when it next reads it): this worker never changes another's part."""
-        files = self.own.files
-        mapped = files if isinstance(files, MappedBlocks) else None  # on tmpfs: through the file's mapping
+        mapped = self._mapped  # on tmpfs: through the file's mapping
         if mapped is not None and (data := mapped.held(block_id.name)) is not None:
             return data
         path = self.own.block_path(block_id.name)
@@ -425,9 +295,8 @@ class SharedTier:
             return None
 
     def _read_other_cached(self, block_id: BlockId) -> bytes | memoryview | None:
-        """Another worker's block on a disk, read on the event loop through its file kept if the
-        file was read lately and the page cache holds it all; else None (for the threads, which
-        also see a bad file)."""
+        """Another worker's block on a disk, read on the event loop through its file kept if it was read
+        lately and the page cache holds it all; else None (for the threads, which also see a bad file)."""
         name = block_id.name
         read = self._read_lately.get(name)
         if read is None or self._clock() - read > WARM:
@@ -440,11 +309,8 @@ class SharedTier:
         if data is None:
             return None
         self.stats.page_cache_hits += 1
-        self._note_read(name)
-        return data
-
-    def _note_read(self, name: str) -> None:
         self._read_lately.put(name, self._clock())
+        return data
 
     def __repr__(self) -> str:
         return f"SharedTier({self.own!r})"

@@ -50,6 +50,11 @@ class Tier(Protocol):
         page cache); counted as `get` counts a hit. None, counting nothing, otherwise. A large
         block may be a read-only view of a file's mapping (store.mapped), to be sent, not kept."""
 
+    def touch(self, block_id: BlockId) -> bool:
+        """A hit of a held block whose bytes the caller has already (a run of the origin brought
+        them again), counted as `get` counts a hit (the policy's access, the stats) without reading
+        it; False, counting nothing, when it is not held."""
+
     async def put(self, block_id: BlockId, data: bytes) -> list[BlockId]:
         """Store a block; returns the blocks evicted to make room (they are gone)."""
 

@@ -150,23 +150,49 @@ class TieredStore:
 
     async def get(self, block_id: BlockId) -> tuple[bytes, str] | None:
         """(data, tier name) or None. Never raises for cache trouble: that is a miss."""
-        if self._is_expired(block_id):
-            await self._remove_everywhere(block_id)
-            self.expired += 1
-            self.misses += 1
+        if await self._expired_now(block_id):
             return None
         for level, tier in enumerate(self.levels):
             data = await tier.get(block_id)
             if data is None:
                 continue
-            # Another worker's block is promoted by its owner, when it takes this hit's note.
-            if self.promote and level > 0 and block_id not in self.levels[0] and self.owns(block_id):
+            if self._promotes(level, block_id):
                 self.promotions += 1
                 await self._store_at(0, block_id, data)
             return data, tier.name
         if self.owns(block_id):  # else its owner counts the miss (a worker of a node of several)
             self.misses += 1
         return None
+
+    async def touch(self, block_id: BlockId, data: bytes | None = None) -> str | None:
+        """The name of the tier that holds the block, its hit counted as `get` counts it, without
+        reading it (Tier.touch): for a block whose bytes the caller has already (a run of the origin
+        brought it again, between blocks the run fetches). With `data`, the whole block, a hit below
+        memory is promoted as `get` promotes it. None, counting nothing, when no tier holds it."""
+        if await self._expired_now(block_id):
+            return None
+        for level, tier in enumerate(self.levels):
+            if not tier.touch(block_id):
+                continue
+            if data is not None and self._promotes(level, block_id):
+                self.promotions += 1
+                await self._store_at(0, block_id, data)
+            return tier.name
+        return None
+
+    def _promotes(self, level: int, block_id: BlockId) -> bool:
+        """Whether a hit at `level` copies the block into level 0 (CACHE_PROMOTE). Another worker's
+        block is promoted by its owner, when it takes this hit's note."""
+        return self.promote and level > 0 and block_id not in self.levels[0] and self.owns(block_id)
+
+    async def _expired_now(self, block_id: BlockId) -> bool:
+        """Whether the block is past its TTL: then removed from every level, a miss."""
+        if not self._is_expired(block_id):
+            return False
+        await self._remove_everywhere(block_id)
+        self.expired += 1
+        self.misses += 1
+        return True
 
     def get_now(self, block_id: BlockId) -> tuple[bytes | memoryview, str] | None:
         """`get` without an await: (data, tier name) when a tier can answer at once (memory, a

@@ -8,6 +8,7 @@ import mmap
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -126,6 +127,29 @@ class GatedDisk(DiskTier):
         self.writing.set()
         assert self.gate.wait(10)
         super()._write_file(path, header, data)
+
+
+def lru_order(policy: Any) -> list[str]:
+    """The keys of an LRU policy, the next victim first, the policy left as it was (each key
+    refused in turn goes to the back: after a whole pass, the order is the same)."""
+    order: list[str] = []
+    assert policy.victim(lambda key: bool(order.append(key))) is None
+    return order
+
+
+class ReadCountingDisk(DiskTier):
+    """A disk that counts the block files it reads: in its threads, or on the loop from the page cache."""
+
+    reads = 0
+
+    def _read_block(self, path: str, block_id: BlockId) -> bytes:
+        self.reads += 1
+        return super()._read_block(path, block_id)
+
+    def _read_cached(self, path: str, entry: Any) -> bytes | memoryview | None:
+        data = super()._read_cached(path, entry)
+        self.reads += data is not None
+        return data
 
 
 def files_under(root: str) -> list[str]:

@@ -157,7 +157,7 @@ def counting_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return checked
 
 
-def held(blocks: MappedBlocks, block: BlockId) -> mapped_module._Mapping:
+def held(blocks: MappedBlocks, block: BlockId) -> mapped_module.BlockMapping:
     """The mapping `blocks` holds of `block`'s file."""
     mapping = blocks._maps.get(block.name)
     assert mapping is not None

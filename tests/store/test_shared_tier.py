@@ -12,9 +12,11 @@ import pytest
 
 from gateway.store import blockfile
 from gateway.store.blocks import BlockId
+from gateway.store.hitnotes import HitNotes
+from gateway.store.mapped import MappedBlocks
 from gateway.store.policy import make_policy
 from gateway.store.shared import SharedTier
-from tests.store.helpers import bid, flip_last_byte, payload
+from tests.store.helpers import Clock, bid, flip_last_byte, lru_order, payload
 
 
 def even(block: BlockId) -> bool:
@@ -128,6 +130,72 @@ async def test_another_workers_disk_block_read_lately_is_read_on_the_loop(tmp_pa
         flip_last_byte(b.own.block_path(other.name))
         assert a.get_now(other) is None and await a.get(other) is None  # refused on the loop, and in the thread
         assert os.path.exists(b.own.block_path(other.name))  # left to its owner
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+@pytest.mark.parametrize("medium", ["memory", "ssd"])
+async def test_touch_counts_a_hit_without_reading_the_file(tmp_path: Path, medium: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A block whose bytes the caller has already: this worker's own is its part's hit (its policy
+    told); another worker's, on tmpfs where its file is seen, a hit of this part too; no file read."""
+    a, b = parts(tmp_path, 1000, medium)
+    await a.open()
+    await b.open()
+    try:
+        own, other, later = bid("k", 0), bid("k", 1), bid("k", 2)
+        for block in (own, later):
+            await a.put(block, payload(block, 100))
+        await b.put(other, payload(other, 100))
+        read: list[str] = []
+        monkeypatch.setattr(blockfile, "read_block", lambda path, block: read.append(path))
+        monkeypatch.setattr(blockfile, "map_file", lambda path, **_: read.append(path))
+        assert a.touch(own) is True and lru_order(a.policy) == [later.name, own.name]  # (the policy saw it)
+        assert a.touch(other) is (medium == "memory")  # on a disk, `in` does not see it either
+        assert a.touch(bid("gone", 1)) is False and b.touch(bid("gone", 1)) is False
+        assert (a.stats.hits, a.stats.misses, read) == (1 + (medium == "memory"), 0, [])
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_a_mapped_block_is_answered_as_its_files_read_would_be(tmp_path: Path) -> None:
+    """get_now of a block whose file is mapped (from its second read on) answers from the mapping
+    whichever worker owns it (each keeps up to 1/8 of its quota mapped), and counts as the reads through the own part or the other's file
+    count: this part's hit and its policy's access, or a hit noted to the owner. A block this
+    worker removed is gone at once; another's, once its mapping is compared with its file again."""
+    folder = str(tmp_path / "hits")
+
+    def tier(index: int) -> SharedTier:
+        return SharedTier(str(tmp_path / "mem"), 8000, make_policy("lru", 8000), lambda b: even(b) == (index == 0),
+                          medium="memory", name="mem",
+                          notes=HitNotes(folder, "mem", index, 2, lambda b: 0 if even(b) else 1))
+
+    a, b = tier(0), tier(1)
+    await a.open()
+    await b.open()
+    try:
+        mapped = a.own.files
+        assert isinstance(mapped, MappedBlocks)
+        clock = mapped.clock = Clock()
+        own, later, other = bid("k", 0), bid("k", 2), bid("k", 1)
+        for block in (own, later):
+            await a.put(block, payload(block, 100))
+        await b.put(other, payload(other, 100))
+        for _ in range(4):
+            assert a.get_now(own) == payload(own, 100) and a.get_now(other) == payload(other, 100)
+        assert own.name in mapped and other.name in mapped
+        assert (a.stats.hits, a.stats.notes_sent, b.take_notes()) == (8, 4, 4)
+        assert a.get_now(later) is not None and lru_order(a.policy) == [own.name, later.name]
+        assert a.get_now(own) is not None and lru_order(a.policy) == [later.name, own.name]  # its policy saw it
+        await a.remove(own)
+        assert a.get_now(own) is None and own.name not in mapped  # forgotten with its mapping
+        await b.remove(other)
+        assert a.get_now(other) == payload(other, 100)  # from its mapping, until it is compared again
+        clock.now += mapped.recheck
+        assert a.get_now(other) is None and other.name not in mapped
+        assert (a.stats.hits, a.stats.misses, a.stats.notes_sent) == (11, 0, 5)
     finally:
         await a.aclose()
         await b.aclose()

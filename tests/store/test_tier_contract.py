@@ -13,7 +13,7 @@ from gateway.store.disk import DiskTier
 from gateway.store.memory import MemoryTier
 from gateway.store.policy import make_policy
 from gateway.store.tier import Tier
-from tests.store.helpers import bid, payload
+from tests.store.helpers import bid, lru_order, payload
 
 MakeTier = Callable[..., Awaitable[Tier]]
 
@@ -45,6 +45,16 @@ async def test_put_get_round_trip_and_misses(make_tier: MakeTier) -> None:
     assert a in tier and b not in tier
     assert list(tier) == [a] and len(tier) == 1
     assert tier.used == 100
+
+
+async def test_touch_counts_a_hit_of_a_held_block_and_nothing_else(make_tier: MakeTier) -> None:
+    tier = await make_tier(1000)
+    a, b = bid("a"), bid("b")
+    await tier.put(a, payload(a, 100))
+    await tier.put(b, payload(b, 100))
+    assert tier.touch(a) is True and tier.touch(bid("c")) is False
+    assert (tier.stats.hits, tier.stats.misses) == (1, 0)
+    assert lru_order(tier.policy) == [b.name, a.name]  # type: ignore[attr-defined]  # (the policy saw the hit)
 
 
 async def test_empty_block(make_tier: MakeTier) -> None:

@@ -18,7 +18,7 @@ from gateway.store.disk import DiskTier
 from gateway.store.memory import MemoryTier
 from gateway.store.policy import make_policy
 from gateway.store.tiers import TieredStore
-from tests.store.helpers import Clock, FullDisk, bid, files_under, payload
+from tests.store.helpers import Clock, FullDisk, ReadCountingDisk, bid, files_under, lru_order, payload
 
 BLOCK = 10
 
@@ -157,6 +157,25 @@ async def test_a_hit_without_an_await_leaves_promotion_to_get(stores: MakeStore)
     assert unpromoted.get_now(blocks[0]) == (payload(blocks[0], BLOCK), "disk1")
 
 
+async def test_touch_counts_a_hit_without_reading_and_promotes_with_the_bytes_given(stores: MakeStore) -> None:
+    # A block whose bytes the caller has (a run brought it again): its tier's hit, the tier's policy
+    # told, no file read; promoted as get promotes it when the bytes come with it.
+    store = await stores(promote=True, disk_classes=(ReadCountingDisk, ReadCountingDisk))
+    blocks = [bid(f"k{i}") for i in range(6)]
+    for block in blocks:
+        await store.put(block, payload(block, BLOCK))
+    disk1 = store.disks[1]
+    assert isinstance(disk1, ReadCountingDisk) and where(store, blocks[0]) == ["disk1"]
+    assert await store.touch(bid("never-stored")) is None and store.stats()["hits"] == 0
+    assert await store.touch(blocks[0]) == "disk1" and where(store, blocks[0]) == ["disk1"]  # no bytes: not promoted
+    assert disk1.stats.hits == 1 and disk1.reads == 0
+    assert lru_order(disk1.policy)[-1] == blocks[0].name  # the policy saw the hit
+    assert await store.touch(blocks[0], payload(blocks[0], BLOCK)) == "disk1"
+    assert where(store, blocks[0]) == ["mem", "disk1"] and store.stats()["promotions"] == 1
+    assert await store.touch(blocks[0]) == "mem" and store.stats()["hits"] == 3
+    assert await store.get(blocks[0]) == (payload(blocks[0], BLOCK), "mem")
+
+
 async def test_promotion_off_leaves_blocks_where_they_are(stores: MakeStore) -> None:
     store = await stores(promote=False)
     blocks = [bid(f"k{i}") for i in range(6)]
@@ -265,6 +284,12 @@ async def test_ttl_expires_on_get_and_by_sweep(stores: MakeStore) -> None:
     clock.now += 200
     assert await store.expire() == 2  # d, and the long one
     assert where(store, forever) != [] and store.stats()["expired"] == 4
+    assert await store.touch(long) is None and store.stats()["expired"] == 4  # swept already
+    soon = bid("tmp/soon")
+    await store.put(soon, payload(soon, BLOCK))
+    clock.now += 11
+    assert await store.touch(soon) is None and where(store, soon) == []  # past its TTL: removed, as get does
+    assert store.stats()["expired"] == 5
 
 
 async def test_a_refetched_block_gets_a_fresh_ttl(stores: MakeStore) -> None:

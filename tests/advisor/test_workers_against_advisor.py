@@ -190,7 +190,7 @@ def test_a_node_of_workers_hits_as_the_advisor_replays_its_log(
     assert (run.notes_sent > 0) == (count > 1) and run.notes_dropped == 0
     # One block per object, fetched with one origin GET when missed: the node's block hit ratio is
     # what `gateway advise --workers N` says of its log.
-    assert abs(run.live - run.advised) <= (TOLERANCE_4_DISK if count == 4 and disk else TOLERANCE)
+    assert abs(run.live - run.advised) <= (TOLERANCE_4_DISK if count == 4 and disk else TOLERANCE) + 1e-9  # (a ratio's float)
     assert abs(run.live - run.one_store) <= {1: TOLERANCE, 2: SPLIT, 4: SPLIT_4}[count]
     # The x-cache answers say the same: a block read from another worker's file on a disk is a hit
     # (gateway/engine/xcache.py; before, 0.52-0.59 answered hits against 0.64-0.69 served with a disk).

@@ -367,7 +367,11 @@ class Reads:
             runs.remove(run)
             await run.aclose()
             held = await self.budget.take(fetch.length(block, meta))
-            data = await fetch.block(block, meta)
+            try:
+                data = await fetch.block(block, meta)
+            except BaseException:
+                self.budget.give(held)
+                raise
             begin = block.index * self.settings.block_size
             yield memoryview(data)[sent - begin:], sent, held
 

@@ -81,6 +81,7 @@ class MemoryOrigin:
         self.settings = OriginSettings(retries=0)
         self._held: asyncio.Event | None = None
         self.trickle: asyncio.Event | None = None  # set: an object's body, read in parts, half waits for it
+        self.cut: int | None = None  # set: a run's answer breaks off after so many bytes (get_run)
 
     def create_bucket(self, bucket: str) -> None:
         self.objects.setdefault(bucket, {})
@@ -126,8 +127,12 @@ class MemoryOrigin:
 
     async def get_run(self, bucket: str, key: str, *, query: Iterable[tuple[str, str]] = (),
                       headers: dict[str, str]) -> Answer:
-        """A GET of an object's bytes, read in parts (Origin.get_run)."""
-        return await self.send("GET", bucket, key, query=query, headers=headers)
+        """A GET of an object's bytes, read in parts (Origin.get_run); its body breaks off after
+        `cut` bytes when that is set (as a connection lost mid-answer)."""
+        answer = await self.send("GET", bucket, key, query=query, headers=headers)
+        if self.cut is not None:
+            answer._body = answer._body[:self.cut]
+        return answer
 
     async def head(self, bucket: str, key: str, *, query: Iterable[tuple[str, str]] = (),
                    headers: dict[str, str] | None = None) -> Answer:

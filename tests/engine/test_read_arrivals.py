@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from gateway.bytebudget import ByteBudget
 from gateway.config import CacheSettings
 from gateway.engine.fetch import BlockFetcher
 from gateway.engine.reads import Reads
 from gateway.engine.sources import version_of
+from gateway.errors import S3Error
 from gateway.objects import meta_from_headers
 from gateway.store.blocks import BlockId
 from gateway.store.disk import DiskTier
@@ -73,3 +76,21 @@ async def test_a_read_answered_whole_leaves_its_blocks_kept_when_it_is_closed_at
     assert got == BODY[:2 * BLOCK]
     # Closed the moment its last byte came: the run's pump was not cancelled keeping the last block.
     assert all(BlockId("b", "k", version_of(meta), index) in fetch.store for index in (0, 1))
+
+
+async def test_a_read_whose_answer_breaks_off_and_whose_block_cannot_be_had_gives_its_buffer_back():
+    origin = MemoryOrigin()
+    origin.put("b", "k", BODY)
+    meta = meta_from_headers((await origin.send("HEAD", "b", "k")).header_items)
+    reads, _ = await _reads(origin)
+    origin.cut = BLOCK + 1000  # the run's answer breaks off in its second block ...
+    read = await reads.read_object("b", "k", meta, start=0, end=3 * BLOCK - 1)
+    origin.down = True  # ... and that block's own fetch fails too
+    got = b""
+    with pytest.raises(S3Error):
+        async with read:
+            assert read.chunks is not None
+            async for chunk in read.chunks:
+                got += bytes(chunk)
+    assert BODY.startswith(got) and len(got) >= BLOCK  # what came was the object's, the first block whole
+    assert reads.budget.used == 0

@@ -142,7 +142,10 @@ def test_the_walk_through_runs_as_written(walk: tuple[Shell, Path, dict[int, int
     assert list(steps) == STEPS
     out = {}
     for name in STEPS:
-        out[name] = shell.run(_renumber(steps[name], ports))
+        try:
+            out[name] = shell.run(_renumber(steps[name], ports))
+        except AssertionError as exc:  # (with what the nodes said: a node that never got ready, say)
+            raise AssertionError(f"{exc}{_logs(folder)}") from None
         if name == "members":  # every node sees all within a heartbeat of the last one's start, as the doc says
             for _ in range(10):
                 if out[name].count("members   node1, node2, node3") == 3:

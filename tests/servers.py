@@ -5,6 +5,7 @@ product's `gateway demo` keeps its own)."""
 from __future__ import annotations
 
 import contextlib
+import random
 import re
 import socket
 import subprocess
@@ -26,6 +27,27 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def port_for_later() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now, below the kernel's range of ephemeral
+    ports: for a server started some seconds later, as a walk-through starts it. A port of
+    `free_port` is in that range, where any connection opened meanwhile (to Redis, to moto) may
+    take it as its own end, and the server then cannot bind it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+            low = int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(200):
+        port = random.randrange(10000, max(10001, low))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    return free_port()
 
 
 def wait_serving(probe: Callable[[], object], proc: subprocess.Popen[Any], what: str, *, timeout: float = 30,

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.engines.support import hive_catalog
-from tests.servers import free_port
+from tests.servers import free_port, port_for_later
 from tests.support import client_env, need_binary
 from tests.waiting import wait_for
 
@@ -120,7 +120,7 @@ def _logs(folder: Path) -> str:
 def walk(tmp_path: Path) -> Iterator[tuple[Shell, Path, dict[int, int]]]:
     for program in ("redis-server", "redis-cli", "nginx", "curl", "openssl"):
         need_binary(program, f"apt-get install {'redis-server' if program.startswith('redis') else program}")
-    ports = {port: free_port() for port in PORTS}  # written into the walk-through's files before anything starts
+    ports = {port: port_for_later() for port in PORTS}  # written into the walk-through's files before anything starts
     folder = tmp_path / "gateway-fleet"
     for name, text in blocks("fleet-file").items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)

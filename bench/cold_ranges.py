@@ -34,7 +34,7 @@ import cache_serving as cs
 import cold_requests as cr
 import workloads as wl
 
-ORIGIN_KINDS = ("GET", "HEAD", "LIST", "other")
+ORIGIN_KINDS = cr.ORIGIN_KINDS  # (the shaped proxy's request kinds, as bench/cold_requests.py counts them)
 
 
 def fill(moto: str, count: int, size: int) -> list[str]:

@@ -1,6 +1,7 @@
 """Listing pages: the origin's ListObjects answers for exactly one parameter set, cached in
 process (L1) and, when shared, in Redis (L2), while fresh and trusted; without Redis, in the
-worker of the node that owns the parameters (the others ask it: `_from_owner`)."""
+worker of the node that owns the parameters (the others ask it: `_from_owner`). A page of a folder
+under one whose whole page is held is read out of that page (engine.sublistings)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from gateway.config import ListingSettings
 from gateway.engine.coherence import Coherence, Epoch
 from gateway.engine.flight import SingleFlight
 from gateway.engine.siblings import Siblings
+from gateway.engine.sublistings import narrowable, narrowed, parents
 from gateway.errors import S3Error
 from gateway.origin import Origin
 from gateway.store.meta import ListingCache, ListingKey
@@ -57,6 +59,9 @@ class Listings:
             self.stats["list_hit"] += 1
             return page.body
         epoch = self._coherence.epoch(bucket)
+        below = self._read_out_of_parent(cache_key)
+        if below is not None:
+            return below
         ttl = self.settings.ttl
         if self.shared is not None:
             shared = await self.shared.get_listing(cache_key)
@@ -75,6 +80,24 @@ class Listings:
         if not self._coherence.trusted():  # a flight under way may have begun before an unheard write
             return await self._fetch(cache_key, query, epoch)
         return await self._flights.run((cache_key, epoch), lambda: self._fetch(cache_key, query, epoch))
+
+    def _read_out_of_parent(self, cache_key: ListingKey) -> bytes | None:
+        """The page read out of the fresh page of a folder above it that holds all of that folder
+        (engine.sublistings), kept here as long as that page is; None when none is held here."""
+        bucket, prefix, params = cache_key
+        if not narrowable(params) or not self._coherence.trusted():
+            return None
+        now = time.monotonic()
+        for parent in parents(prefix):
+            page = self.cache.get((bucket, parent, params))
+            if page is None or now >= page.expires:
+                continue
+            body = narrowed(page.body, prefix)
+            if body is not None:
+                self.stats["list_from_parent"] += 1
+                self.cache.put(cache_key, _Page(body, page.expires))
+                return body
+        return None
 
     async def _fetch(self, cache_key: ListingKey, query: list[tuple[str, str]], epoch: Epoch) -> bytes:
         """The page from the origin, kept unless an invalidation of its bucket came meanwhile."""

@@ -26,7 +26,7 @@ origin requests (GET of an object, HEAD, LIST) and bytes (answer bodies) of ever
 are counted at the shaped proxy, which both setups pass through (its /_shaped_proxy/counters);
 --requests-log writes each request of each workload and setup (method, target, Range, status, bytes);
 --json PATH the results as a JSON results file, from which bench/charts.py draws docs/benchmarks.md's chart.
---preload footers,full also runs each workload, before its cold run, on a fresh gateway into which
+--preload footers,full also runs each TPC-H workload, before its cold run, on a fresh gateway into which
 `gateway load` first loaded the tables the workload reads (`--footers`: only their footers; `full`:
 all of them), and prints its time against direct and what the load cost the origin.
 
@@ -321,13 +321,17 @@ def table_row(row: dict[str, object]) -> tuple[object, ...]:
             f"{row['cold_mb']:.1f} / {row['direct_mb']:.1f} MB ({times('bytes_ratio')})")
 
 
+def loadable_tables(queries: list[str]) -> list[tuple[str, str]]:
+    """The TPC-H tables (schema, table) that `queries` read: what `preload` loads."""
+    return sorted({(schema, table) for sql in queries for schema, table in re.findall(r"\b(parquet|orc)\.(\w+)", sql)})
+
+
 def preload(gateway: str, moto: str, proxy: str, queries: list[str], *, footers: bool) -> str:
     """`gateway load` (footers only, or whole) of the tables `queries` read, in the file metastore's
     folders; says how long it took and what it cost the origin against the tables' bytes."""
     from gateway.admin.client import AdminClient
 
-    tables = sorted({(schema, table) for sql in queries
-                     for schema, table in re.findall(r"\b(parquet|orc)\.(\w+)", sql)})
+    tables = loadable_tables(queries)
     before, t0 = settled(proxy), time.monotonic()
     for schema, table in tables:
         last = list(AdminClient(gateway, TOKEN, timeout=60).load(wl.BUCKET, f"metastore/{schema}/{table}/",
@@ -449,7 +453,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in plan:  # each workload directly, then on a fresh gateway (empty cache): cold, then again: warm
             direct[name], direct_phases = direct_passes(trino, name, plan[name], origin)
             phases += direct_phases
-            for mode in preloads:  # first, on a fresh gateway after `gateway load` of its tables
+            loads = preloads if loadable_tables(plan[name]) else []  # (of the TPC-H tables: none for the others)
+            for mode in loads:  # first, on a fresh gateway after `gateway load` of its tables
                 gw.stop()
                 gw.start()
                 loaded = preload(gw.endpoint, moto, origin, plan[name], footers=mode == "footers")

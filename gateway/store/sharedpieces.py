@@ -10,6 +10,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable
 
+from gateway.lru import LRU
 from gateway.store import blockfile, pieces
 from gateway.store.blockfile import BadBlockError, encode_header
 from gateway.store.blocks import BlockId, checksum
@@ -33,6 +34,7 @@ class SharedPieces:
     _inline: bool  # on tmpfs
     _adopting: dict[str, asyncio.Task[None]]
     _writers: dict[str, tuple[asyncio.Lock, list[int]]]
+    _read_written: LRU[str, tuple[int, int, int]]  # blocks read by read_written, not put yet: their file's identity
 
     def _noted(self, block_id: BlockId) -> None:
         """A hit of another worker's block: noted to that worker (a store of 16 bytes)."""
@@ -177,7 +179,18 @@ class SharedPieces:
             lambda b: self._write_for_owner(b, data) and os.stat(path).st_ino, block_id) or 0)
 
     def read_written(self, block_id: BlockId) -> bytes | None:
-        return self._read_piece(block_id)  # (never through a mapping kept: its owner writes the file again)
+        """The block another worker wrote for this one (`write_for_owner`), read and checked now (never
+        through a mapping kept), or None. The file read is remembered: this worker's `put` of the block
+        then takes it into its part as it is, while it is still that file, instead of writing it again."""
+        path = self.own.block_path(block_id.name)
+        try:
+            found = blockfile.identity(path)  # (before the read: a file renamed over it meanwhile is written again)
+        except OSError:
+            return None
+        data = self._read_piece(block_id)
+        if data is not None:
+            self._read_written.put(block_id.name, found)
+        return data
 
     def drop_written(self, block_id: BlockId, inode: int = 0) -> None:
         """Delete a file `write_for_owner` wrote: the owner's call, unless it kept the block; the

@@ -121,11 +121,13 @@ class SharedPieces:
             if not users[0]:
                 del self._writers[name]
 
-    async def _keep_own_piece(self, piece: BlockId, raw: bytes) -> list[tuple[BlockId, bytes | None]]:
+    async def _keep_own_piece(self, piece: BlockId, raw: bytes, in_place: tuple[int, int, int] | None = None
+                              ) -> list[tuple[BlockId, bytes | None]]:
         """The piece (`encoded` bytes) in this worker's part, in place of the one held before. Its file
-        is replaced, never deleted first: a worker reading the piece meanwhile reads the old one."""
+        is replaced, never deleted first: a worker reading the piece meanwhile reads the old one.
+        `in_place`: the identity of the file `raw` was read from, kept while it is still that file."""
         await self.own.remove(piece, keep_file=True)
-        victims = await self.own.put_demoting(piece, raw)
+        victims = await self.own.put_demoting(piece, raw, in_place=in_place)
         if piece not in self.own:  # (not kept after all: no quota left but pinned blocks)
             await self.own.in_thread(lambda b: self._unlink_quiet(self.own.block_path(b.name)), piece)
         return [(victim, None if pieces.is_piece(victim) else kept) for victim, kept in victims]
@@ -157,7 +159,8 @@ class SharedPieces:
     async def _adopt_one(self, name: str, size: int | None) -> None:
         """Take into this worker's part the piece another worker wrote under `name` for it (noted
         to it), unless its part holds that piece already (`size`: the bytes it counts for it): its
-        bytes read from the file, which is then written again as this part's own."""
+        bytes read from the file (checked), which is then this part's own as it is (written again
+        only if another was renamed over it meanwhile)."""
         path = self.own.block_path(name)
         try:
             piece, length, _ = blockfile.read_entry(path, name)  # (on tmpfs: a read from memory)
@@ -168,9 +171,10 @@ class SharedPieces:
         if pieces.block_of(piece) in self.own:  # whole here since: the piece is of no more use
             await self.own.in_thread(lambda _: self._unlink_quiet(path), piece)
             return
+        found = blockfile.identity_or_none(path)  # (before the read: a file renamed over it meanwhile is written again)
         raw = self._read_piece(piece)
         if raw is not None:
-            await self._keep_own_piece(piece, raw)
+            await self._keep_own_piece(piece, raw, found)
 
     async def write_for_owner(self, block_id: BlockId, data: bytes) -> int:
         """On tmpfs, a block another worker owns written for it to take in (engine.lending): the file's inode, or 0."""

@@ -14,6 +14,7 @@ The origin is moto behind bench/shaped_proxy.py (+25 ms first byte, 80 MB/s per 
 bench/engines.py); the gateway is a `gateway serve` process (server.workers default: one per core).
 
     .venv/bin/python bench/cold_ranges.py [--sizes=-65536,262144,1048576,4194304] [--reads 12] [--workers 1] [--profile PATH]
+        [--run-folder /run/s3gw-huge]   # a tmpfs: mount -t tmpfs -o size=2g,huge=within_size tmpfs /run/s3gw-huge
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency", default="25ms", help="origin: added before every answer's first byte")
     parser.add_argument("--rate", default="80MB", help="origin: bytes/s per connection each way")
     parser.add_argument("--workers", type=int, default=0, help="server.workers (0: the default, one per core)")
+    parser.add_argument("--run-folder", default="", help="server.run_folder (a tmpfs: say, one mounted with huge=within_size)")
     parser.add_argument("--seed", type=int, default=7, help="of the random offsets")
     parser.add_argument("--profile", default="", metavar="PATH",
                         help="py-spy record (raw, --subprocesses, --nonblocking) of the gateway's processes, written here")
@@ -85,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     version = wl.header("bench/cold_ranges.py: cold ranged GETs, directly and through a fresh gateway",
                         args.latency, args.rate,
                         f"sizes {sizes}, {args.reads} reads each, objects of {args.object_size} B; gateway: "
-                        f"server.workers {args.workers or f'default ({os.cpu_count()} cores)'}")
+                        f"server.workers {args.workers or f'default ({os.cpu_count()} cores)'}"
+                        f"{f', server.run_folder {args.run_folder}' if args.run_folder else ''}")
     load_start = wl.loadavg()
     code = wl.snapshot_code(tmp)
     rng = random.Random(args.seed)
@@ -94,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     with wl.shaped_moto(tmp, args.latency, args.rate) as (moto, proxy):
         keys = fill(moto, len(sizes) * args.reads + 1, args.object_size)
         gw = wl.gateway("gw", proxy, tmp, code, {"GATEWAY_METADATA_TTL": "10m", "GATEWAY_LISTING_TTL": "10m",
-                                                 **({"GATEWAY_SERVER_WORKERS": str(args.workers)} if args.workers else {})})
+                                                 **({"GATEWAY_SERVER_WORKERS": str(args.workers)} if args.workers else {}),
+                                                 **({"GATEWAY_SERVER_RUN_FOLDER": args.run_folder} if args.run_folder else {})})
         gw.start()
         print(f"gateway pid {gw.pid}", flush=True)
         try:

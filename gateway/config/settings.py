@@ -92,7 +92,7 @@ class ServerSettings:
         "", "With several workers: the folder (on tmpfs) each node makes its private folder in, which holds "
             "the memory tier's block files; empty: /dev/shm, else the temporary folder. A tmpfs mounted with "
             "`huge=within_size` keeps each block in large pages: writing a cold block there costs about a "
-            "quarter of the CPU (docs/benchmarks.md, cold reads).")
+            "fifth of the CPU (docs/benchmarks.md, cold reads).")
     worker_start_timeout: float = setting(
         60.0, "With several workers: a worker that does not serve this long after it was started is killed "
               "and started again (after a pause that doubles each time it fails in a row). Raise it where "

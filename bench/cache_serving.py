@@ -164,6 +164,18 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], what: str, log: Path | N
             time.sleep(0.1)
 
 
+def _wait_listening(log: Path, offset: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 60) -> None:
+    """Until the node logged (past `offset`) that every worker serves: with several workers the
+    port answers once the first does, and a read measured while another still starts shares the
+    cores with its start and finds it unable to answer ("worker N did not answer (worker-N:
+    ConnectionError)", the block fetched and not kept)."""
+    deadline = time.monotonic() + timeout
+    while b"gateway listening on" not in log.read_bytes()[offset:]:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"{what} did not say it serves\n{log.read_text(errors='replace')[-3000:]}")
+        time.sleep(0.05)
+
+
 def _stop(proc: subprocess.Popen[bytes], timeout: float = 10) -> None:
     if proc.poll() is None:
         proc.terminate()
@@ -218,6 +230,7 @@ class Gateway:
         self.workers = int(env.get("GATEWAY_SERVER_WORKERS", "1"))
         self.starts += 1
         log = self.workdir / f"{self.name.replace('/', '-')}.log"
+        logged = log.stat().st_size if log.exists() else 0
         with open(log, "ab") as fh:
             self.proc = subprocess.Popen(
                 [*(["taskset", "-c", self.cpus] if self.cpus else []),
@@ -225,6 +238,7 @@ class Gateway:
                 cwd=self.code, env=env, stdout=fh, stderr=subprocess.STDOUT,
             )
         _wait_http(self.endpoint + "/", self.proc, f"gateway {self.name}", log)
+        _wait_listening(log, logged, self.proc, f"gateway {self.name}")
 
     def record_peak(self) -> int:
         """The peak RSS so far: of all its processes together (a node of several workers: the

@@ -76,7 +76,9 @@ def supervise(settings: Settings, count: int, log_level: str, listening: Callabl
     """Run a node of `count` workers until SIGTERM or SIGINT; `listening(port)` once every
     worker serves. Raises ConfigError or NodeFailed (after stopping every worker) when the
     node cannot start or keeps failing."""
-    base = _tmpfs()
+    base = settings.server.run_folder or _tmpfs()
+    if not os.path.isdir(base):
+        raise ConfigError(f"server.run_folder: not a folder: {base}")
     _check_room(base, settings.cache.memory_quota)
     with listen(settings.server) as sock:
         port = sock.getsockname()[1]  # server.port 0: the one the system gave, which the workers are told

@@ -183,3 +183,25 @@ def test_hits_mode_runs_every_kind_of_row(tmp_path: Path) -> None:
         "same bytes again 4 KiB (reference)"]
     assert all(row["gateway_rps"] > 0 and row["nginx_rps"] > 0 for row in document["rows"])
     assert charts.draw(tmp_path / "hits.png", [tmp_path / "hits.json"]).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_gateway_is_measured_once_every_worker_serves(tmp_path: Path) -> None:
+    """Gateway.start waits for the node's "gateway listening on" line (past what an earlier start
+    logged), not only for the port's first answer: with two workers the first serves before the
+    second, and a read measured meanwhile shares the cores with its start and finds it unable to
+    answer ("worker 1 did not answer (worker-1: ConnectionError)", seen as 400-600 ms cold reads)."""
+    cs = serving_module()
+    log = tmp_path / "gw.log"
+    log.write_bytes(b"gateway listening on http://127.0.0.1:1 -> origin x\n")  # an earlier start's
+    offset = log.stat().st_size
+    writer = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(0.5); "
+                               "open(sys.argv[1], 'ab').write(b'gateway listening on http://127.0.0.1:2\\n'); "
+                               "time.sleep(30)", str(log)])
+    try:
+        cs._wait_listening(log, offset, writer, "gateway gw")
+        assert b"127.0.0.1:2" in log.read_bytes()  # (not the earlier start's line)
+    finally:
+        writer.kill()
+        writer.wait()
+    with pytest.raises(SystemExit, match="did not say it serves"):  # it exited first
+        cs._wait_listening(log, log.stat().st_size, writer, "gateway gw")

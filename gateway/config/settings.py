@@ -88,6 +88,11 @@ class ServerSettings:
            "CPU limit). With more than one, a supervisor starts them, restarts one that dies and passes SIGTERM "
            "and SIGHUP on; the memory tier then lives in files on /dev/shm (or the temporary folder), which "
            "must have room for `cache.memory_quota`, and `cache.read_buffer` is shared out among them.")
+    run_folder: str = setting(
+        "", "With several workers: the folder (on tmpfs) each node makes its private folder in, which holds "
+            "the memory tier's block files; empty: /dev/shm, else the temporary folder. A tmpfs mounted with "
+            "`huge=within_size` keeps each block in large pages: writing a cold block there costs about a "
+            "fifth of the CPU (docs/benchmarks.md, cold reads).")
     worker_start_timeout: float = setting(
         60.0, "With several workers: a worker that does not serve this long after it was started is killed "
               "and started again (after a pause that doubles each time it fails in a row). Raise it where "

@@ -207,6 +207,14 @@ def identity(path: str) -> tuple[int, int, int]:
     return _identity(os.stat(path))
 
 
+def identity_or_none(path: str) -> tuple[int, int, int] | None:
+    """`identity`, or None when there is no file at `path` (or it cannot be seen)."""
+    try:
+        return identity(path)
+    except OSError:
+        return None
+
+
 def _identity(status: os.stat_result) -> tuple[int, int, int]:
     return status.st_dev, status.st_ino, status.st_ctime_ns
 

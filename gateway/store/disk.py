@@ -1,8 +1,7 @@
 """The disk tier: one file per block in a fan-out of folders (store.blockfile), all file work in a thread pool.
 
 The index, the quota and the eviction policy live here, on the event loop; the file format
-and the blocking file operations are store.blockfile's.
-"""
+and the blocking file operations are store.blockfile's."""
 
 from __future__ import annotations
 
@@ -250,11 +249,12 @@ class DiskTier:
         """Store a block; returns the ids evicted to make room, whose files are deleted."""
         return [victim for victim, _ in await self._put(block_id, data, take=False)]
 
-    async def put_demoting(self, block_id: BlockId, data: bytes) -> list[tuple[BlockId, bytes | None]]:
-        """Store a block; returns the evicted blocks with their verified bytes (read in the
-        same hop that deletes them) so the caller can move them down a tier. A victim that
-        could not be read back (bad or unreadable file) comes with None: it is simply gone."""
-        return await self._put(block_id, data, take=True)
+    async def put_demoting(self, block_id: BlockId, data: bytes, *, in_place: tuple[int, int, int] | None = None
+                           ) -> list[tuple[BlockId, bytes | None]]:
+        """Store a block; returns the evicted blocks with their verified bytes (read in the same hop
+        that deletes them) to move down a tier (None: unreadable, gone). `in_place`: the identity of
+        the block's file at its path (another worker wrote it: store.shared), kept while it is that."""
+        return await self._put(block_id, data, take=True, in_place=in_place)
 
     async def remove(self, block_id: BlockId, *, keep_file: bool = False) -> bool:
         """Forget a block and delete its file (`keep_file`: left for the caller to write again, readers
@@ -277,7 +277,8 @@ class DiskTier:
 
     # --- put, in three steps: decide on the loop, work in a thread, settle on the loop -------
 
-    async def _put(self, block_id: BlockId, data: bytes, *, take: bool) -> list[tuple[BlockId, bytes | None]]:
+    async def _put(self, block_id: BlockId, data: bytes, *, take: bool,
+                   in_place: tuple[int, int, int] | None = None) -> list[tuple[BlockId, bytes | None]]:
         name = block_id.name
         if self._closed or name in self._index or name in self._pending:
             return []
@@ -293,7 +294,7 @@ class DiskTier:
         else:
             self.stats.rejected += 1  # only pinned blocks left to evict; the victims still go
         settle = functools.partial(self._settle_put, block_id, size, store)
-        work = functools.partial(self._store, block_id, data if store else None, victims, take)
+        work = functools.partial(self._store, block_id, data if store else None, victims, take, in_place)
         try:
             future = self._run(work)
         except RuntimeError as exc:  # the pool is shut down
@@ -396,10 +397,9 @@ class DiskTier:
 
     # --- executor side: never called on the event loop ---------------------------------------
 
-    def _store(
-        self, block_id: BlockId, data: bytes | None, victims: list[BlockId], take: bool
-    ) -> tuple[list[tuple[BlockId, bytes | None]], int, OSError | None]:
-        """Evict (reading the victims first if `take`), then write the new block."""
+    def _store(self, block_id: BlockId, data: bytes | None, victims: list[BlockId], take: bool,
+               in_place: tuple[int, int, int] | None) -> tuple[list[tuple[BlockId, bytes | None]], int, OSError | None]:
+        """Evict (reading the victims first if `take`), then write the new block (unless `in_place`)."""
         taken: list[tuple[BlockId, bytes | None]] = []
         bad = 0
         for victim in victims:
@@ -414,10 +414,11 @@ class DiskTier:
                     pass
             self._unlink_quiet(path)
             taken.append((victim, victim_data))
-        if data is None:
+        path = self.block_path(block_id.name)
+        if data is None or (in_place is not None and blockfile.identity_or_none(path) == in_place):
             return taken, bad, None
         try:
-            self._write_file(self.block_path(block_id.name), encode_header(block_id, len(data), checksum(data)), data)
+            self._write_file(path, encode_header(block_id, len(data), checksum(data)), data)
         except OSError as exc:
             return taken, bad, exc
         return taken, bad, None
@@ -442,8 +443,7 @@ class DiskTier:
         return [_Entry(*entry) for entry in found], bad, temporaries
 
     def _unlink_all(self, paths: list[str]) -> None:
-        for path in paths:
-            self._unlink_quiet(path)
+        list(map(self._unlink_quiet, paths))
 
     def _unlink_quiet(self, path: str) -> None:
         blockfile.unlink_quiet(path, self.name)

@@ -56,6 +56,7 @@ log = logging.getLogger("gateway.store")
 __all__ = ["SharedTier"]
 
 _WARM_FILES = 65536  # other workers' block files remembered as read lately (names and times)
+_READ_WRITTEN = 256  # blocks lent to this worker, read, and not put yet (their files' identities)
 NOTES_EVERY = 0.05  # seconds between two takes of the other workers' notes (and before each victim)
 NOTES_IDLE = 0.8  # at most, while none come: twice as long after each take that found none (an idle worker wakes less)
 
@@ -91,6 +92,7 @@ class SharedTier(SharedPieces):
         self._read_lately: LRU[str, float] = LRU(_WARM_FILES)  # others' files on a disk: name -> when read
         self._adopting: dict[str, asyncio.Task[None]] = {}  # pieces other workers wrote, being taken in
         self._writers: dict[str, tuple[asyncio.Lock, list[int]]] = {}  # pieces being written again here (_one_writer)
+        self._read_written: LRU[str, tuple[int, int, int]] = LRU(_READ_WRITTEN)  # (SharedPieces.read_written)
         self._others_open = OpenBlockFiles(recheck=1.0)  # kept, as the own part keeps its own
         self._owned: LRU[str, bool] = LRU(_WARM_FILES)  # owns() of the blocks hit lately, by name
         self._mapped = self.own.files if isinstance(self.own.files, MappedBlocks) else None  # on tmpfs: all mappings
@@ -269,7 +271,7 @@ class SharedTier(SharedPieces):
         evicted blocks with their bytes, to move down a tier (an evicted piece is freed)."""
         if not self.owns(block_id):
             return []
-        victims = await self.own.put_demoting(block_id, data)
+        victims = await self.own.put_demoting(block_id, data, in_place=self._read_written.pop(block_id.name))
         if block_id in self.own and (piece := pieces.piece_id(block_id)) in self.own:
             await self.own.remove(piece)
         return [(victim, None if pieces.is_piece(victim) else kept) for victim, kept in victims]

@@ -10,6 +10,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable
 
+from gateway.lru import LRU
 from gateway.store import blockfile, pieces
 from gateway.store.blockfile import BadBlockError, encode_header
 from gateway.store.blocks import BlockId, checksum
@@ -33,6 +34,7 @@ class SharedPieces:
     _inline: bool  # on tmpfs
     _adopting: dict[str, asyncio.Task[None]]
     _writers: dict[str, tuple[asyncio.Lock, list[int]]]
+    _read_written: LRU[str, tuple[int, int, int]]  # blocks read by read_written, not put yet: their file's identity
 
     def _noted(self, block_id: BlockId) -> None:
         """A hit of another worker's block: noted to that worker (a store of 16 bytes)."""
@@ -119,11 +121,13 @@ class SharedPieces:
             if not users[0]:
                 del self._writers[name]
 
-    async def _keep_own_piece(self, piece: BlockId, raw: bytes) -> list[tuple[BlockId, bytes | None]]:
+    async def _keep_own_piece(self, piece: BlockId, raw: bytes, in_place: tuple[int, int, int] | None = None
+                              ) -> list[tuple[BlockId, bytes | None]]:
         """The piece (`encoded` bytes) in this worker's part, in place of the one held before. Its file
-        is replaced, never deleted first: a worker reading the piece meanwhile reads the old one."""
+        is replaced, never deleted first: a worker reading the piece meanwhile reads the old one.
+        `in_place`: the identity of the file `raw` was read from, kept while it is still that file."""
         await self.own.remove(piece, keep_file=True)
-        victims = await self.own.put_demoting(piece, raw)
+        victims = await self.own.put_demoting(piece, raw, in_place=in_place)
         if piece not in self.own:  # (not kept after all: no quota left but pinned blocks)
             await self.own.in_thread(lambda b: self._unlink_quiet(self.own.block_path(b.name)), piece)
         return [(victim, None if pieces.is_piece(victim) else kept) for victim, kept in victims]
@@ -155,7 +159,8 @@ class SharedPieces:
     async def _adopt_one(self, name: str, size: int | None) -> None:
         """Take into this worker's part the piece another worker wrote under `name` for it (noted
         to it), unless its part holds that piece already (`size`: the bytes it counts for it): its
-        bytes read from the file, which is then written again as this part's own."""
+        bytes read from the file (checked), which is then this part's own as it is (written again
+        only if another was renamed over it meanwhile)."""
         path = self.own.block_path(name)
         try:
             piece, length, _ = blockfile.read_entry(path, name)  # (on tmpfs: a read from memory)
@@ -166,9 +171,10 @@ class SharedPieces:
         if pieces.block_of(piece) in self.own:  # whole here since: the piece is of no more use
             await self.own.in_thread(lambda _: self._unlink_quiet(path), piece)
             return
+        found = blockfile.identity_or_none(path)  # (before the read: a file renamed over it meanwhile is written again)
         raw = self._read_piece(piece)
         if raw is not None:
-            await self._keep_own_piece(piece, raw)
+            await self._keep_own_piece(piece, raw, found)
 
     async def write_for_owner(self, block_id: BlockId, data: bytes) -> int:
         """On tmpfs, a block another worker owns written for it to take in (engine.lending): the file's inode, or 0."""
@@ -177,7 +183,18 @@ class SharedPieces:
             lambda b: self._write_for_owner(b, data) and os.stat(path).st_ino, block_id) or 0)
 
     def read_written(self, block_id: BlockId) -> bytes | None:
-        return self._read_piece(block_id)  # (never through a mapping kept: its owner writes the file again)
+        """The block another worker wrote for this one (`write_for_owner`), read and checked now (never
+        through a mapping kept), or None. The file read is remembered: this worker's `put` of the block
+        then takes it into its part as it is, while it is still that file, instead of writing it again."""
+        path = self.own.block_path(block_id.name)
+        try:
+            found = blockfile.identity(path)  # (before the read: a file renamed over it meanwhile is written again)
+        except OSError:
+            return None
+        data = self._read_piece(block_id)
+        if data is not None:
+            self._read_written.put(block_id.name, found)
+        return data
 
     def drop_written(self, block_id: BlockId, inode: int = 0) -> None:
         """Delete a file `write_for_owner` wrote: the owner's call, unless it kept the block; the

@@ -234,6 +234,22 @@ def test_a_memory_quota_the_tmpfs_cannot_hold_is_refused_before_any_worker(origi
     assert "worker 0 started" not in output and not run_folders(pid=proc.pid)
 
 
+def test_the_run_folder_is_made_in_server_run_folder(origin: str, tmp_path: Path):
+    """server.run_folder: where the node's folder (sockets, the memory tier's block files) is made, say
+    a tmpfs mounted with huge=within_size; one that is not a folder is refused before any worker."""
+    with GatewayProcess(origin, workers=2, GATEWAY_SERVER_RUN_FOLDER=str(tmp_path),
+                        GATEWAY_CACHE_MEMORY_QUOTA="64MiB") as node:
+        s3 = client(node.endpoint)
+        s3.put_object(Bucket=BUCKET, Key="k", Body=b"x" * 5000)
+        assert s3.get_object(Bucket=BUCKET, Key="k")["Body"].read() == b"x" * 5000
+        made = list(tmp_path.glob(f"s3gw-{node.port}-*"))
+        assert len(made) == 1 and (made[0] / "memory").is_dir() and not run_folders(node.port)
+    assert not list(tmp_path.glob("s3gw-*"))  # removed with the node
+    proc = serve(origin, "--workers", "2", "--port", "0", GATEWAY_SERVER_RUN_FOLDER=str(tmp_path / "none"))
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "Error: server.run_folder: not a folder:" in output, output
+
+
 def test_a_worker_that_keeps_dying_as_it_starts_stops_the_node(origin: str):
     proc = serve(origin, "--workers", "2", "--port", "0", "--skip-checks")
     killed: set[int] = set()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -83,6 +84,22 @@ async def test_a_piece_of_another_workers_block_is_written_for_it_and_counted_in
         assert block not in b and a.piece_hit(block, 0, BLOCK) == data
 
 
+async def test_the_owner_takes_a_piece_another_worker_wrote_as_that_file_not_written_again(tmp_path: Path) -> None:
+    """The piece's bytes cross tmpfs once: the owner reads the file (checked) and keeps it as it is."""
+    async with opened(tmp_path, 10 * BLOCK) as (a, b):
+        block = bid("k", 1)  # b's
+        data = payload(block, BLOCK)
+        writes: list[str] = []
+        write = b.own._write_file
+        b.own._write_file = lambda path, head, raw: (writes.append(path), write(path, head, raw))[1]  # type: ignore[method-assign]
+        assert (await a.put_piece(block, 0, data[:4096]))[0] == (0, data[:4096])  # written by a, for b
+        path = b.own.block_path(pieces.piece_id(block).name)
+        inode = os.stat(path).st_ino
+        await eventually(lambda: pieces.piece_id(block) in b, what="b takes the piece in")
+        assert writes == [] and os.stat(path).st_ino == inode and b.used == 4096 + 8
+        assert b.piece_hit(block, 0, 4096) == data[:4096] and a.piece_hit(block, 0, 4096) == data[:4096]
+
+
 async def test_pieces_are_evicted_under_pressure_as_blocks_are_and_never_demoted(tmp_path: Path) -> None:
     async with opened(tmp_path, 3 * BLOCK) as (a, b):
         blocks = [bid(f"k{i}", 0) for i in range(4)]  # all a's
@@ -117,10 +134,10 @@ async def test_a_piece_written_again_is_never_missing_and_no_join_is_lost(tmp_pa
         seen: list[tuple[int, bytes | memoryview] | None] = []
         put, write = a.own.put_demoting, asyncio.Event()
 
-        async def watched(piece: BlockId, raw: bytes) -> object:  # b reads while a writes the piece again
+        async def watched(piece: BlockId, raw: bytes, **kept: object) -> object:  # b reads while a writes the piece again
             seen.append(b.piece(block))
             write.set()
-            return await put(piece, raw)
+            return await put(piece, raw, **kept)  # type: ignore[arg-type]
         a.own.put_demoting = watched  # type: ignore[method-assign]
         first = asyncio.create_task(store.put_piece(block, 4000, data[4000:8000], BLOCK))
         await write.wait()

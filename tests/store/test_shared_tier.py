@@ -199,3 +199,33 @@ async def test_a_mapped_block_is_answered_as_its_files_read_would_be(tmp_path: P
     finally:
         await a.aclose()
         await b.aclose()
+
+
+async def test_a_block_lent_in_its_file_is_kept_as_that_file_not_written_again(tmp_path: Path) -> None:
+    """The owner of a block another worker wrote for it (write_for_owner, engine.lending) reads it
+    (checked), then keeps that file as it is: one write of the block's bytes, not two; a file
+    renamed over it between its read and its put (another lender's) is written again."""
+    a, b = parts(tmp_path, 1000)
+    await a.open()
+    await b.open()
+    writes: list[str] = []
+    write = a.own._write_file
+    a.own._write_file = lambda path, header, data: (writes.append(path), write(path, header, data))[1]  # type: ignore[method-assign]
+    try:
+        lent, again = bid("lent", 0), bid("again", 2)  # a's blocks, brought by b
+        for block in (lent, again):
+            assert await b.write_for_owner(block, payload(block, 100))
+        path = a.own.block_path(lent.name)
+        inode = os.stat(path).st_ino
+        assert a.read_written(lent) == payload(lent, 100)
+        await a.put(lent, payload(lent, 100))
+        assert lent in a and os.stat(path).st_ino == inode and writes == []
+        a.drop_written(lent)  # (the take's last step: the file is a's own now, and stays)
+        assert os.path.exists(path) and await b.get(lent) == payload(lent, 100) and a.used == 100
+        assert a.read_written(again) == payload(again, 100)
+        assert await b.write_for_owner(again, payload(again, 100))  # another file renamed over the one read
+        await a.put(again, payload(again, 100))
+        assert writes == [a.own.block_path(again.name)] and await a.get(again) == payload(again, 100)
+    finally:
+        await a.aclose()
+        await b.aclose()

@@ -73,12 +73,13 @@ def _anew(text: str) -> str:
     return text.encode().decode()
 
 
-def requests(count: int, presigned: bool, same: bool = False) -> list[tuple[str, str, str, tuple[tuple[str, str], ...]]]:
+def requests(count: int, presigned: bool,
+             same: bool = False) -> list[tuple[str, str, str, tuple[tuple[str, str], ...]]]:
     """(method, raw path, query string, headers) of `count` GETs, each signed on its own (`same`:
     the first of them `count` times, its strings copied anew each time)."""
     if same:
-        (method, path, query, headers), = requests(1, presigned)
-        return [(method, _anew(path), _anew(query), tuple((_anew(n), _anew(v)) for n, v in headers))
+        (method, path, query, wire), = requests(1, presigned)
+        return [(method, _anew(path), _anew(query), tuple((_anew(n), _anew(v)) for n, v in wire))
                 for _ in range(count)]
     made = []
     for number in range(count):

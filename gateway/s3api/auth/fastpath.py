@@ -62,7 +62,7 @@ def fast_identity(view: RequestView, secret_for: SecretLookup, now: datetime, ma
     check gives it; None when that check must answer."""
     query = view.query_string
     # (Where the SDKs put it, the last parameter, seen without searching the query)
-    if query[-80:-64] == "X-Amz-Signature=" or "X-Amz-Signature=" in query:
+    if query and (query[-80:-64] == "X-Amz-Signature=" or "X-Amz-Signature=" in query):
         return presigned_fast(view, secret_for, now, max_skew)
     return sigv4_fast(view, secret_for, now, max_skew)
 

@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from operator import itemgetter
+from typing import cast
 
 from gateway.s3api.auth.common import _percent_decode
 from gateway.s3api.auth.sigv4 import _canonical_uris
@@ -96,7 +97,7 @@ def canonical_query(query_string: str) -> tuple[str, AuthValues | None] | None:
         pairs.append((_encode(name) if len(name) <= _REMEMBERED else uri_encode(name, keep_slash=False),
                       _encode(value) if len(value) <= _REMEMBERED else uri_encode(value, keep_slash=False)))
     pairs.sort()
-    values = tuple(found)
+    values = cast(AuthValues, tuple(found))
     return "&".join(f"{name}={value}" for name, value in pairs), (None if values == _NONE else values)
 
 

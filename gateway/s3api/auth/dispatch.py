@@ -50,19 +50,17 @@ def authenticate(
         identity = fast_identity(view, secret_for, now, max_skew)
         return identity if identity is not None else _authenticate(view, secret_for, now, max_skew,
                                                                     bucket_from_host, verified)
-    # Looked up, and kept whole, from the second time its query comes (memo.again): a presigned URL
-    # used once costs neither.
-    request = None
-    if verified.again(view.query_string):
-        request = (view.method, view.raw_path, view.query_string, view.headers, bucket_from_host, max_skew)
-        kept = verified.kept(request)
-        known = None if kept is None else verified.valid(kept, secret_for, now)
+    request = (view.method, view.raw_path, view.query_string, view.headers, bucket_from_host, max_skew)
+    kept = verified.kept(request)
+    if kept is not None:
+        known = verified.valid(kept, secret_for, now)
         if known is not None:
             return known
     identity = fast_identity(view, secret_for, now, max_skew)
     if identity is None:
         identity = _authenticate(view, secret_for, now, max_skew, bucket_from_host, verified)
-    if request is not None and identity.access_key is not None and _size(view) <= KNOWN_REQUEST_MAX:
+    # Kept whole from the second time its query comes (memo.again): a presigned URL used once is not.
+    if identity.access_key is not None and verified.again(view.query_string) and _size(view) <= KNOWN_REQUEST_MAX:
         checked_with = secret_for(identity.access_key)
         if checked_with is not None:
             verified.know(request, identity, checked_with)

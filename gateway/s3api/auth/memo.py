@@ -17,16 +17,17 @@ these, the secret and the time alone. So a hit is used only while the access key
 still the one it was checked with and the time checks that passed then pass at this moment
 (Identity.valid_at: the same bounds, inclusive, that the checks compare with).
 
-A whole request is looked up and kept only from the second time it comes (`again`): a presigned
-URL used once (a web page's images, a notebook's `generate_presigned_url` per file) never comes
-back, and its look-up and keeping cost its check 15,000 instructions of 66,000
-(`bench/auth_instructions.py --presigned`) for nothing. What is remembered of a request is the
-hash of its query's last 64 characters (where the SDKs put X-Amz-Signature: a URL's own; hashed
-for less than its whole key), in one slot of a table 16 times the memo's size (2.6 MB at most
-for 4,096 requests; a later request of the same slot takes it). A presigned URL sent again and
-again (a dashboard's) is checked in full twice, then answered by a look-up. Requests whose
-queries end alike (an empty one, say) count as come before: looked up and kept every time. A
-hit is still of the whole key: what `again` says only ever costs or saves instructions.
+A whole request is kept only from the second time it comes (`again`): a presigned URL used once
+(a web page's images, a notebook's `generate_presigned_url` per file) never comes back, and its
+keeping cost its check ~10,000 instructions (`bench/auth_instructions.py --presigned`: the
+request's size, the LRU's frames, the garbage collector's walks of what it kept) for nothing.
+What is remembered of a request is the hash of its query's last 64 characters (where the SDKs put
+X-Amz-Signature: a URL's own; hashed for less than its whole key), in one slot of a table 16
+times the memo's size (512 KiB for 4,096 requests; a later request of the same slot takes it).
+A presigned URL sent again and again (a dashboard's) is checked in full twice, then answered by
+a look-up, as cheap as before. Requests whose queries end alike (an empty one, say) count as come
+before: kept every time. A hit is still of the whole key: what `again` says only ever costs or
+saves instructions.
 
 A request that carries `amz-sdk-invocation-id` is neither looked up nor kept: the AWS SDKs (and
 the engines and tools on them: boto3, the Java, Go, JavaScript and C++ SDKs, PyArrow, Trino)
@@ -37,6 +38,7 @@ for byte, and keeping it cost such a request 12% of its check (37,000 of 303,000
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Hashable
 from datetime import datetime
 
@@ -79,13 +81,15 @@ class VerifiedSignatures:
         while slots < 16 * size:
             slots *= 2
         self._mask = slots - 1
-        # By hash & mask, the hash last seen there (held as Python's int: no conversion, ~40 bytes a slot)
-        self._seen: list[int] = [0] * slots
+        # By hash & mask, the hash last seen there: 8 bytes a slot, and no object for the garbage
+        # collector to walk (a list of 65,536 ints cost the SDK's header-signed check, which never
+        # uses it, ~2,700 instructions of collections a request: bench/auth_instructions.py)
+        self._seen = array("q", bytes(8 * slots))
         self.hits = 0
 
     def again(self, query_string: str) -> bool:
         """Whether a request of this query came before (the last of its slot): only then is it
-        looked up (`kept`) and kept (`know`); if not, it is the one remembered there now."""
+        kept (`know`); if not, it is the one remembered there now."""
         hashed = hash(query_string[-SEEN_BY:])
         slot = hashed & self._mask
         if self._seen[slot] == hashed:

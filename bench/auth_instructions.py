@@ -10,12 +10,16 @@ each code tree given, and prints the difference per request.
 The requests are what an SDK sends for a GetObject: SigV4 in the Authorization header, as
 botocore signs it, each with its own amz-sdk-invocation-id (so its own signature), checked with
 the memo of verified signatures the gateway runs with (auth.memo). `--presigned`: presigned
-GETs instead, each its own URL. The work tree is counted twice when its compiled SigV4 check
+GETs instead, each its own URL. `--same`: one request sent again and again (a dashboard's presigned
+URL, fetched anew on every refresh: answered by the memo from its third time; a header-signed one
+is signed anew by its SDK each time, so it is the same as without), each with its own copies of its
+strings, as each read from the wire is. The work tree is counted twice when its compiled SigV4 check
 (gateway/s3api/auth/_sigv4check.c, built by `pip install -e .`) is there: with it, and with its
 pure-Python twin (auth.sigv4check) in its place.
 
     .venv/bin/python bench/auth_instructions.py --baseline HEAD~1          # the work tree against it
     .venv/bin/python bench/auth_instructions.py --baseline 5fed3b3 --presigned
+    .venv/bin/python bench/auth_instructions.py --baseline 5fed3b3 --presigned --same
 
 Needs: apt-get install -y valgrind. About 20 s of valgrind per process, 4 processes per tree pair.
 """
@@ -64,8 +68,19 @@ for view in views[:int(sys.argv[3])]:
 """
 
 
-def requests(count: int, presigned: bool) -> list[tuple[str, str, str, tuple[tuple[str, str], ...]]]:
-    """(method, raw path, query string, headers) of `count` GETs, each signed on its own."""
+def _anew(text: str) -> str:
+    """A copy of `text` (a str of its own, its hash not known yet)."""
+    return text.encode().decode()
+
+
+def requests(count: int, presigned: bool,
+             same: bool = False) -> list[tuple[str, str, str, tuple[tuple[str, str], ...]]]:
+    """(method, raw path, query string, headers) of `count` GETs, each signed on its own (`same`:
+    the first of them `count` times, its strings copied anew each time)."""
+    if same:
+        (method, path, query, wire), = requests(1, presigned)
+        return [(method, _anew(path), _anew(query), tuple((_anew(n), _anew(v)) for n, v in wire))
+                for _ in range(count)]
     made = []
     for number in range(count):
         headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity", "amz-sdk-request": "attempt=1"}
@@ -103,11 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", help="a git revision to compare the work tree with")
     parser.add_argument("--count", type=int, default=400, help="requests authenticated per process")
     parser.add_argument("--presigned", action="store_true", help="presigned GETs instead of header-signed ones")
+    parser.add_argument("--same", action="store_true", help="one request sent again and again")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="gateway-auth-instructions-") as tmp:
         views = Path(tmp) / "requests.pickle"
         with views.open("wb") as out:
-            pickle.dump((requests(args.count + 1, args.presigned), datetime.now(timezone.utc), KEY), out)
+            pickle.dump((requests(args.count + 1, args.presigned, args.same), datetime.now(timezone.utc), KEY), out)
         trees = {"work tree": (ROOT, False)}
         if compiled(ROOT):
             trees = {"work tree, pure-Python twin": (ROOT, True), "work tree, compiled": (ROOT, False)}
@@ -116,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             trees = {described: (Path(tmp) / "baseline", False), **trees}
         kind = "presigned" if args.presigned else "header-signed (SDK)"
         print(f"bench/auth_instructions.py {' '.join(argv if argv is not None else sys.argv[1:])}")
-        print(f"{args.count} {kind} GETs, each signed on its own, authenticated with the memo on")
+        sent = "one of them sent again and again" if args.same else "each signed on its own"
+        print(f"{args.count} {kind} GETs, {sent}, authenticated with the memo on")
         for name, (code, twin) in trees.items():
             per_request = (instructions(code, views, args.count, twin) - instructions(code, views, 0, twin)) / args.count
             print(f"  {name}: {per_request:,.0f} instructions per authentication")

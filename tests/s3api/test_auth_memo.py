@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from gateway.errors import S3Error
 from gateway.s3api.auth import RequestView, VerifiedSignatures, authenticate
-from gateway.s3api.auth.memo import KNOWN_REQUEST_MAX
+from gateway.s3api.auth.memo import KNOWN_REQUEST_MAX, SEEN_BY
 from tests.s3api.test_auth import NOW, SK, presign_v2, presign_v4, secret_for, sigv2, sigv4
 
 
@@ -85,7 +85,8 @@ def mutate(view: RequestView, what: str, at: int) -> RequestView:
 def test_a_memo_never_changes_an_answer(which: int, what: str, at: int, later: int, rotated: bool) -> None:
     memo = VerifiedSignatures()
     original = SIGNED[which]
-    assert not isinstance(outcome(original, NOW, memo), tuple)  # verified, and kept
+    for _ in range(2):  # a whole GET or HEAD is kept the second time it comes
+        assert not isinstance(outcome(original, NOW, memo), tuple)  # verified, and kept
     view = mutate(original, what, at)
     now = NOW + timedelta(seconds=later)
     secrets = {k: (v + "-rotated" if rotated and v == SK else v) for k, v in
@@ -94,17 +95,55 @@ def test_a_memo_never_changes_an_answer(which: int, what: str, at: int, later: i
 
 
 def test_a_request_sent_again_is_answered_from_the_memo() -> None:
-    memo = VerifiedSignatures()
+    """A signature (PUT) from the second time it comes; a whole GET or HEAD is kept the second time
+    it comes (memo.again) and answered from the memo from the third; with an empty query (its
+    query ends as others' do: counted as come before) from the second."""
     for view in SIGNED:
+        memo = VerifiedSignatures()
+        early = view.method == "PUT" or not view.query_string
         first = outcome(view, NOW, memo)
         assert outcome(view, NOW, memo) == first
-    assert memo.hits == len(SIGNED)
+        assert memo.hits == early
+        assert outcome(view, NOW, memo) == first
+        assert memo.hits == 1 + early
+
+
+def test_a_get_that_comes_once_is_not_kept() -> None:
+    """A presigned URL used once (a web page's image, a notebook's generate_presigned_url per file)
+    costs no keeping; one that comes again is kept, and answered from the memo from then on."""
+    memo = VerifiedSignatures()
+    gets = [view for view in SIGNED if view.method in ("GET", "HEAD") and view.query_string]
+    for view in gets:
+        outcome(view, NOW, memo)
+    assert len(memo._requests) == 0 and memo.hits == 0
+    for view in gets:
+        outcome(view, NOW, memo)
+    assert len(memo._requests) == len(gets) and memo.hits == 0
+    for view in gets:
+        outcome(view, NOW, memo)
+    assert memo.hits == len(gets)
+
+
+def test_a_request_whose_slot_another_took_is_kept_the_next_time() -> None:
+    """The table of requests seen once holds one per slot: a request whose slot a later one took
+    is checked again in full, and kept the time after."""
+    memo = VerifiedSignatures(size=1)  # 16 slots
+    view = SIGNED[0]
+    outcome(view, NOW, memo)
+    memo._seen[hash(view.query_string[-SEEN_BY:]) & memo._mask] = 0  # taken by another
+    outcome(view, NOW, memo)
+    assert len(memo._requests) == 0
+    outcome(view, NOW, memo)
+    assert len(memo._requests) == 1 and memo.hits == 0
+    assert outcome(view, NOW, memo) == outcome(view, NOW, None) and memo.hits == 1
 
 
 def test_the_memo_keeps_at_most_its_size() -> None:
     memo = VerifiedSignatures(size=2)
     for view in SIGNED:
         outcome(view, NOW, memo)
+        outcome(view, NOW, memo)
+    memo.hits = 0
     assert len(memo._verified) <= 2 and len(memo._requests) == 2
     outcome(SIGNED[0], NOW, memo)  # the oldest went first: checked again, not a hit
     assert memo.hits == 0
@@ -114,6 +153,7 @@ def test_a_whole_get_is_known_only_within_its_time_bounds_and_secret() -> None:
     memo = VerifiedSignatures()
     view = SIGNED[0]  # presigned for an hour from NOW
     first = outcome(view, NOW, memo)
+    assert outcome(view, NOW, memo) == first and memo.hits == 0  # kept now
     assert outcome(view, NOW + timedelta(seconds=3600), memo) == first and memo.hits == 1
     assert outcome(view, NOW + timedelta(seconds=3600, microseconds=1), memo) == ("AccessDenied", "Request has expired")
     rotated = {"AKIAGATEWAYTEST": SK + "-rotated"}

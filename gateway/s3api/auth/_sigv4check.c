@@ -8,7 +8,9 @@
  * general path. The checks of scopes, dates, keys and windows stay in auth.fastpath.
  *
  *   header_parts(headers) -> (credential, signed_headers, signature, x-amz-date, x-amz-content-sha256) | None
- *   canonical_query(query_string) -> (canonical query without X-Amz-Signature, {auth parameter: value}) | None
+ *   canonical_query(query_string) -> (canonical query without X-Amz-Signature, the values of X-Amz-Algorithm,
+ *          X-Amz-Credential, X-Amz-Date, X-Amz-Expires, X-Amz-SignedHeaders, X-Amz-Signature, AWSAccessKeyId and
+ *          Signature, each None when absent, or None when all are) | None
  *   keyed(signing_key, to_sign) -> bytes: HMAC-SHA256 with that key, its padded key (RFC 2104) and the string
  *          to sign's first part ("AWS4-HMAC-SHA256\n<x-amz-date>\n<scope>\n") already hashed in
  *   verify(method, raw_path, canonical_query, headers, names, signed_headers, payload_hash, keyed, signature)
@@ -286,21 +288,21 @@ static PyObject *header_parts(PyObject *module, PyObject *headers)
 
 /* ------------------------------------------------------------------------------------ canonical_query */
 
-/* The query parameters that name a signing mechanism or a presigned URL's parts. */
+/* The query parameters that name a signing mechanism or a presigned URL's parts, in the order of
+ * canonical_query's tuple of their values. */
 static const char *const AUTH_PARAMS[] = {"X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
                                           "X-Amz-SignedHeaders", "X-Amz-Signature", "AWSAccessKeyId", "Signature"};
+static size_t AUTH_PARAM_N[] = {15, 16, 10, 13, 19, 15, 14, 9};
 #define N_AUTH_PARAMS 8
 #define SIGNATURE_PARAM 5
-static PyObject *AUTH_KEYS[N_AUTH_PARAMS];  /* the names as str, made once at import */
 
 typedef struct {
     size_t name, name_n, value, value_n;  /* offsets into the encoded bytes, then */
     const char *name_p, *value_p;         /* their addresses once those are all written */
 } pair_t;
 
-static int pair_order(const void *left, const void *right)
+static int pair_order(const pair_t *a, const pair_t *b)
 {
-    const pair_t *a = left, *b = right;
     size_t n = a->name_n < b->name_n ? a->name_n : b->name_n;
     int c = memcmp(a->name_p, b->name_p, n);
     if (c != 0 || a->name_n != b->name_n)
@@ -316,49 +318,86 @@ static int pair_order(const void *left, const void *right)
 static int auth_param(const char *p, size_t n)
 {
     for (int i = 0; i < N_AUTH_PARAMS; i++)
-        if (strlen(AUTH_PARAMS[i]) == n && memcmp(AUTH_PARAMS[i], p, n) == 0)
+        if (AUTH_PARAM_N[i] == n && memcmp(AUTH_PARAMS[i], p, n) == 0)
             return i;
     return -1;
 }
 
+/* uri_encode(_percent_decode(text)) of wire bytes in one pass: each byte decoded (an invalid
+ * escape kept as it is, as percent_decode) and encoded at once (as percent_encode). */
+static int recode_query(buf_t *out, const unsigned char *p, size_t n)
+{
+    if (buf_room(out, 3 * n) < 0)
+        return -1;
+    char *o = out->p + out->n;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = p[i];
+        int high, low;
+        if (c == '%' && i + 2 < n && (high = hex_value(p[i + 1])) >= 0 && (low = hex_value(p[i + 2])) >= 0) {
+            c = (unsigned char)(high * 16 + low);
+            i += 2;
+        }
+        if (KEPT[c] == 1) {
+            *o++ = (char)c;
+        } else {
+            *o++ = '%';
+            *o++ = HEX_UPPER[c >> 4];
+            *o++ = HEX_UPPER[c & 15];
+        }
+    }
+    out->n = (size_t)(o - out->p);
+    return 0;
+}
+
 /* One name=value of the query: an auth parameter's decoded value into `found` (1: one seen twice),
  * else (and for every parameter but X-Amz-Signature) the pair encoded into `encoded`. */
-static int query_pair(const unsigned char *p, size_t n, buf_t *encoded, pair_t *pair, PyObject *found, int *kept)
+static int query_pair(const unsigned char *p, size_t n, buf_t *encoded, pair_t *pair, PyObject *found[], int *kept)
 {
     const unsigned char *eq = memchr(p, '=', n);
     size_t name_n = eq ? (size_t)(eq - p) : n;
     const unsigned char *value = eq ? eq + 1 : p + n;
     size_t value_n = (size_t)(p + n - value);
-    buf_t decoded;
+    buf_t decoded;  /* the name decoded, or the value of an auth parameter: when it has a "%" */
     buf_init(&decoded);
+    const char *name = (const char *)p;
     int result = -1;
-    if (percent_decode(&decoded, p, name_n) < 0)
-        goto done;
-    int which = auth_param(decoded.p, decoded.n);
+    if (memchr(p, '%', name_n) != NULL) {
+        if (percent_decode(&decoded, p, name_n) < 0)
+            goto done;
+        name = decoded.p;
+        name_n = decoded.n;
+    }
+    int which = auth_param(name, name_n);
     if (which >= 0) {
-        PyObject *key = AUTH_KEYS[which];
-        int seen = PyDict_Contains(found, key);
-        PyObject *text = NULL;
-        if (seen == 0) {
-            buf_t value_decoded;
-            buf_init(&value_decoded);
-            if (percent_decode(&value_decoded, value, value_n) == 0)
-                text = PyUnicode_DecodeUTF8(value_decoded.p, (Py_ssize_t)value_decoded.n, "surrogateescape");
-            buf_free(&value_decoded);
-            seen = text == NULL || PyDict_SetItem(found, key, text) < 0 ? -1 : 0;
-        }
-        Py_XDECREF(text);
-        if (seen != 0 || which == SIGNATURE_PARAM) {
-            result = seen;
+        if (found[which] != NULL) {
+            result = 1;
             goto done;
         }
+        const char *text = (const char *)value;
+        size_t text_n = value_n;
+        if (memchr(value, '%', value_n) != NULL) {
+            decoded.n = 0;  /* the name is one of AUTH_PARAMS: not wanted any longer */
+            if (percent_decode(&decoded, value, value_n) < 0)
+                goto done;
+            text = decoded.p;
+            text_n = decoded.n;
+        }
+        size_t high = 0;  /* bytes above 0x7f: none, and UTF-8's answer is the ASCII str, made for less */
+        for (size_t i = 0; i < text_n; i++)
+            high |= (unsigned char)text[i] & 0x80;
+        found[which] = high ? PyUnicode_DecodeUTF8(text, (Py_ssize_t)text_n, "surrogateescape") : ascii_str(text, text_n);
+        if (found[which] == NULL || which == SIGNATURE_PARAM) {
+            result = found[which] == NULL ? -1 : 0;
+            goto done;
+        }
+        name = AUTH_PARAMS[which];
     }
     pair->name = encoded->n;
-    if (percent_encode(encoded, (const unsigned char *)decoded.p, decoded.n, 0) < 0)  /* the name, decoded above */
+    if (percent_encode(encoded, (const unsigned char *)name, name_n, 0) < 0)  /* the name, decoded above */
         goto done;
     pair->name_n = encoded->n - pair->name;
     pair->value = encoded->n;
-    if (recode(encoded, value, value_n, 0) < 0)
+    if (recode_query(encoded, value, value_n) < 0)
         goto done;
     pair->value_n = encoded->n - pair->value;
     *kept = 1;
@@ -366,6 +405,25 @@ static int query_pair(const unsigned char *p, size_t n, buf_t *encoded, pair_t *
 done:
     buf_free(&decoded);
     return result;
+}
+
+/* The canonical query of the kept pairs (sorted here: insertion, as queries have few) into `joined`. */
+static int join_pairs(buf_t *joined, pair_t *pairs, size_t kept_n, const char *encoded)
+{
+    for (size_t i = 0; i < kept_n; i++) {
+        pair_t pair = pairs[i];
+        pair.name_p = encoded + pair.name;
+        pair.value_p = encoded + pair.value;
+        size_t j = i;
+        for (; j > 0 && pair_order(&pairs[j - 1], &pair) > 0; j--)
+            pairs[j] = pairs[j - 1];
+        pairs[j] = pair;
+    }
+    for (size_t i = 0; i < kept_n; i++)
+        if ((i && put_byte(joined, '&') < 0) || put(joined, pairs[i].name_p, pairs[i].name_n) < 0
+            || put_byte(joined, '=') < 0 || put(joined, pairs[i].value_p, pairs[i].value_n) < 0)
+            return -1;
+    return 0;
 }
 
 static PyObject *canonical_query(PyObject *module, PyObject *query)
@@ -376,21 +434,21 @@ static PyObject *canonical_query(PyObject *module, PyObject *query)
     }
     if (PyUnicode_KIND(query) != PyUnicode_1BYTE_KIND)
         Py_RETURN_NONE;  /* a character above U+00FF: not wire bytes read as latin-1 */
-    const unsigned char *p = PyUnicode_1BYTE_DATA(query);
-    size_t n = (size_t)PyUnicode_GET_LENGTH(query), count = 1, kept_n = 0;
-    for (size_t i = 0; i < n; i++)
-        count += p[i] == '&';
-    pair_t *pairs = PyMem_Malloc(count * sizeof(pair_t));
-    PyObject *found = PyDict_New(), *result = NULL, *canonical = NULL;
+    const unsigned char *p = PyUnicode_1BYTE_DATA(query), *amp;
+    size_t n = (size_t)PyUnicode_GET_LENGTH(query), count = 1, kept_n = 0, found_n = 0;
+    for (const unsigned char *at = p; (amp = memchr(at, '&', (size_t)(p + n - at))) != NULL; at = amp + 1)
+        count++;
+    pair_t stack[32], *pairs = count <= 32 ? stack : PyMem_Malloc(count * sizeof(pair_t));
+    PyObject *found[N_AUTH_PARAMS] = {NULL}, *result = NULL, *canonical = NULL, *values = NULL;
     buf_t encoded, joined;
     buf_init(&encoded);
     buf_init(&joined);
-    if (pairs == NULL || found == NULL) {
+    if (pairs == NULL) {
         PyErr_NoMemory();
         goto done;
     }
     for (size_t start = 0; start <= n;) {
-        const unsigned char *amp = memchr(p + start, '&', n - start);
+        amp = memchr(p + start, '&', n - start);
         size_t end = amp ? (size_t)(amp - p) : n;
         int kept = 0, outcome = end > start ? query_pair(p + start, end - start, &encoded, &pairs[kept_n], found, &kept) : 0;
         if (outcome != 0) {
@@ -401,22 +459,24 @@ static PyObject *canonical_query(PyObject *module, PyObject *query)
         kept_n += kept;
         start = end + 1;
     }
-    for (size_t i = 0; i < kept_n; i++) {
-        pairs[i].name_p = encoded.p + pairs[i].name;
-        pairs[i].value_p = encoded.p + pairs[i].value;
+    if (join_pairs(&joined, pairs, kept_n, encoded.p) < 0 || (canonical = ascii_str(joined.p, joined.n)) == NULL)
+        goto done;
+    for (int i = 0; i < N_AUTH_PARAMS; i++)
+        found_n += found[i] != NULL;
+    values = found_n == 0 ? Py_NewRef(Py_None) : PyTuple_New(N_AUTH_PARAMS);
+    for (int i = 0; i < N_AUTH_PARAMS && found_n != 0 && values != NULL; i++) {
+        PyTuple_SET_ITEM(values, i, found[i] != NULL ? found[i] : Py_NewRef(Py_None));
+        found[i] = NULL;  /* the tuple's now */
     }
-    qsort(pairs, kept_n, sizeof(pair_t), pair_order);
-    for (size_t i = 0; i < kept_n; i++)
-        if ((i && put_byte(&joined, '&') < 0) || put(&joined, pairs[i].name_p, pairs[i].name_n) < 0
-            || put_byte(&joined, '=') < 0 || put(&joined, pairs[i].value_p, pairs[i].value_n) < 0)
-            goto done;
-    canonical = ascii_str(joined.p, joined.n);
-    if (canonical != NULL)
-        result = PyTuple_Pack(2, canonical, found);
+    if (values != NULL)
+        result = PyTuple_Pack(2, canonical, values);
 done:
+    for (int i = 0; i < N_AUTH_PARAMS; i++)
+        Py_XDECREF(found[i]);
     Py_XDECREF(canonical);
-    Py_XDECREF(found);
-    PyMem_Free(pairs);
+    Py_XDECREF(values);
+    if (pairs != stack)
+        PyMem_Free(pairs);
     buf_free(&encoded);
     buf_free(&joined);
     return result;
@@ -1007,7 +1067,7 @@ static PyObject *signs(PyObject *module, PyObject *const *args, Py_ssize_t nargs
 static PyMethodDef methods[] = {
     {"header_parts", header_parts, METH_O, "(credential, signed headers, signature, x-amz-date, "
      "x-amz-content-sha256) of a request's headers, or None"},
-    {"canonical_query", canonical_query, METH_O, "(canonical query, {auth parameter: value}) or None"},
+    {"canonical_query", canonical_query, METH_O, "(canonical query, (the auth parameters' values) or None) or None"},
     {"keyed", (PyCFunction)(void (*)(void))keyed, METH_FASTCALL,
      "HMAC-SHA256 with a signing key, its padded key and the string to sign's first part hashed in"},
     {"verify", (PyCFunction)(void (*)(void))verify, METH_FASTCALL, "whether the signature matches; None: not built here"},
@@ -1035,8 +1095,5 @@ PyMODINIT_FUNC PyInit__sigv4check(void)
         TARGET[i] = KEPT[i] == 1 || (i != 0 && strchr("!$&'()*+,;=:@/%?", i) != NULL);
         TOKEN[i] = KEPT[i] == 1 || (i != 0 && strchr("!#$%&'*+^`|", i) != NULL);
     }
-    for (int i = 0; i < N_AUTH_PARAMS; i++)
-        if ((AUTH_KEYS[i] = PyUnicode_InternFromString(AUTH_PARAMS[i])) == NULL)
-            return NULL;
     return PyModuleDef_Init(&module);
 }

@@ -35,8 +35,8 @@ def authenticate(
     `bucket_from_host` is the bucket of a virtual-hosted-style request: SigV2
     signs "/bucket/key" even when the path on the wire is "/key". `verified`: checks that
     passed lately, which a request sent again byte for byte reuses (auth.memo): a GET or
-    HEAD's whole, the SigV4 signature of any other; not used for a request an SDK marked as
-    its own (SDK_INVOCATION_ID).
+    HEAD's whole (kept the second time it comes), the SigV4 signature of any other; not used
+    for a request an SDK marked as its own (SDK_INVOCATION_ID).
     """
     now = _utc(now)
     if verified is not None:
@@ -51,13 +51,16 @@ def authenticate(
         return identity if identity is not None else _authenticate(view, secret_for, now, max_skew,
                                                                     bucket_from_host, verified)
     request = (view.method, view.raw_path, view.query_string, view.headers, bucket_from_host, max_skew)
-    known = verified.known(request, secret_for, now)
-    if known is not None:
-        return known
+    kept = verified.kept(request)
+    if kept is not None:
+        known = verified.valid(kept, secret_for, now)
+        if known is not None:
+            return known
     identity = fast_identity(view, secret_for, now, max_skew)
     if identity is None:
         identity = _authenticate(view, secret_for, now, max_skew, bucket_from_host, verified)
-    if identity.access_key is not None and _size(view) <= KNOWN_REQUEST_MAX:
+    # Kept whole from the second time its query comes (memo.again): a presigned URL used once is not.
+    if identity.access_key is not None and verified.again(view.query_string) and _size(view) <= KNOWN_REQUEST_MAX:
         checked_with = secret_for(identity.access_key)
         if checked_with is not None:
             verified.know(request, identity, checked_with)

@@ -45,8 +45,6 @@ _TOKEN = secrets.token_hex(8)
 _HEADER_SLOTS = {"x-amz-date": 1, "amz-sdk-invocation-id": 4, "amz-sdk-request": 5, "range": RANGE}
 _SENTINELS = {f"S3GW{_TOKEN}SLOT{index}": index for index in (1, 2, 4, 5, RANGE)}
 _SENTINEL_OF = {index: sentinel for sentinel, index in _SENTINELS.items()}
-_PRESIGN_PARAMS = frozenset(("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
-                             "X-Amz-SignedHeaders", "X-Amz-Signature"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,12 +103,13 @@ def _checked_for(view: RequestView, shape: Shape, max_skew: timedelta,
         expires, query = None, view.query_string
     else:
         canonical = _check.canonical_query(view.query_string)
-        if canonical is None or canonical[1].keys() != _PRESIGN_PARAMS or parts[3] is not None or parts[4] is not None:
+        if canonical is None or canonical[1] is None or parts[3] is not None or parts[4] is not None:
             return None
-        params = canonical[1]
-        credential, signed_text, provided, amz_date = (params["X-Amz-Credential"], params["X-Amz-SignedHeaders"],
-                                                       params["X-Amz-Signature"], params["X-Amz-Date"])
-        expires, payload_hash = params["X-Amz-Expires"], UNSIGNED_PAYLOAD
+        algorithm, credential, amz_date, expires, signed_text, provided, v2_key, v2_signature = canonical[1]
+        if (algorithm is None or credential is None or amz_date is None or expires is None or signed_text is None
+                or provided is None or v2_key is not None or v2_signature is not None):
+            return None  # one missing, or a SigV2 one too
+        payload_hash = UNSIGNED_PAYLOAD
         checked = _presigned(credential, signed_text, amz_date, expires, max_skew)
         query = _presigned_query(view.query_string, shape)
     if checked is None or provided != shape[3] or amz_date != shape[1] or checked.date != shape[2]:

@@ -20,12 +20,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from operator import itemgetter
+from typing import cast
 
 from gateway.s3api.auth.common import _percent_decode
 from gateway.s3api.auth.sigv4 import _canonical_uris
 from gateway.signing import ALGORITHM, uri_encode
 
-__all__ = ["canonical", "canonical_query", "header_parts", "keyed", "shape", "signs", "verify"]
+__all__ = ["AUTH_PARAMS", "AuthValues", "canonical", "canonical_query", "header_parts", "keyed", "shape", "signs", "verify"]
 
 Keyed = tuple["hashlib._Hash", "hashlib._Hash", str]  # inner, outer, the string to sign's first part
 Parts = tuple["str | None", "str | None", "str | None", "str | None", "str | None"]
@@ -33,8 +34,14 @@ Parts = tuple["str | None", "str | None", "str | None", "str | None", "str | Non
 _PREFIX = ALGORITHM + " Credential="
 _SIGNED_HEADERS = ", SignedHeaders="
 _SIGNATURE = ", Signature="
-_AUTH_PARAMS = frozenset(("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires", "X-Amz-SignedHeaders",
-                          "X-Amz-Signature", "AWSAccessKeyId", "Signature"))
+# The query parameters that name a signing mechanism or a presigned URL's parts: canonical_query's
+# values are theirs, in this order.
+AUTH_PARAMS = ("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires", "X-Amz-SignedHeaders",
+               "X-Amz-Signature", "AWSAccessKeyId", "Signature")
+AuthValues = tuple["str | None", "str | None", "str | None", "str | None", "str | None", "str | None", "str | None",
+                   "str | None"]
+_AUTH_INDEX = {name: index for index, name in enumerate(AUTH_PARAMS)}
+_NONE = (None,) * len(AUTH_PARAMS)
 _SHA256 = hashlib.sha256()
 # A path that signing.uri_encode keeps as it is: the one canonical URI the general path tries.
 _PLAIN_PATH = re.compile(r"/[A-Za-z0-9_.~/-]*")
@@ -64,14 +71,15 @@ def header_parts(headers: tuple[tuple[str, str], ...]) -> Parts | None:
     return credential, signed_text, provided, amz_date, payload_hash
 
 
-def canonical_query(query_string: str) -> tuple[str, dict[str, str]] | None:
+def canonical_query(query_string: str) -> tuple[str, AuthValues | None] | None:
     """The canonical query string of every parameter but X-Amz-Signature, and the decoded values
-    of the parameters that name a signing mechanism; None when one of those comes twice."""
+    of the parameters that name a signing mechanism (AUTH_PARAMS, in its order; None for each
+    absent, and instead of them all when none is there); None when one of those comes twice."""
     try:
         query_string.encode("latin-1")
     except UnicodeEncodeError:
         return None
-    found: dict[str, str] = {}
+    found: list[str | None] = [None] * len(AUTH_PARAMS)
     pairs = []
     for part in query_string.split("&"):
         if not part:
@@ -79,16 +87,18 @@ def canonical_query(query_string: str) -> tuple[str, dict[str, str]] | None:
         raw_name, _, raw_value = part.partition("=")
         name = _decode(raw_name) if len(raw_name) <= _REMEMBERED else _percent_decode(raw_name)
         value = _decode(raw_value) if len(raw_value) <= _REMEMBERED else _percent_decode(raw_value)
-        if name in _AUTH_PARAMS:
-            if name in found:
+        which = _AUTH_INDEX.get(name)
+        if which is not None:
+            if found[which] is not None:
                 return None
-            found[name] = value
+            found[which] = value
             if name == "X-Amz-Signature":
                 continue
         pairs.append((_encode(name) if len(name) <= _REMEMBERED else uri_encode(name, keep_slash=False),
                       _encode(value) if len(value) <= _REMEMBERED else uri_encode(value, keep_slash=False)))
     pairs.sort()
-    return "&".join(f"{name}={value}" for name, value in pairs), found
+    values = cast(AuthValues, tuple(found))
+    return "&".join(f"{name}={value}" for name, value in pairs), (None if values == _NONE else values)
 
 
 def keyed(key: bytes, to_sign: str) -> Keyed:

@@ -331,9 +331,9 @@ class BlockFetcher:
         whole = response.status == 200 and asked is None
         meta = meta_from_headers(response.header_items) if whole else meta_from_ranged_get(response.header_items, size)
         self.stats["origin_run"] += 1
-        answered: asyncio.Future[BlockResponse] = asyncio.get_running_loop().create_future()
-        answered.set_result(response)
-        return meta, self._run(answered, bucket, key, meta, first, last, reader=reader)
+        async def given() -> BlockResponse:  # (the answer in hand: a coroutine for the run to await, as before)
+            return response
+        return meta, self._run(given(), bucket, key, meta, first, last, reader=reader)
 
     def missing_here(self, block: BlockId) -> bool | None:
         """Whether a read here takes the block from the origin itself (True), from this node's

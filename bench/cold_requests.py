@@ -12,7 +12,13 @@ botocore as SDKs sign:
 - GET suffix: the data file's footer (`bytes=-N`, --footer bytes), as the Parquet reader opens it;
 - GET range: the data before the footer (`bytes=4-...`).
 
-Each prefix's five requests go directly to the origin, then through the gateway (the order swaps
+With --pattern native, what Trino 476's native S3 file system sends for each file of the same
+workload instead (bench/engines.py's small-files queries: 120 HEADs, 241 GETs and 121 LISTs for 120
+files, docs/img/data/engines-a079cf5.json): the LIST of the prefix, a HEAD of the data file, its
+footer's GET suffix, then the GET range of its data. A cold HEAD through the gateway is one GET of
+the object's tail (metadata.head_tail), which holds the footer and a small file's data too.
+
+Each prefix's requests go directly to the origin, then through the gateway (the order swaps
 every prefix), on --connections keep-alive connections taken in turn (a gateway of several
 workers gets each connection on one of them, as it gets an engine's many connections; they are
 made again until they alternate over the workers, so that runs are alike in which requests cross
@@ -32,6 +38,7 @@ bench/engines.py); the gateway is a `gateway serve` process started as bench/eng
 it (server.workers default: one per core; metadata and listing TTLs 10m).
 
     .venv/bin/python bench/cold_requests.py [--prefixes 60] [--connections 4] [--workers 1] [--latency 25ms] [--asks]
+        [--pattern native] [--head-tail 0]
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ import cache_serving as cs
 import workloads as wl
 
 KINDS = ("HEAD", "GET whole", "LIST", "GET suffix", "GET range")
+PATTERNS = {"schema": KINDS, "native": ("LIST", "HEAD data", "GET suffix", "GET range")}
 ORIGIN_KINDS = ("GET", "HEAD", "LIST", "other")
 
 
@@ -123,27 +131,32 @@ def origin_counts(proxy: str) -> dict[str, int]:
 class Replay:
     """The five requests of a prefix on one endpoint, over `connections` clients taken in turn."""
 
-    def __init__(self, endpoint: str, credentials: tuple[str, str], connections: int, footer: int) -> None:
+    def __init__(self, endpoint: str, credentials: tuple[str, str], connections: int, footer: int,
+                 pattern: str = "schema") -> None:
         self.endpoint, self.credentials = endpoint, credentials
         self.clients = [wl.client(endpoint, credentials, pool=1) for _ in range(connections)]
         self.turn = 0
         self.footer = footer
+        self.kinds = PATTERNS[pattern]
 
     def _next(self):  # type: ignore[no-untyped-def]
         self.turn += 1
         return self.clients[self.turn % len(self.clients)]
 
     def requests(self, prefix: str, data: str, size: int) -> list[tuple[str, Callable[[], object]]]:
+        """The pattern's requests of one prefix, in order, each on the next connection."""
         b = wl.BUCKET
-        return [
-            ("HEAD", lambda c=self._next(): c.head_object(Bucket=b, Key=prefix + ".schema")),
-            ("GET whole", lambda c=self._next(): c.get_object(Bucket=b, Key=prefix + ".schema")["Body"].read()),
-            ("LIST", lambda c=self._next(): c.list_objects_v2(Bucket=b, Prefix=prefix, Delimiter="/", MaxKeys=1000)),
-            ("GET suffix", lambda c=self._next(): c.get_object(Bucket=b, Key=data, Range=f"bytes=-{self.footer}")
-             ["Body"].read()),
-            ("GET range", lambda c=self._next(): c.get_object(Bucket=b, Key=data, Range=f"bytes=4-{size - self.footer - 1}")
-             ["Body"].read()),
-        ]
+        calls: dict[str, Callable[[], object]] = {
+            "HEAD": lambda: self._next().head_object(Bucket=b, Key=prefix + ".schema"),
+            "HEAD data": lambda: self._next().head_object(Bucket=b, Key=data),
+            "GET whole": lambda: self._next().get_object(Bucket=b, Key=prefix + ".schema")["Body"].read(),
+            "LIST": lambda: self._next().list_objects_v2(Bucket=b, Prefix=prefix, Delimiter="/", MaxKeys=1000),
+            "GET suffix": lambda: self._next().get_object(Bucket=b, Key=data, Range=f"bytes=-{self.footer}")
+            ["Body"].read(),
+            "GET range": lambda: self._next().get_object(Bucket=b, Key=data, Range=f"bytes=4-{size - self.footer - 1}")
+            ["Body"].read(),
+        }
+        return [(kind, calls[kind]) for kind in self.kinds]
 
 
 def spread(replay: Replay, gateway_pid: int, port: int, prefix: str) -> list[int]:
@@ -209,9 +222,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefixes", type=int, default=60, help="date prefixes (each measured once per setup)")
     parser.add_argument("--size", type=int, default=3500, help="bytes of each data file")
     parser.add_argument("--footer", type=int, default=900, help="N of the suffix GET (bytes=-N)")
+    parser.add_argument("--pattern", choices=sorted(PATTERNS), default="schema",
+                        help="schema: the five requests above; native: Trino's native S3 file system's LIST, HEAD, "
+                             "GET suffix, GET range of each data file")
     parser.add_argument("--connections", type=int, default=4, help="keep-alive connections per setup, taken in turn")
     parser.add_argument("--latency", default="25ms", help="origin: added before every answer's first byte")
     parser.add_argument("--rate", default="80MB", help="origin: bytes/s per connection each way")
+    parser.add_argument("--head-tail", default="", metavar="SIZE",
+                        help="metadata.head_tail of the gateway (a cold HEAD's GET of the object's tail; 0: an origin "
+                             "HEAD); default: the gateway's")
     parser.add_argument("--workers", type=int, default=0, help="server.workers of the gateway (0: the default, "
                                                                  "one per core)")
     parser.add_argument("--profile", default="", metavar="PATH",
@@ -222,28 +241,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--asks", action="store_true", help="count the workers' requests of one another per request "
                                                              "kind (the CPU figures are then meaningless)")
     args = parser.parse_args(argv)
+    kinds = PATTERNS[args.pattern]
     tmp = Path(tempfile.mkdtemp(prefix="cold-requests-"))
     version = wl.header("bench/cold_requests.py: cold small-file requests, directly and through a fresh gateway",
                         args.latency, args.rate,
                         f"{args.prefixes} prefixes, data files of {args.size} B, footer {args.footer} B, "
+                        f"pattern {args.pattern} ({', '.join(kinds)}), "
                         f"{args.connections} connections per setup; gateway: server.workers "
-                        f"{args.workers or f'default ({os.cpu_count()} cores)'}, metadata.ttl = listing.ttl = 10m")
+                        f"{args.workers or f'default ({os.cpu_count()} cores)'}, metadata.ttl = listing.ttl = 10m, "
+                        f"metadata.head_tail {args.head_tail or 'default'}")
     load_start = wl.loadavg()
     code = wl.snapshot_code(tmp)
-    times: dict[str, dict[str, list[float]]] = {"direct": {k: [] for k in KINDS}, "gateway": {k: [] for k in KINDS}}
-    cpu: dict[str, list[float]] = {k: [] for k in KINDS}
+    times: dict[str, dict[str, list[float]]] = {"direct": {k: [] for k in kinds}, "gateway": {k: [] for k in kinds}}
+    cpu: dict[str, list[float]] = {k: [] for k in kinds}
     counted = {"direct": dict.fromkeys(ORIGIN_KINDS, 0), "gateway": dict.fromkeys(ORIGIN_KINDS, 0)}
-    asks: dict[str, dict[str, float]] = {k: {} for k in KINDS}
+    asks: dict[str, dict[str, float]] = {k: {} for k in kinds}
     with wl.shaped_moto(tmp, args.latency, args.rate) as (moto, proxy):
         prefixes = fill(moto, args.prefixes + 1, args.size)
         gw = wl.gateway("gw", proxy, tmp, code, {"GATEWAY_METADATA_TTL": "10m", "GATEWAY_LISTING_TTL": "10m",
                                                  "GATEWAY_METADATA_NEGATIVE_TTL": "10m",
                                                  **({"GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN} if args.asks else {}),
-                                                 **({"GATEWAY_SERVER_WORKERS": str(args.workers)} if args.workers else {})})
+                                                 **({"GATEWAY_SERVER_WORKERS": str(args.workers)} if args.workers else {}),
+                                                 **({"GATEWAY_METADATA_HEAD_TAIL": args.head_tail} if args.head_tail else {})})
         gw.start()
         try:
-            direct = Replay(proxy, cs.ORIGIN_CREDENTIALS, args.connections, args.footer)
-            through = Replay(gw.endpoint, cs.USER, args.connections, args.footer)
+            direct = Replay(proxy, cs.ORIGIN_CREDENTIALS, args.connections, args.footer, args.pattern)
+            through = Replay(gw.endpoint, cs.USER, args.connections, args.footer, args.pattern)
             warm_clients(direct, prefixes[-1], args.size)
             placed = spread(through, gw.pid, gw.port, prefixes[-1][0])
             warm_clients(through, prefixes[-1], args.size)
@@ -276,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
                                 last = now
                         if setup == "gateway":
                             time.sleep(0.05)  # what the gateway does after its answers lands on this prefix
-                            cpu[KINDS[-1]][-1] += (tree_cpu() - last) / 1e6
+                            cpu[kinds[-1]][-1] += (tree_cpu() - last) / 1e6
                         after = origin_counts(proxy)
                         for k in ORIGIN_KINDS:
                             counted[setup][k] += after[k] - before[k]
@@ -287,17 +310,17 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             gw.stop()
     rows = []
-    for kind in KINDS:
+    for kind in kinds:
         d, g = times["direct"][kind], times["gateway"][kind]
         added = [b - a for a, b in zip(d, g)]
         rows.append((kind, len(g), statistics.median(d), statistics.median(g), statistics.median(added),
                      percentile(added, 0.9), statistics.median(cpu[kind]), statistics.fmean(cpu[kind])))
     print(wl.markdown(["request", "n", "direct ms (median)", "gateway ms (median)", "added ms (median)",
                        "added ms (p90)", "gateway CPU ms/request (median)", "(mean)"], rows))
-    requests = sum(len(times["gateway"][k]) for k in KINDS)
+    requests = sum(len(times["gateway"][k]) for k in kinds)
     if args.asks:
         print("\nthe workers' requests of one another per request (by what they asked; --asks: CPU figures meaningless)")
-        for kind in KINDS:
+        for kind in kinds:
             n = len(times["gateway"][kind])
             print(f"  {kind}: {sum(asks[kind].values()) / n:.2f} (" + ", ".join(
                 f"{name} {count / n:.2f}" for name, count in sorted(asks[kind].items()) if count) + ")")
@@ -307,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
           f"workers: {placed} (made again until they alternate)")
     print("origin requests (at the shaped proxy): " + "; ".join(
         f"{setup} " + ", ".join(f"{k} {counted[setup][k]}" for k in ORIGIN_KINDS) for setup in counted))
-    total = {s: sum(sum(times[s][k]) for k in KINDS) for s in times}
+    total = {s: sum(sum(times[s][k]) for k in kinds) for s in times}
     print(f"sum of request times: direct {total['direct'] / 1e3:.2f} s, gateway {total['gateway'] / 1e3:.2f} s "
           f"(direct/gateway {total['direct'] / total['gateway']:.2f}x)")
     print(f"other load during the run: {load.other:.2f} cores; {load_start} at the start, {wl.loadavg()} at the end; "

@@ -128,14 +128,14 @@ def _said_running(log: str, proc: subprocess.Popen[Any], timeout: float = 30) ->
 
 class CountingProxy:
     """bench/shaped_proxy.py in front of an S3 server (`latency`: its delay before each answer, e.g.
-    "100ms"; none by default): the requests it relayed since `mark`, by kind, those of `kinds` that
-    changed (object GET, HEAD, LIST, other)."""
+    "100ms"; `rate`: each connection's bytes a second, e.g. "256KB"; neither by default): the requests
+    it relayed since `mark`, by kind, those of `kinds` that changed (object GET, HEAD, LIST, other)."""
 
-    def __init__(self, upstream: str, *, latency: str = "", kinds: tuple[str, ...] = ("GET", "HEAD", "LIST", "other")
-                 ) -> None:
+    def __init__(self, upstream: str, *, latency: str = "", rate: str = "",
+                 kinds: tuple[str, ...] = ("GET", "HEAD", "LIST", "other")) -> None:
         port = free_port()  # (the proxy does not say which port it bound)
         self.endpoint, self.kinds = f"http://127.0.0.1:{port}", kinds
-        shaping = ["--latency", latency] if latency else []
+        shaping = (["--latency", latency] if latency else []) + (["--rate", rate] if rate else [])
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parent.parent / "bench" /
                                                           "shaped_proxy.py"), "--upstream", upstream.removeprefix("http://"),
                                       "--port", str(port), *shaping], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

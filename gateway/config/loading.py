@@ -16,7 +16,7 @@ from gateway.config.units import ConfigError, parse_duration, parse_size
 
 _SIZE_FIELDS = {
     ("server", "max_object_size"), ("server", "spool_memory"), ("server", "max_xml_size"), ("server", "max_head_size"),
-    ("cache", "block_size"), ("cache", "memory_quota"), ("cache", "read_buffer"),
+    ("cache", "block_size"), ("cache", "memory_quota"), ("cache", "read_buffer"), ("metadata", "head_tail"),
 }
 _DURATION_FIELDS = {
     ("origin", "connect_timeout"), ("origin", "read_timeout"), ("auth", "max_clock_skew"),

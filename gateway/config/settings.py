@@ -240,10 +240,18 @@ class MetadataSettings:
                                        "bucket's CORS rules).")
     strict: bool = setting(False, "Revalidate on every request (a conditional HEAD; no data refetch).")
     stale_if_error: float = setting(3600.0, "Serve cached metadata this long past its TTL while the origin is down.")
+    head_tail: int = setting(
+        64 * 1024, "A HEAD of an object not known here asks the origin for its last bytes (a GET with "
+                   "`Range: bytes=-head_tail`, at least 64 KiB, or a block where the cache keeps whole blocks "
+                   "only) instead of a HEAD: its headers answer the HEAD, its bytes are kept in the block cache "
+                   "for the footer read engines send next (Parquet, ORC), and a small object's data read. "
+                   "0: an origin HEAD. A HEAD asking for checksums (x-amz-checksum-mode) is an origin HEAD.")
 
     def __post_init__(self) -> None:
         if self.max_entries < 0 or self.ttl < 0 or self.negative_ttl < 0 or self.stale_if_error < 0:
             raise ConfigError("metadata settings must not be negative")
+        if not 0 <= self.head_tail <= 64 * 1024**2:
+            raise ConfigError(f"metadata.head_tail: between 0 and 64MiB, got {self.head_tail}")
 
 
 @dataclass(frozen=True, slots=True)

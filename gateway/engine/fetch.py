@@ -16,7 +16,7 @@ from gateway.bytebudget import ByteBudget
 from gateway.cluster.fleet import Fleet, Route
 from gateway.config import CacheSettings
 from gateway.engine.coherence import Coherence
-from gateway.engine.flight import SingleFlight
+from gateway.engine.flight import Coming, SingleFlight
 from gateway.engine.lending import Lending
 from gateway.engine.peers import Peers
 from gateway.engine.runs import GRANULE, Run, RunStopped, Want
@@ -74,6 +74,7 @@ class BlockFetcher:
         self._from_elsewhere: SingleFlight[str, Got] = SingleFlight()  # blocks asked of the sources
         self._parts: SingleFlight[tuple[str, int, int], Part] = SingleFlight()  # (block, lo, hi) from the origin
         self._background: set[asyncio.Future[Any]] = set()
+        self.arriving_parts: Coming[str] = Coming()  # parts of blocks runs without a reader bring (engine.tails)
         # Blocks this worker's runs brought that others own.
         self.lending = Lending(store, settings, self.stats, fleet=fleet, siblings=siblings, peers=peers,
                                fetching=self.fetching, arriving=self.arriving, spawn=self.spawn)
@@ -234,6 +235,8 @@ class BlockFetcher:
         that worker brings it so (one GET however many workers want it: Siblings.part), or this
         one when it does not answer; else the whole block (`sourced`)."""
         kept = self.store.piece_hit(block, lo, hi)
+        if kept is None and await self.arriving_parts.waited(block.name, lo, hi):  # a HEAD's tail brought them
+            kept = self.store.piece_hit(block, lo, hi)
         if kept is not None:
             self.stats["block_hit_piece"] += 1
             return Part(kept, lo, "hit-mem")
@@ -308,11 +311,10 @@ class BlockFetcher:
 
     # --- runs: the blocks of a read from one origin answer --------------------------------
 
-    async def open_run(self, bucket: str, key: str, query: list[tuple[str, str]], want: Want
-                       ) -> tuple[ObjectMeta, Run] | None:
-        """One GET of the origin for the blocks `want` touches (Want.origin_range): its headers
-        are the object's metadata (with its checksums when the whole object was asked for), its
-        body the run the read takes its bytes from. None when the origin refuses the range (416)."""
+    async def open_run(self, bucket: str, key: str, query: list[tuple[str, str]], want: Want, *,
+                       reader: bool = True) -> tuple[ObjectMeta, Run] | None:
+        """One GET of the origin for the blocks `want` touches (Want.origin_range): its headers are the object's metadata
+        (checksums too, for a whole object), its body a run of them (that only keeps them: not `reader`); None on a 416."""
         asked = want.origin_range(self.settings.block_size, self.granule)
         headers = dict(_WITH_CHECKSUMS) if asked is None else {"range": asked}
         response = await self.origin.get_run(bucket, key, query=query, headers=headers)
@@ -329,7 +331,9 @@ class BlockFetcher:
         whole = response.status == 200 and asked is None
         meta = meta_from_headers(response.header_items) if whole else meta_from_ranged_get(response.header_items, size)
         self.stats["origin_run"] += 1
-        return meta, self._run(_given(response), bucket, key, meta, first, last)
+        async def given() -> BlockResponse:  # (the answer in hand: a coroutine for the run to await, as before)
+            return response
+        return meta, self._run(given(), bucket, key, meta, first, last, reader=reader)
 
     def missing_here(self, block: BlockId) -> bool | None:
         """Whether a read here takes the block from the origin itself (True), from this node's
@@ -337,7 +341,7 @@ class BlockFetcher:
         that owns it, another worker whose disk may hold it)."""
         if block in self.store:
             return False
-        if self.fetching(block) or self.route(block.bucket, block.key, block.index) is not None:
+        if self.fetching(block) or block.name in self.arriving_parts or self.route(block.bucket, block.key, block.index) is not None:
             return None
         others = self.siblings is not None and self.siblings.owner(block.bucket, block.key, block.index) is not None
         return None if others and not self.store.sees_other_workers else True
@@ -414,10 +418,6 @@ class BlockFetcher:
                    self.settings.block_size, flights=self._from_origin, keep=keep, budget=self.budget,
                    ahead=max(self.settings.readahead_blocks, _RUN_AHEAD), reader=reader, eager=eager,
                    claimed=claimed)
-
-
-async def _given(response: BlockResponse) -> BlockResponse:
-    return response
 
 
 async def _answered_range(response: BlockResponse) -> tuple[int, int, int]:

@@ -50,3 +50,33 @@ class SingleFlight(Generic[K, V]):
             del self._flights[key]
         if not done.cancelled():
             done.exception()  # retrieved: a failure nobody waited for is not an error to log
+
+
+class Coming(Generic[K]):
+    """Work under way that brings a stretch [lo, hi) of something (a part of a block that a run
+    without a reader brings: engine.tails): who wants what lies within it waits for the work to
+    end, then looks where the work keeps what it brought. Event loop only."""
+
+    def __init__(self) -> None:
+        self._coming: dict[K, tuple[int, int, asyncio.Future[None]]] = {}
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._coming
+
+    def add(self, key: K, lo: int, hi: int, work: asyncio.Future[None]) -> None:
+        """`work` brings [lo, hi) of `key` (forgotten when it ends)."""
+        self._coming[key] = (lo, hi, work)
+
+        def ended(_: asyncio.Future[None]) -> None:
+            if key in self._coming and self._coming[key][2] is work:
+                del self._coming[key]
+
+        work.add_done_callback(ended)
+
+    async def waited(self, key: K, lo: int, hi: int) -> bool:
+        """Whether work bringing [lo, hi) of `key` was under way: then it ended (whatever became of it)."""
+        coming = self._coming.get(key)
+        if coming is None or not coming[0] <= lo < hi <= coming[1]:
+            return False
+        await asyncio.wait([coming[2]])
+        return True

@@ -19,9 +19,10 @@ from gateway.engine.flight import SingleFlight
 from gateway.engine.runs import Run, Want
 from gateway.engine.siblings import Told
 from gateway.engine.sources import version_of
+from gateway.engine.tails import ColdFlights, Tails, explain, held_whole
 from gateway.errors import S3Error
 from gateway.objects import Missing, ObjectMeta, decode_meta, encode_meta, meta_from_headers
-from gateway.origin import BlockResponse, Origin, error_for_status
+from gateway.origin import BlockResponse, Origin
 from gateway.store.blocks import BlockId
 from gateway.store.meta import MetadataCache, MetaKey
 
@@ -70,7 +71,8 @@ class Metadata:
     is asked with a conditional HEAD (a 304 keeps the entry). An answer fetched while an
     invalidation of its bucket happened is returned but not cached (Coherence.epoch). A
     cold read (`want`) gets its metadata and its bytes from one GET (Opens.open)
-    instead of a HEAD and then a GET. `clock` ages the L1 entries (tests move their own).
+    instead of a HEAD and then a GET; a cold HEAD from a GET of the object's tail (engine.tails),
+    which the reads that follow it find kept. `clock` ages the L1 entries (tests move their own).
     """
 
     def __init__(self, origin: Origin, settings: MetadataSettings, coherence: Coherence, *,
@@ -84,21 +86,15 @@ class Metadata:
         self.cache: MetadataCache[_Known] = MetadataCache(
             settings.max_entries, ttl=settings.ttl, negative_ttl=settings.negative_ttl, clock=clock)
         self.stats: Counter[str] = Counter()
+        self.tails = Tails(fetch, settings.head_tail, self.stats) if fetch is not None and settings.head_tail else None
+        self._cold: ColdFlights[ObjectHead] | None = None if self.tails is None else ColdFlights(self.tails.asked)
         self._coherence = coherence
         self._flights: SingleFlight[Flight, ObjectHead] = SingleFlight()
         self._telling: set[asyncio.Task[None]] = set()  # told the owner worker (_tell_owner), under way
 
-    async def head_object(
-        self,
-        bucket: str,
-        key: str,
-        *,
-        version_id: str | None = None,
-        headers: dict[str, str] | None = None,
-        checksums: bool = False,
-        want: Want | None = None,
-        reopen: bool = False,
-    ) -> ObjectHead:
+    async def head_object(self, bucket: str, key: str, *, version_id: str | None = None,
+                          headers: dict[str, str] | None = None, checksums: bool = False,
+                          want: Want | None = None, reopen: bool = False) -> ObjectHead:
         """Metadata of one object (version); raises S3Error (NoSuchKey, NoSuchBucket, ...).
 
         `headers` are the client's object-read headers (encryption keys, payer, ...);
@@ -141,6 +137,10 @@ class Metadata:
             if answer is not None:
                 return answer
         if found is None or found[0].missing or (checksums and not found[0].complete):
+            # A whole read lacking only the checksums (a HEAD's tail, a ranged read brought the metadata) of an
+            # object not held whole: its GET brings them and the bytes, held or not (`reopen`), not a HEAD first.
+            if found is not None and isinstance(described := found[0].value, ObjectMeta) and want is not None and want.whole:
+                reopen = reopen or self.fetch is not None and not held_whole(self.fetch, bucket, key, described)
             return await self._miss(cache_key, query, epoch, want if want is None or want.whole or not checksums
                                     else None, checksums, reopen, asked)
         meta = found[0].value
@@ -160,10 +160,17 @@ class Metadata:
         flight = (cache_key, want, checksums, epoch, reopen)
         if not self._coherence.trusted():  # another node's write may have come unheard since a flight began
             return await self._fetch_missing(cache_key, query, epoch, want, checksums, reopen, asked)
-        if self._flights.joined(flight) is not None:
+        cold_flights = self._cold if not checksums and not reopen else None
+        joined = None if cold_flights is None else await cold_flights.joined(cache_key, epoch, want)
+        if joined is not None or self._flights.joined(flight) is not None:
             self.stats["meta_miss_shared"] += 1
-        return await self._flights.run(flight, lambda: self._fetch_missing(cache_key, query, epoch, want, checksums,
-                                                                           reopen, asked))
+        if joined is not None:  # a cold read's GET answers a HEAD; a HEAD's tail a read of a suffix
+            return ObjectHead(joined)
+        started = self._flights.start(flight, lambda: self._fetch_missing(cache_key, query, epoch, want, checksums,
+                                                                         reopen, asked))
+        if cold_flights is not None:
+            cold_flights.opening(cache_key, epoch, want, started)
+        return await asyncio.shield(started)
 
     async def _fetch_missing(self, cache_key: MetaKey, query: list[tuple[str, str]], epoch: Epoch,
                              want: Want | None, checksums: bool, reopen: bool = False,
@@ -172,14 +179,31 @@ class Metadata:
         before the flight ends. An object some blocks of which are held here (after a restart; or lent
         by another worker) is not read from the origin with its metadata: its metadata comes alone (a
         HEAD), and the blocks serve the read; unless the read is asked again because the version changed
-        under it (`reopen`)."""
+        under it (`reopen`). Nor is a HEAD answered from a GET of the object's tail then (`_by_tail`)."""
+        held = self.fetch is not None and self.fetch.store.holds_object(cache_key[0], cache_key[1])
         if want is not None:
-            assert self.fetch is not None
-            held = self.fetch.store.holds_object(cache_key[0], cache_key[1]) and not reopen
-            opened = await self._open(cache_key, query, want, epoch, checksums, run=not held, asked=asked)
+            opened = await self._open(cache_key, query, want, epoch, checksums, run=not held or reopen, asked=asked)
             if opened is not None:
                 return opened
+        elif self.tails is not None and not checksums and not held:
+            return await self._by_tail(cache_key, query, epoch)
         return ObjectHead(await self._fetch_and_cache(cache_key, query, epoch))
+
+    async def _by_tail(self, cache_key: MetaKey, query: list[tuple[str, str]], epoch: Epoch) -> ObjectHead:
+        """A HEAD's metadata from a GET of the object's tail (Tails.head), which goes on into the
+        block cache; from a HEAD where that GET cannot answer for it."""
+        assert self.tails is not None
+        try:
+            got = await self.tails.head(cache_key[0], cache_key[1], query)
+        except S3Error as error:
+            if error.status == 404:
+                await self._remember(cache_key, Missing.of(error), epoch)
+            raise
+        if got is None or isinstance(got, S3Error):
+            return ObjectHead(await self._fetch_and_cache(cache_key, query, epoch, refused=got))
+        meta, run = got
+        await self._remember(cache_key, meta, epoch, run=run)
+        return ObjectHead(meta)
 
     def fresh_aged(self, bucket: str, key: str, version_id: str | None = None) -> tuple[ObjectMeta, float] | None:
         """`fresh_now`, and the entry's age (seconds since the origin said it, wherever it was learnt)."""
@@ -264,9 +288,8 @@ class Metadata:
         if tell:
             self._tell_owner(cache_key, value, published, run)
 
-    async def _revalidate(
-        self, cache_key: MetaKey, query: list[tuple[str, str]], meta: ObjectMeta, age: float, epoch: Epoch
-    ) -> ObjectMeta:
+    async def _revalidate(self, cache_key: MetaKey, query: list[tuple[str, str]], meta: ObjectMeta, age: float,
+                          epoch: Epoch) -> ObjectMeta:
         """A conditional HEAD: 304 keeps the entry (no data is fetched again)."""
         self.stats["meta_revalidate"] += 1
         try:
@@ -288,20 +311,21 @@ class Metadata:
             return meta
         return await self._cache_answer(cache_key, query, response, epoch)
 
-    async def _fetch_and_cache(self, cache_key: MetaKey, query: list[tuple[str, str]], epoch: Epoch) -> ObjectMeta:
+    async def _fetch_and_cache(self, cache_key: MetaKey, query: list[tuple[str, str]], epoch: Epoch, *,
+                               refused: S3Error | None = None) -> ObjectMeta:  # refused: a GET's (Tails.head)
         response = await self.origin.head(cache_key[0], cache_key[1], query=query, headers=_META_HEADERS)
-        return await self._cache_answer(cache_key, query, response, epoch)
+        return await self._cache_answer(cache_key, query, response, epoch, refused)
 
-    async def _cache_answer(
-        self, cache_key: MetaKey, query: list[tuple[str, str]], response: BlockResponse, epoch: Epoch
-    ) -> ObjectMeta:
+    async def _cache_answer(self, cache_key: MetaKey, query: list[tuple[str, str]], response: BlockResponse,
+                            epoch: Epoch, refused: S3Error | None = None) -> ObjectMeta:
         bucket, key, _ = cache_key
         await response.aclose()
         if response.status < 300:
             meta = meta_from_headers(response.header_items)
             await self._remember(cache_key, meta, epoch)
             return meta
-        error = await self._explain(bucket, key, query, _META_HEADERS, response.status)
+        error = refused if refused is not None and refused.status == response.status else \
+            await explain(self.origin, bucket, key, query, _META_HEADERS, response.status)
         if error.status == 404:
             await self._remember(cache_key, Missing.of(error), epoch)
         raise error
@@ -310,22 +334,8 @@ class Metadata:
         response = await self.origin.head(bucket, key, query=query, headers=headers)
         await response.aclose()
         if response.status >= 300:
-            raise await self._explain(bucket, key, query, headers, response.status)
+            raise await explain(self.origin, bucket, key, query, headers, response.status)
         return meta_from_headers(response.header_items)
-
-    async def _explain(self, bucket: str, key: str, query: list[tuple[str, str]], headers: dict[str, str], status: int) -> S3Error:
-        """A HEAD error has no body (NoSuchKey and NoSuchBucket look alike): ask with a GET."""
-        resource = f"/{bucket}/{key}"
-        if status < 400:
-            return S3Error("PreconditionFailed" if status == 412 else "InternalError", status=status, resource=resource)
-        response = await self.origin.send("GET", bucket, key, query=query, headers=dict(headers, range="bytes=0-0"))
-        if response.status == status:
-            return await self.origin.error_from(response, resource=resource)
-        # The GET was answered otherwise (the object appeared meanwhile, or an origin refuses a
-        # HEAD it serves as a GET, as moto does with ?versionId=null): the HEAD's own error is
-        # the answer, never one of the gateway's making.
-        await response.aclose()
-        return error_for_status(status, resource)
 
     # Without Redis, the workers of a node share metadata through the worker owning each object's
     # first block (Opens.open_block's owner): a HEAD that misses here asks it, and it answers from

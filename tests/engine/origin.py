@@ -82,6 +82,9 @@ class MemoryOrigin:
         self._held: asyncio.Event | None = None
         self.trickle: asyncio.Event | None = None  # set: an object's body, read in parts, half waits for it
         self.cut: int | None = None  # set: a run's answer breaks off after so many bytes (get_run)
+        # A suffix range (bytes=-N) of an empty object: S3 answers 200 and no bytes; other servers 416.
+        self.empty_suffix = 200
+        self.ranges = True  # False: every range is ignored (the whole object, 200), as HTTP lets a server do
 
     def create_bucket(self, bucket: str) -> None:
         self.objects.setdefault(bucket, {})
@@ -165,8 +168,12 @@ class MemoryOrigin:
         size = len(stored.body)
         if method == "HEAD":
             return Answer(200, [*items, ("content-length", str(size))])
-        first, _, last = headers.get("range", "").removeprefix("bytes=").partition("-")
-        if not first.isdigit():  # (no range, or one this origin does not know: the whole object)
+        first, _, last = headers.get("range", "").removeprefix("bytes=").partition("-") if self.ranges else ("", "", "")
+        if not first and last.isdigit() and not size and self.empty_suffix == 416:
+            return _error(416, "InvalidRange", ActualObjectSize="0")
+        if not first and last.isdigit() and size:  # the last `last` bytes
+            first, last = str(max(size - int(last), 0)), str(size - 1)
+        if not first.isdigit():  # (no range, one this origin does not know, a suffix of nothing: the whole object)
             return Answer(200, [*items, ("content-length", str(size))], stored.body, self.trickle)
         if int(first) >= size:
             return _error(416, "InvalidRange", ActualObjectSize=str(size))

@@ -53,7 +53,9 @@ def test_one_gateway_answers_from_what_the_other_fetched(pair):
     assert keys(s3b, "dir/") == ["dir/k"]
     stats = engine(b).stats
     assert stats["meta_l2_hit"] == before.get("meta_l2_hit", 0) + 1  # then B's own L1
-    assert stats["meta_miss"] == before.get("meta_miss", 0)
+    # (but for the checksums boto3's whole GET asks for, which A's HEAD, from a GET of the object's tail,
+    # did not bring: B's GET of the object brings them with its bytes, one origin request as before)
+    assert stats["meta_miss"] == before.get("meta_miss", 0) + 1
     assert stats["list_l2_hit"] == before.get("list_l2_hit", 0) + 1
     assert stats["list_miss"] == before.get("list_miss", 0)
     # A remembered 404 is shared too.

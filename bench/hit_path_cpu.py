@@ -51,7 +51,7 @@ from gateway.s3api import reads  # noqa: E402
 from gateway.s3api.context import Context  # noqa: E402
 from gateway.s3api.hits import _no_body  # noqa: E402
 from gateway.s3api.responses import body_response  # noqa: E402
-from gateway.s3api.accounting import answered_for  # noqa: E402
+from gateway.s3api.accounting import Served, answered_for  # noqa: E402
 from gateway.s3api.request import parse_request  # noqa: E402
 from tests.servers import moto_server  # noqa: E402
 from tests.support import ADMIN, REGION, RunningGateway, base_settings  # noqa: E402
@@ -185,7 +185,7 @@ def steps(s3app: Any, next_scope: Callable[[], dict[str, Any]], calls: int) -> N
         "headers (body_response)": cpu_per_call(calls, lambda: body_response(hit[0], "0", status=200,
                                                                              headers=answer.headers)),
         "stats and access log (Accounts.record)": cpu_per_call(calls, lambda: s3app.accounts.record(
-            answered_for(req, scope["method"], outcome), "0", outcome["bytes"], outcome["cache"], 0.001)),
+            Served(answered_for(req, scope["method"], outcome), "0", outcome["bytes"], outcome["cache"], 0.001))),
     }
     for name, micros in figures.items():
         print(f"    {name:40s} {micros:7.1f} us")

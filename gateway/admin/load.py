@@ -142,7 +142,8 @@ class _Load:
         engine = self.engine
 
         async def once() -> None:
-            head = await engine.head_object(file.bucket, file.key)
+            # (with the checksums: an origin HEAD, not a GET of the tail, which would bring a block here)
+            head = await engine.head_object(file.bucket, file.key, checksums=True)
             try:
                 await engine.spread(file.bucket, file.key, head.meta, replicas=self.request.replicas)
             except S3Error as err:

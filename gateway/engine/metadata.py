@@ -137,9 +137,11 @@ class Metadata:
             if answer is not None:
                 return answer
         if found is None or found[0].missing or (checksums and not found[0].complete):
-            # A whole read lacking only the checksums (a HEAD's tail, a ranged read brought the metadata) of an
-            # object not held whole: its GET brings them and the bytes, held or not (`reopen`), not a HEAD first.
-            if found is not None and isinstance(described := found[0].value, ObjectMeta) and want is not None and want.whole:
+            # A whole read lacking only the checksums of an object whose metadata a HEAD's tail brought here, not
+            # held whole: its GET brings them and the bytes, held or not (`reopen`), not a HEAD first. (Metadata a
+            # ranged read brought: a HEAD for the checksums, and the blocks held serve the read, as before.)
+            if found is not None and isinstance(described := found[0].value, ObjectMeta) and want is not None \
+                    and want.whole and self.tails is not None and self.tails.brought(cache_key, described):
                 reopen = reopen or self.fetch is not None and not held_whole(self.fetch, bucket, key, described)
             return await self._miss(cache_key, query, epoch, want if want is None or want.whole or not checksums
                                     else None, checksums, reopen, asked)
@@ -202,6 +204,7 @@ class Metadata:
         if got is None or isinstance(got, S3Error):
             return ObjectHead(await self._fetch_and_cache(cache_key, query, epoch, refused=got))
         meta, run = got
+        self.tails.learnt.put(cache_key, meta)
         await self._remember(cache_key, meta, epoch, run=run)
         return ObjectHead(meta)
 

@@ -33,10 +33,14 @@ from gateway.engine.fetch import BlockFetcher
 from gateway.engine.runs import Run, Want
 from gateway.engine.sources import version_of
 from gateway.errors import S3Error
+from gateway.lru import LRU
 from gateway.objects import ObjectMeta
 from gateway.origin import Origin, error_for_status
 from gateway.store.blocks import BlockId, block_bounds
 from gateway.store.meta import MetaKey
+
+
+_LEARNT = 4096  # objects whose metadata a HEAD's tail brought, remembered (Tails.brought)
 
 
 class _Described(Protocol):
@@ -62,6 +66,11 @@ class Tails:
         self.want = Want(suffix=size)
         self.asked = max(size, fetch.granule or fetch.settings.block_size)
         self.stats = stats
+        self.learnt: LRU[MetaKey, ObjectMeta] = LRU(_LEARNT)  # metadata the tails brought (`brought`)
+
+    def brought(self, cache_key: MetaKey, meta: ObjectMeta) -> bool:
+        """Whether `meta` is the metadata a HEAD's tail brought here (not a read's GET, another worker's)."""
+        return self.learnt.use(cache_key) is meta
 
     async def head(self, bucket: str, key: str, query: list[tuple[str, str]]
                    ) -> tuple[ObjectMeta, Run] | S3Error | None:

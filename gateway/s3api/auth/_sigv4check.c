@@ -162,6 +162,18 @@ static int hex_value(unsigned char c)
     return -1;
 }
 
+/* The byte at p[*i], a valid %XX escape decoded (*i moved past it; an invalid one kept as it is). */
+static inline unsigned char decoded_at(const unsigned char *p, size_t n, size_t *i)
+{
+    unsigned char c = p[*i];
+    int high, low;
+    if (c == '%' && *i + 2 < n && (high = hex_value(p[*i + 1])) >= 0 && (low = hex_value(p[*i + 2])) >= 0) {
+        c = (unsigned char)(high * 16 + low);
+        *i += 2;
+    }
+    return c;
+}
+
 /* %XX-decode wire bytes (an invalid escape kept as it is), as common._percent_decode. */
 static int percent_decode(buf_t *out, const unsigned char *p, size_t n)
 {
@@ -169,12 +181,7 @@ static int percent_decode(buf_t *out, const unsigned char *p, size_t n)
         return -1;
     unsigned char *o = (unsigned char *)out->p + out->n;
     for (size_t i = 0; i < n; i++) {
-        unsigned char c = p[i];
-        int high, low;
-        if (c == '%' && i + 2 < n && (high = hex_value(p[i + 1])) >= 0 && (low = hex_value(p[i + 2])) >= 0) {
-            c = (unsigned char)(high * 16 + low);
-            i += 2;
-        }
+        unsigned char c = decoded_at(p, n, &i);
         *o++ = c;
     }
     out->n = (size_t)(o - (unsigned char *)out->p);
@@ -331,12 +338,7 @@ static int recode_query(buf_t *out, const unsigned char *p, size_t n)
         return -1;
     char *o = out->p + out->n;
     for (size_t i = 0; i < n; i++) {
-        unsigned char c = p[i];
-        int high, low;
-        if (c == '%' && i + 2 < n && (high = hex_value(p[i + 1])) >= 0 && (low = hex_value(p[i + 2])) >= 0) {
-            c = (unsigned char)(high * 16 + low);
-            i += 2;
-        }
+        unsigned char c = decoded_at(p, n, &i);
         if (KEPT[c] == 1) {
             *o++ = (char)c;
         } else {

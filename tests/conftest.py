@@ -11,7 +11,7 @@ import httpx
 import pytest
 from hypothesis import settings as hypothesis_settings
 
-from tests.servers import moto_server
+from tests.servers import CountingProxy, moto_server
 from tests.support import RunningGateway, base_settings, client
 
 pytest_plugins = ["tests.redis_fixtures"]
@@ -86,3 +86,11 @@ def s3(gateway: RunningGateway, clean_origin: str):  # type: ignore[no-untyped-d
 def direct(clean_origin: str):  # type: ignore[no-untyped-def]
     """boto3 straight to the origin (moto), for comparisons."""
     return client(clean_origin, ("origin-key", "origin-secret"))
+
+
+@pytest.fixture(scope="module")
+def counted(origin_endpoint: str) -> Iterator[CountingProxy]:
+    """The origin behind a proxy that counts its requests by kind (a module's own, for its gateways' origin)."""
+    proxy = CountingProxy(origin_endpoint)
+    yield proxy
+    proxy.close()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -33,13 +32,6 @@ _DESCRIBED = dict(ContentType="application/x-parquet", CacheControl="max-age=60"
                   ContentDisposition='attachment; filename="part-0.parquet"', ContentLanguage="en",
                   Expires="Wed, 21 Oct 2037 07:28:00 GMT", Metadata={"day": "1", "writer": "trino"},
                   StorageClass="STANDARD_IA", Tagging="team=data")
-
-
-@pytest.fixture(scope="module")
-def counted(origin_endpoint: str) -> Iterator[CountingProxy]:
-    proxy = CountingProxy(origin_endpoint)
-    yield proxy
-    proxy.close()
 
 
 @pytest.fixture

@@ -5,23 +5,14 @@ answers are compared with moto's own."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 
 import pytest
 
-from tests.servers import CountingProxy
 from tests.support import base_settings, client
 
 # Hive partitions, and keys whose URL encoding and XML escaping must come through
 KEYS = [f"t/day={day}/part-{n}.parquet" for day in (1, 2, 10) for n in range(2)] + \
        ["t/day=2/a b+c%d&e<f.parquet", "t/d\u00e9j\u00e0/x", "t/day=20/y", "u/other"]
-
-
-@pytest.fixture(scope="module")
-def counted(origin_endpoint: str) -> Iterator[CountingProxy]:
-    proxy = CountingProxy(origin_endpoint)
-    yield proxy
-    proxy.close()
 
 
 @pytest.fixture

@@ -1,7 +1,5 @@
-"""The disk tier: one file per block in a fan-out of folders (store.blockfile), all file work in a thread pool.
-
-The index, the quota and the eviction policy live here, on the event loop; the file format
-and the blocking file operations are store.blockfile's."""
+"""The disk tier: one file per block in a fan-out of folders, all file work in a thread pool. The index,
+the quota and the policy live here, on the event loop; the file format and file operations in store.blockfile."""
 
 from __future__ import annotations
 
@@ -89,6 +87,7 @@ class DiskTier:
         self._index: dict[str, _Entry] = {}
         self._pending: dict[str, int] = {}  # name -> bytes reserved by a write in flight
         self._cancelled: set[str] = set()  # removed while their write was in flight
+        self.leaving: set[str] = set()  # a demoting put's victims, out of the index until its hop has read them
         self._used = 0
         self._unhealthy_until: float | None = None
         self._opened = False
@@ -123,9 +122,6 @@ class DiskTier:
 
     def block_path(self, name: str) -> str:
         return blockfile.block_path(self.path, name)
-
-    def __repr__(self) -> str:
-        return f"DiskTier(name={self.name!r}, path={self.path!r}, used={self._used}, quota={self.quota}, blocks={len(self._index)})"
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -300,6 +296,8 @@ class DiskTier:
         except RuntimeError as exc:  # the pool is shut down
             settle(exc)
             return [(victim, None) for victim in victims]
+        leaving = {victim.name for victim in victims} if take else set()  # read back in the hop
+        self.leaving |= leaving
         try:
             outcome = await asyncio.shield(future)
         except asyncio.CancelledError:
@@ -309,6 +307,8 @@ class DiskTier:
         except Exception as exc:  # noqa: BLE001 -- a cache failure never fails the caller (STYLE.md); settle logs it
             settle(exc)
             return [(victim, None) for victim in victims]
+        finally:
+            self.leaving -= leaving
         taken, bad, write_error = outcome
         self.stats.bad_blocks += bad
         settle(write_error)

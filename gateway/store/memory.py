@@ -35,6 +35,7 @@ class MemoryTier:
     """
 
     medium = "memory"
+    leaving: frozenset[str] = frozenset()  # (its puts never await: a victim is returned at once)
 
     def __init__(self, quota: int, policy: EvictionPolicy, name: str = "mem") -> None:
         if quota < 0:

@@ -37,7 +37,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Set
 
 from gateway.lru import LRU
 from gateway.store import blockfile, pieces
@@ -115,6 +115,10 @@ class SharedTier(SharedPieces):
     @property
     def healthy(self) -> bool:
         return self.own.healthy
+
+    @property
+    def leaving(self) -> Set[str]:
+        return self.own.leaving
 
     def __len__(self) -> int:
         return len(self.own)

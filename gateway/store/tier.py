@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Set
 from typing import Protocol
 
 from gateway.store.blocks import BlockId
@@ -28,6 +28,11 @@ class Tier(Protocol):
 
     @property
     def healthy(self) -> bool: ...
+
+    @property
+    def leaving(self) -> Set[str]:
+        """The blocks a demoting put (`put_demoting`) evicted and is reading back, by name: out of
+        the index until it returns them (store.tiers waits for them rather than miss)."""
 
     def __len__(self) -> int: ...
 

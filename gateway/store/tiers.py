@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gateway.lru import LRU
@@ -13,6 +13,7 @@ from gateway.store.blocks import BlockId
 from gateway.store.memory import MemoryTier
 from gateway.store.shared import SharedTier
 from gateway.store.tier import Tier
+from gateway.store.transit import Transit
 
 _HELD_OBJECTS = 65536  # objects remembered by holds_object, the least recently kept out first
 
@@ -93,6 +94,7 @@ class TieredStore:
         for tier in self.levels:
             tier.evictable = self._evictable
         self._promoting: set[asyncio.Task[None]] = set()
+        self._transit = Transit(self.levels)
         if promote and isinstance(memory, SharedTier):  # the owner promotes what other workers hit
             for tier in self.disks:
                 if isinstance(tier, SharedTier):
@@ -146,12 +148,22 @@ class TieredStore:
     # --- reads and writes -------------------------------------------------------------------
 
     def __contains__(self, block_id: object) -> bool:
-        return any(block_id in tier for tier in self.levels)
+        return any(block_id in tier for tier in self.levels) or self._transit.holds(block_id)
 
     async def get(self, block_id: BlockId) -> tuple[bytes, str] | None:
-        """(data, tier name) or None. Never raises for cache trouble: that is a miss."""
+        """(data, tier name) or None. Never raises for cache trouble: that is a miss. A block
+        on its way down a level is read once it is there (store.transit)."""
         if await self._expired_now(block_id):
             return None
+        found = await self._from_levels(block_id)
+        if found is None and self._transit.holds(block_id):
+            await self._transit.settled()
+            found = await self._from_levels(block_id)
+        if found is None and self.owns(block_id):  # else its owner counts the miss (a worker of a node of several)
+            self.misses += 1
+        return found
+
+    async def _from_levels(self, block_id: BlockId) -> tuple[bytes, str] | None:
         for level, tier in enumerate(self.levels):
             data = await tier.get(block_id)
             if data is None:
@@ -160,8 +172,6 @@ class TieredStore:
                 self.promotions += 1
                 await self._store_at(0, block_id, data)
             return data, tier.name
-        if self.owns(block_id):  # else its owner counts the miss (a worker of a node of several)
-            self.misses += 1
         return None
 
     async def touch(self, block_id: BlockId, data: bytes | None = None) -> str | None:
@@ -268,13 +278,14 @@ class TieredStore:
             await self.put(block_id, joined[1])
             return joined
         victims: list[tuple[BlockId, bytes]] | list[tuple[BlockId, bytes | None]]
-        if isinstance(held, MemoryTier):
-            kept, victims = held.put_piece(block_id, lo, data)
-        else:  # the node's shared tier: kept by the block's owner worker (store.shared)
-            kept, victims = await held.put_piece(block_id, lo, data)
-        if kept[1] and self.owns(block_id):  # (as `put` notes only the blocks this worker keeps)
-            self._note_object(block_id)
-        await self._send_down(0, victims)
+        with self._transit.putting():
+            if isinstance(held, MemoryTier):
+                kept, victims = held.put_piece(block_id, lo, data)
+            else:  # the node's shared tier: kept by the block's owner worker (store.shared)
+                kept, victims = await held.put_piece(block_id, lo, data)
+            if kept[1] and self.owns(block_id):  # (as `put` notes only the blocks this worker keeps)
+                self._note_object(block_id)
+            await self._send_down(0, victims)
         return kept
 
     def missed(self) -> None:
@@ -369,26 +380,27 @@ class TieredStore:
     async def _store_at(self, level: int, block_id: BlockId, data: bytes) -> bool:
         """Put into one level and send its victims down; True if the level kept the block."""
         tier = self.levels[level]
-        last = level == len(self.levels) - 1
-        victims: list[tuple[BlockId, bytes | None]]
-        if last:  # the victims are freed: no need to read them back
-            victims = [(victim, None) for victim in await tier.put(block_id, data)]
-        else:
+        if level == len(self.levels) - 1:  # the victims are freed: no need to read them back
+            await self._send_down(level, [(victim, None) for victim in await tier.put(block_id, data)])
+            return block_id in tier
+        with self._transit.putting():
             victims = await tier.put_demoting(block_id, data)
-        stored = block_id in tier
-        await self._send_down(level, victims)
+            stored = block_id in tier
+            await self._send_down(level, victims)
         return stored
 
-    async def _send_down(self, level: int, victims: list[tuple[BlockId, bytes]] | list[tuple[BlockId, bytes | None]]) -> None:
+    async def _send_down(self, level: int, victims: Sequence[tuple[BlockId, bytes | None]]) -> None:
         """Level `level`'s victims go down to the next level that takes them (from the last: freed)."""
         last = level == len(self.levels) - 1
-        for victim, victim_data in victims:
-            if last or victim_data is None:
-                self.freed += 1
-                self._forget_if_gone(victim)
-            else:
-                self.demotions += 1
-                await self._sink(level + 1, victim, victim_data)
+        moving = set() if last else {victim.name for victim, victim_data in victims if victim_data is not None}
+        with self._transit.moving(moving):
+            for victim, victim_data in victims:
+                if last or victim_data is None:
+                    self.freed += 1
+                    self._forget_if_gone(victim)
+                else:
+                    self.demotions += 1
+                    await self._sink(level + 1, victim, victim_data)
 
     async def _remove_everywhere(self, block_id: BlockId) -> None:
         for tier in self.levels:

@@ -18,7 +18,7 @@ from gateway.store.disk import DiskTier
 from gateway.store.memory import MemoryTier
 from gateway.store.policy import make_policy
 from gateway.store.tiers import TieredStore
-from tests.store.helpers import Clock, FullDisk, ReadCountingDisk, bid, files_under, lru_order, payload
+from tests.store.helpers import Clock, FullDisk, GatedDisk, ReadCountingDisk, bid, files_under, lru_order, payload
 
 BLOCK = 10
 
@@ -117,6 +117,55 @@ async def test_a_block_the_memory_tier_cannot_hold_goes_to_disk(stores: MakeStor
     assert where(store, big) == ["disk0"]
     assert await store.get(big) == (payload(big, 3 * BLOCK), "disk0")  # promotion cannot take it either
     assert where(store, big) == ["disk0"]
+
+
+async def _wait_until(condition: Callable[[], bool]) -> None:
+    for _ in range(2000):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("not within 10 s")
+
+
+@pytest.mark.parametrize("memory", [True, False])
+async def test_a_block_on_its_way_down_a_level_is_held_and_read_not_missed(stores: MakeStore, memory: bool) -> None:
+    # A put evicts A from the top level; A goes down a level in the disk tiers' threads, held there
+    # at the gate: with a memory tier, A is being written to disk0; without, disk0 read A back and
+    # is writing the new block, A to go to disk1 then. Meanwhile no level's index holds A. Before,
+    # `in` said no and `get` missed: the engine fetched A again from the origin.
+    store = await stores((BLOCK, BLOCK, 2 * BLOCK) if memory else (BLOCK, 2 * BLOCK), memory=memory,
+                         disk_classes=(GatedDisk,), promote=False)
+    gated = store.disks[0]
+    assert isinstance(gated, GatedDisk)
+    a, b = bid("a"), bid("b")
+    if not memory:
+        gated.gate.set()
+    await store.put(a, payload(a, BLOCK))
+    gated.gate.clear()
+    gated.writing.clear()
+    putting = asyncio.ensure_future(store.put(b, payload(b, BLOCK)))
+    await _wait_until(gated.writing.is_set)
+    assert where(store, a) == [] and a in store
+    reading = asyncio.ensure_future(store.get(a))
+    await asyncio.sleep(0.05)
+    assert not reading.done()  # it waits for the put
+    gated.gate.set()
+    assert await reading == (payload(a, BLOCK), "disk0" if memory else "disk1")
+    await putting
+    assert store.stats()["misses"] == 0 and a in store
+
+
+async def test_a_read_of_a_block_no_put_is_moving_does_not_wait(stores: MakeStore) -> None:
+    store = await stores((BLOCK, BLOCK, 2 * BLOCK), disk_classes=(GatedDisk,), promote=False)
+    gated = store.disks[0]
+    assert isinstance(gated, GatedDisk)
+    a, b = bid("a"), bid("b")
+    await store.put(a, payload(a, BLOCK))
+    putting = asyncio.ensure_future(store.put(b, payload(b, BLOCK)))  # A on its way to disk0, held
+    await _wait_until(gated.writing.is_set)
+    assert await asyncio.wait_for(store.get(bid("other")), 1) is None and bid("other") not in store
+    gated.gate.set()
+    await putting
 
 
 # --- promotion -----------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ and bytes of each setup.
 
     .venv/bin/python bench/cold_scan.py [--rounds 6] [--files 8] [--parallel 4] [--chunks 3] [--workers 2]
         [--baseline REV]   # a gateway of that revision too, in the same rounds
+        [--first 8]        # first: 8 objects read one at a time on each fresh gateway, CPU per object
         [--profile PATH [--native]]   # py-spy record (raw) of the gateway's processes over the rounds
 """
 
@@ -162,6 +163,8 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="more GATEWAY_* settings")
     parser.add_argument("--baseline", default="", metavar="REV",
                         help="a second gateway, of this git revision, in the same rounds (setup 'baseline')")
+    parser.add_argument("--first", type=int, default=0, metavar="N",
+                        help="before the rounds: N objects read one at a time on each fresh gateway, CPU per object")
     parser.add_argument("--profile", default="", metavar="PATH", help="py-spy record (raw) of the gateway's passes")
     parser.add_argument("--native", action="store_true", help="the profile with C frames (pauses the processes)")
     return parser.parse_args(argv)
@@ -198,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for gw in gateways.values():
                 gw.start()
+            if args.first:
+                first_reads(args, root, files, gateways)
             asked = rounds(args, root, files, plans, proxy, gateways, rows, timed)
         finally:
             for gw in gateways.values():
@@ -220,6 +225,24 @@ def profiler(pid: int, out: str, native: bool) -> subprocess.Popen[bytes]:
 
 
 LOAD = [0.0]  # other load during the rounds, in cores
+
+
+def first_reads(args: argparse.Namespace, root: Path, files: list[tuple[str, int]], gateways: dict[str, cs.Gateway]) -> None:
+    """--first: on each fresh gateway, `--first` objects read one at a time (its footer, then 4 MiB),
+    each on a new connection (either worker takes it); the CPU of the gateway's processes per
+    object: a fresh worker's first answers against those after."""
+    keys = [link_round(root, files[:1], 500 + number)[0][0] for number in range(args.first)]
+    for setup, gw in gateways.items():
+        cpu = cr.TreeCpu(gw.pid)
+        spent = []
+        for key in keys:
+            s3 = wl.client(gw.endpoint, pool=1)
+            before = cpu()
+            read_all(s3, key, f"bytes=-{args.footer}")
+            read_all(s3, key, "bytes=100000-4294303")
+            time.sleep(0.05)  # (what the gateway does after its answers)
+            spent.append((cpu() - before) / 1e6)
+        print(f"{setup}: first reads, ms of CPU per object in order: " + " ".join(f"{ms:.1f}" for ms in spent), flush=True)
 
 
 def rounds(args: argparse.Namespace, root: Path, files: list[tuple[str, int]], plans: dict[str, list[str]], proxy: str,

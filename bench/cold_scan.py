@@ -2,20 +2,22 @@
 files' footers and column chunks, directly from the shaped origin and through a fresh gateway
 (a node of --workers), in one run.
 
-What Trino's Hive connector asks of each file of a table it scans (bench/engines.py's requests
-log): a footer read by a suffix range (`bytes=-N`, N of --footer), then the column chunks of
+What an engine's scan (Trino's Hive connector in bench/engines.py) asks of each file of a table:
+a footer read by a suffix range (`bytes=-N`, N of --footer), then the column chunks of
 the query's columns in each row group: ranged GETs of 1-8 MiB at offsets that are no block
 bounds, several files at once (--parallel) and each file's chunks at once (connections: up to
 --parallel x --chunks). Optionally a HEAD of each file first (--head). Files are --files of
 5-30 MiB (seeded sizes) on bench/shaped_origin.py, unshaped, behind bench/shaped_proxy.py
 (+--latency to the first byte, --rate per connection, as bench/engines.py's origin), which
 counts the requests and bytes of each setup. Each round reads its own hard links of the files
-(new keys: every gateway read is cold), once directly and once through the gateway, the order
-swapped every round; the gateway is started once, before the first round.
+(new keys: every gateway read is cold), once directly and once through each gateway, the order
+turned every round; the gateways are started once, before the first round.
 
 Printed per round and in all: the wall time of each setup, gateway/direct (below 1: the gateway
 is faster), the gateway's CPU (all its processes, from /proc schedstat), the origin requests
-and bytes of each setup.
+and bytes of each setup; in all, the medians of each GET kind's first and last byte, and the
+requests the gateway's workers made of one another. On a shared machine read the CPU and the
+ratios of one run (two nodes of the same code moved +-10% apart in wall time at load 5-8).
 
     .venv/bin/python bench/cold_scan.py [--rounds 6] [--files 8] [--parallel 4] [--chunks 3] [--workers 2]
         [--baseline REV]   # a gateway of that revision too, in the same rounds

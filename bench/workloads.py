@@ -91,19 +91,25 @@ def moto_process(workdir: Path, preload: dict[str, Sequence[str]] | None = None,
 def shaped_moto(workdir: Path, latency: str, rate: str, preload: dict[str, Sequence[str]] | None = None,
                 moto_env: dict[str, str] | None = None) -> Iterator[tuple[str, str]]:
     """moto's S3 server and bench/shaped_proxy.py in front of it; yields (moto, shaped) endpoints."""
-    with moto_process(workdir, preload, moto_env) as moto:
-        port = cs.free_port()
-        log = workdir / "shaped-proxy.log"
-        with open(log, "wb") as fh:
-            proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "shaped_proxy.py"),
-                                     "--upstream", moto.removeprefix("http://"), "--port", str(port),
-                                     "--latency", latency, "--rate", rate], stdout=fh, stderr=subprocess.STDOUT)
-        shaped = f"http://127.0.0.1:{port}"
-        try:
-            cs._wait_http(shaped + "/moto-api/", proc, "shaped proxy", log)
-            yield moto, shaped
-        finally:
-            cs._stop(proc)
+    with moto_process(workdir, preload, moto_env) as moto, shaped_proxy(workdir, moto, latency, rate) as shaped:
+        yield moto, shaped
+
+
+@contextmanager
+def shaped_proxy(workdir: Path, upstream: str, latency: str, rate: str) -> Iterator[str]:
+    """bench/shaped_proxy.py in front of `upstream` (an http:// endpoint); yields its endpoint."""
+    port = cs.free_port()
+    log = workdir / "shaped-proxy.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "shaped_proxy.py"),
+                                 "--upstream", upstream.removeprefix("http://"), "--port", str(port),
+                                 "--latency", latency, "--rate", rate], stdout=fh, stderr=subprocess.STDOUT)
+    shaped = f"http://127.0.0.1:{port}"
+    try:
+        cs._wait_http(shaped + "/moto-api/", proc, "shaped proxy", log)
+        yield shaped
+    finally:
+        cs._stop(proc)
 
 
 def tidy(tmp: Path, *keep: Path) -> None:

@@ -37,6 +37,7 @@ from gateway.origin import Origin
 from gateway.periodic import run_every
 from gateway.s3api.hits import HitPath, http_head
 from gateway.s3api.replays import Keeper, LaterReplay
+from gateway.s3api.responses import load_streaming
 from gateway.s3api.server import S3App
 from gateway.store.disk import DiskTier
 from gateway.store.blocks import BlockId
@@ -233,6 +234,7 @@ class GatewayApp:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 try:
+                    await load_streaming()  # (before serving, not at the first streamed answer)
                     await self.startup()
                 except Exception as exc:  # reported to the server, which exits
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})

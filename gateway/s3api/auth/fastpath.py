@@ -71,9 +71,10 @@ _TERMINAL = "aws4_request"
 _UNSIGNED = PayloadCheck("unsigned")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # (not frozen: its __init__ a third cheaper, made for each new x-amz-date)
 class _Checked:
-    """What a request's credential, signed headers and date make, once their checks passed."""
+    """What a request's credential, signed headers and date make, once their checks passed; never
+    changed once made, but for `keyed`."""
 
     time: datetime  # x-amz-date (X-Amz-Date)
     identity: Identity  # what the request answers with

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -112,11 +113,11 @@ class Replay:
     keep_alive: bool
     answered: Answered  # how each answer is counted and logged (a Served of it, Accounts.record)
     # Made when the request is first answered again (most kept requests never are): the answer's
-    # head is status_line | the server's default headers | segments[0] | a value | segments[1] | ...,
-    # the values those of the headers _CUT names (_CUT_RANGED for a kept shape with a Range), in
-    # the order the answer had them: order[i] is the place in _CUT of the value after segments[i].
-    segments: tuple[bytes, ...] | None = None
-    order: tuple[int, ...] = ()
+    # head as a %-format (head_format) of the server's default headers and the values of the headers
+    # _CUT names (_CUT_RANGED for a kept shape with a Range), which `pick` puts in the answer's order
+    # out of (default lines, *values in _CUT's order).
+    head: bytes | None = None
+    pick: Callable[[tuple[bytes, ...]], tuple[bytes, ...]] | None = None
     cors: bytes | None = None  # a request with an Origin: the bucket's CORS document its answer's headers came from
     # What each answer served (`answered`, REPLAYED), made with the first: each answer sets its own
     # request id, bytes, source and time in it before Accounts.record, which keeps nothing of it.
@@ -170,6 +171,17 @@ def head_template(raw_headers: list[tuple[bytes, bytes]], closing: bytes, cut: t
     if sorted(order) != list(range(len(cut))):
         raise ValueError(f"an answer to keep carries one of each of {cut}")
     return tuple(segments), tuple(order)
+
+
+def head_format(status_line: bytes, raw_headers: list[tuple[bytes, bytes]], closing: bytes, cut: tuple[bytes, ...],
+                ) -> tuple[bytes, Callable[[tuple[bytes, ...]], tuple[bytes, ...]]]:
+    """The head of an answer as one %-format: status_line | %s (the server's default headers) |
+    the header lines and `closing`, a %s for each value of the headers `cut` names (head_template);
+    with what picks, out of (default lines, *those values in `cut`'s order), the format's values."""
+    segments, order = head_template(raw_headers, closing, cut)
+    escaped = [piece.replace(b"%", b"%%") for piece in (status_line, *segments)]
+    pick = operator.itemgetter(0, *(at + 1 for at in order))  # (_CUT: at least two, so a tuple)
+    return escaped[0] + b"%s" + b"%s".join(escaped[1:]), pick
 
 
 def answers_ranges(replay: Replay) -> bool:
@@ -233,7 +245,7 @@ class Replays:
             made = template(replay.req.view, shape, replay.secret, self.max_skew)
             if made is not None:  # its own window checked anew for each request of the shape
                 self._shaped.put(shape[0], dataclasses.replace(replay, after=float("-inf"), until=float("inf"),
-                                                               template=made, served=None, segments=None))
+                                                               template=made, served=None, head=None))
 
     def answer(self, request: bytes, default_headers: list[tuple[bytes, bytes]],
                ) -> tuple[list[bytes | memoryview], bool] | LaterReplay | None:
@@ -318,22 +330,18 @@ class Replays:
                   ) -> tuple[list[bytes | memoryview], bool]:
         """The whole answer to a kept request from its body (`ranged`: for its own Range), counted
         and logged."""
-        if replay.segments is None:
-            replay.segments, replay.order = head_template(replay.raw_headers, replay.closing,
-                                                          _CUT if ranged is None else _CUT_RANGED)
-        segments = replay.segments
-        request_id = new_request_id()
-        values: tuple[bytes, ...] = (request_id.encode("ascii"), source.encode("ascii"))
-        if ranged is not None:
-            byte_range = ranged[0]
-            values += (byte_range.content_range(replay.meta.size).encode("ascii"), b"%d" % byte_range.length)
+        if replay.head is None or replay.pick is None:
+            replay.head, replay.pick = head_format(replay.status_line, replay.raw_headers, replay.closing,
+                                                   _CUT if ranged is None else _CUT_RANGED)
         made_for, default_lines = self._defaults  # (_default_lines, without its call when they did not change)
         if made_for is not default_headers:
             default_lines = self._default_lines(default_headers)
-        pieces = [replay.status_line, default_lines, segments[0]]
-        for at, segment in zip(replay.order, segments[1:]):
-            pieces += (values[at], segment)
-        head = b"".join(pieces)
+        request_id = new_request_id()
+        values: tuple[bytes, ...] = (default_lines, request_id.encode("ascii"), source.encode("ascii"))
+        if ranged is not None:
+            byte_range = ranged[0]
+            values += (byte_range.content_range(replay.meta.size).encode("ascii"), b"%d" % byte_range.length)
+        head = replay.head % replay.pick(values)
         served = replay.served
         if served is None:
             served = replay.served = Served(replay.answered, request_id, 0, None, 0.0, REPLAYED)

@@ -71,9 +71,10 @@ _TERMINAL = "aws4_request"
 _UNSIGNED = PayloadCheck("unsigned")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # (not frozen: its __init__ a third cheaper, made for each new x-amz-date)
 class _Checked:
-    """What a request's credential, signed headers and date make, once their checks passed."""
+    """What a request's credential, signed headers and date make, once their checks passed; never
+    changed once made, but for `keyed`."""
 
     time: datetime  # x-amz-date (X-Amz-Date)
     identity: Identity  # what the request answers with
@@ -107,16 +108,23 @@ def _signed(signed_text: str) -> tuple[str, ...] | None:
     return tuple(names)
 
 
+@functools.lru_cache(maxsize=256)
+def _scoped(credential: str, signed_text: str) -> tuple[tuple[str, str, str], tuple[str, ...]] | None:
+    """(_scope, _signed) of a Credential and SignedHeaders when both pass: the same for every
+    x-amz-date of one key's day (_checked runs once for each)."""
+    scope, names = _scope(credential), _signed(signed_text)
+    return None if scope is None or names is None else (scope, names)
+
+
 def _checked(credential: str, signed_text: str, amz_date: str, payload: PayloadCheck,
              valid: tuple[timedelta, timedelta]) -> _Checked | None:
     """The scope, signed headers and date checks of a request; `valid`: its window around its
     date (less, more)."""
-    scope = _scope(credential)
-    names = _signed(signed_text)
+    scoped = _scoped(credential, signed_text)
     request_time = _parse_amz_date(amz_date)
-    if scope is None or names is None or request_time is None or amz_date[:8] != scope[1]:
+    if scoped is None or request_time is None or amz_date[:8] != scoped[0][1]:
         return None
-    access_key, date, region = scope
+    (access_key, date, region), names = scoped
     identity = Identity(access_key, payload, valid_from=request_time - valid[0], valid_until=request_time + valid[1])
     return _Checked(request_time, identity, access_key, date, region, names)
 
@@ -127,13 +135,21 @@ def _header_signed(credential: str, signed_text: str, amz_date: str, payload_has
     """_checked for a header signature: x-amz-content-sha256 UNSIGNED-PAYLOAD or a sha256, the
     window `max_skew` either side of x-amz-date. A function of its arguments alone (Identity is
     immutable): the requests of one second by one key share it."""
-    if payload_hash == UNSIGNED_PAYLOAD:
-        payload = _UNSIGNED
-    elif _HEX64.fullmatch(payload_hash):
-        payload = PayloadCheck("sha256", expected_sha256=payload_hash.lower())
-    else:
+    payload = _payload_check(payload_hash)
+    if payload is None:
         return None
     return _checked(credential, signed_text, amz_date, payload, (max_skew, max_skew))
+
+
+@functools.lru_cache(maxsize=64)
+def _payload_check(payload_hash: str) -> PayloadCheck | None:
+    """What x-amz-content-sha256 asks of a GET or HEAD: UNSIGNED-PAYLOAD, a sha256 (an SDK's over
+    http: the empty body's, on every request), else None (immutable: shared)."""
+    if payload_hash == UNSIGNED_PAYLOAD:
+        return _UNSIGNED
+    if _HEX64.fullmatch(payload_hash):
+        return PayloadCheck("sha256", expected_sha256=payload_hash.lower())
+    return None
 
 
 @functools.lru_cache(maxsize=256)

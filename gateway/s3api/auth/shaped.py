@@ -19,10 +19,12 @@ full path, which gives its own answer.
 
 from __future__ import annotations
 
+import operator
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Final, cast
 
 from gateway.s3api.auth.fastpath import _check, _Checked, _header_signed, _keyed, _presigned
 from gateway.s3api.auth.model import RequestView
@@ -50,17 +52,21 @@ _SENTINEL_OF = {index: sentinel for sentinel, index in _SENTINELS.items()}
 @dataclass(frozen=True, slots=True)
 class Template:
     """The canonical requests (one per canonical URI the general path tries) of a kept request, cut
-    around the values that change: forms[i] pieces, and between two pieces the Shape value `slots[j]`."""
+    around the values that change: each of `forms` a %-format of one, its %s in turn the Shape's
+    values `slots[j]` (`values` picks them out of a Shape, as a tuple)."""
 
-    forms: tuple[tuple[bytes, ...], ...]
+    forms: tuple[str, ...]
     slots: tuple[int, ...]
+    values: Callable[[Shape], tuple[str | None, ...]]
     credential: tuple[str, str]  # the Credential before and after its date
     signed_text: str
     payload_hash: str
     expires: str | None = None  # a presigned URL's X-Amz-Expires (None: signed in its headers)
 
 
-def _cut(request: str) -> tuple[tuple[bytes, ...], tuple[int, ...]]:
+def _cut(request: str) -> tuple[str, tuple[int, ...]]:
+    """The canonical request as a %-format with a %s in the place of each sentinel, and the Shape
+    value each %s stands for, in turn: one format and one encoding per check, not a join of pieces."""
     pieces, slots = [], []
     at = 0
     while True:
@@ -68,11 +74,11 @@ def _cut(request: str) -> tuple[tuple[bytes, ...], tuple[int, ...]]:
         if not found:
             break
         place, sentinel = min(found)
-        pieces.append(request[at:place].encode())
+        pieces.append(request[at:place].replace("%", "%%"))
         slots.append(_SENTINELS[sentinel])
         at = place + len(sentinel)
-    pieces.append(request[at:].encode())
-    return tuple(pieces), tuple(slots)
+    pieces.append(request[at:].replace("%", "%%"))
+    return "%s".join(pieces), tuple(slots)
 
 
 def _presigned_query(query_string: str, shape: Shape) -> str:
@@ -145,22 +151,25 @@ def template(view: RequestView, shape: Shape, secret: str, max_skew: timedelta) 
     if (any(form_slots != slots for _, form_slots in cut) or slots.count(1) != 1 or len(set(slots)) != len(slots)
             or (2 in slots) != (expires is not None)):
         return None  # x-amz-date signed once (presigned: the Credential's date too), each value in one place
-    made = Template(tuple(pieces for pieces, _ in cut), slots, (scope[0] + "/", "/" + "/".join(scope[2:])),
+    made = Template(tuple(form for form, _ in cut), slots, _picker(slots), (scope[0] + "/", "/" + "/".join(scope[2:])),
                     signed_text, payload_hash, expires)
     return made if _matches(made, shape, keyed) else None
 
 
+def _picker(slots: tuple[int, ...]) -> Callable[[Shape], tuple[str | None, ...]]:
+    """What picks the values of `slots` (never the key's place, 0) out of a Shape, as a tuple (one slot too)."""
+    pick = (lambda shape: (shape[slots[0]],)) if len(slots) == 1 else operator.itemgetter(*slots)
+    return cast(Callable[[Shape], tuple[str | None, ...]], pick)
+
+
 def _matches(made: Template, shape: Shape, keyed: object) -> bool:
-    """Whether one of the Template's forms joined with `shape`'s values is signed by its signature."""
-    values = [shape[slot] for slot in made.slots]
+    """Whether one of the Template's forms with `shape`'s values put in is signed by its signature."""
+    values = made.values(shape)
     if None in values:
         return False  # (the key holds the same headers: not seen)
     matched = False
-    for pieces in made.forms:
-        joined = [pieces[0]]
-        for value, piece in zip(values, pieces[1:]):
-            joined += (value.encode(), piece)  # type: ignore[union-attr]
-        matched |= _signs(b"".join(joined), keyed, shape[3])  # type: ignore[arg-type]
+    for form in made.forms:
+        matched |= _signs((form % values).encode(), keyed, shape[3])  # type: ignore[arg-type]
     return matched
 
 
@@ -168,7 +177,7 @@ def signed_anew(made: Template, shape: Shape, secret: str, now: datetime, max_sk
     """Whether a request of the kept key, its values `shape`'s, passes every check auth.fastpath
     makes (sigv4_fast, or presigned_fast for a presigned URL) with `secret`, the access key's secret
     the kept request was checked with."""
-    _, amz_date, date, provided, *_ = shape
+    amz_date, date = shape[1], shape[2]
     if date != amz_date[:8]:
         return False
     before, after = made.credential

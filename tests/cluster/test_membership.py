@@ -21,7 +21,9 @@ async def make_member(clean_redis) -> AsyncIterator[Callable[[str], Membership]]
     made: list[RedisHandle] = []
 
     def make(name: str) -> Membership:
-        redis = RedisHandle(RedisSettings(url=clean_redis.url, socket_timeout=0.3, retry_interval=0.1))
+        # A stopped Redis refuses at once; the timeout only bounds a slow answer, which a loaded
+        # machine gave in 0.3 s once (CI: b's or a's first beat timed out, and a saw only itself).
+        redis = RedisHandle(RedisSettings(url=clean_redis.url, socket_timeout=2.0, retry_interval=0.1))
         made.append(redis)
         return Membership(redis, Member(name, f"http://{name}:8080"), interval=0.1, ttl=TTL)
 

@@ -45,6 +45,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import cache_serving as cs
+import cold_ranges
 import cold_requests as cr
 import fleet as fl
 import workloads as wl
@@ -91,14 +92,8 @@ TIMES: dict[str, list[tuple[float, float]]] = {}  # "footer"/"chunk" -> (ms to t
 
 
 def read_all(s3, key: str, range_: str) -> int:  # type: ignore[no-untyped-def]
-    started = time.perf_counter()
-    body = s3.get_object(Bucket=cs.BUCKET, Key=key, Range=range_)["Body"]
-    got = len(body.read(1))
-    first = time.perf_counter()
-    while chunk := body.read(1 << 16):
-        got += len(chunk)
-    TIMES.setdefault("footer" if range_.startswith("bytes=-") else "chunk", []).append(
-        ((first - started) * 1e3, (time.perf_counter() - started) * 1e3))
+    first, last, got = cold_ranges.timed_read(s3, key, range_)
+    TIMES.setdefault("footer" if range_.startswith("bytes=-") else "chunk", []).append((first, last))
     return got
 
 

@@ -1,5 +1,6 @@
-"""The disk tier: one file per block in a fan-out of folders, all file work in a thread pool. The index,
-the quota and the policy live here, on the event loop; the file format and file operations in store.blockfile."""
+"""The disk tier: one file per block in a fan-out of folders, all file work in a thread pool (on tmpfs, on
+the event loop: store.filework). The index, the quota and the policy live here, on the event loop; the
+file format and file operations in store.blockfile."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from gateway.store import blockfile
 from gateway.store.blockfile import BadBlockError, encode_header
 from gateway.store.blocks import BlockId, checksum
+from gateway.store.filework import FileWork
 from gateway.store.mapped import CACHED_SIZE, MappedBlocks
 from gateway.store.openfiles import MAPPED_BYTES, OpenBlockFiles
 from gateway.store.policy import EvictionPolicy
@@ -44,9 +45,10 @@ class DiskTier:
     """One folder of block files with a byte quota.
 
     The index, the policy and the counters live on the event loop and change only there;
-    every file operation runs in this tier's own bounded thread pool, one whole unit per hop
-    (open+fstat+pread+verify, or evict+write+rename). `used` counts indexed blocks plus
-    writes in flight, so it never exceeds `quota`.
+    every file operation runs in this tier's own bounded thread pool (on tmpfs, at once on the
+    loop: store.filework), one whole unit per hop (open+fstat+pread+verify, or
+    evict+write+rename). `used` counts indexed blocks plus writes in flight, so it never
+    exceeds `quota`.
 
     Degrades, never fails: no disk error escapes get/put/remove. A bad block is deleted,
     counted and reported as a miss; a failed write marks the tier unhealthy for `backoff`
@@ -83,7 +85,7 @@ class DiskTier:
         # The folder may be shared by the workers of a node (store.shared): the index then
         # takes only the blocks this worker `keeps`, and leaves the others' files alone.
         self.keeps = keeps
-        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"gateway-store-{name}")
+        self._work = FileWork(name, threads, inline=medium == "memory")  # (on tmpfs: on the loop)
         self._index: dict[str, _Entry] = {}
         self._pending: dict[str, int] = {}  # name -> bytes reserved by a write in flight
         self._cancelled: set[str] = set()  # removed while their write was in flight
@@ -133,7 +135,7 @@ class DiskTier:
             return
         self._opened = True
         try:
-            found, bad, temporaries = await self._run(self._scan)
+            found, bad, temporaries = await self._work.run(self._scan)
         except (OSError, RuntimeError) as exc:  # RuntimeError: the pool is shut down
             log.warning("disk tier %s: cannot scan %s: %s", self.name, self.path, exc)
             self.stats.read_errors += 1
@@ -151,7 +153,7 @@ class DiskTier:
         excess = [self.block_path(entry.block_id.name) for entry in self._evict_for(0)]
         if excess:
             try:
-                await self._run(self._unlink_all, excess)
+                await self._work.run(self._unlink_all, excess)
             except RuntimeError as exc:  # the pool is shut down; unlink errors are logged inside
                 log.warning("disk tier %s: cannot delete blocks over the quota: %s", self.name, exc)
         log.info("disk tier %s: %d blocks, %d bytes at open (%d bad and %d temporary files deleted, %d over quota)",
@@ -163,7 +165,7 @@ class DiskTier:
             return
         self._closed = True
         self.files.close()
-        await asyncio.get_running_loop().run_in_executor(None, functools.partial(self._executor.shutdown, wait=True))
+        await self._work.shutdown()
 
     # --- the tier ---------------------------------------------------------------------------
 
@@ -176,7 +178,8 @@ class DiskTier:
         path = self.block_path(block_id.name)
         try:
             cached = self._read_cached(path, entry)
-            data = bytes(cached) if cached is not None else await self._run(self._fetch, path, block_id, self._read_block)
+            data = bytes(cached) if cached is not None else \
+                await self._work.run(self._fetch, path, block_id, self._read_block)
         except Exception as exc:  # noqa: BLE001 -- a cache failure never fails the read (STYLE.md)
             self._read_failed(block_id, entry, exc)
             return None
@@ -266,7 +269,7 @@ class DiskTier:
         if entry is None or keep_file:
             return pending or entry is not None
         try:
-            await asyncio.shield(self._run(self._unlink_quiet, self.block_path(name)))
+            await asyncio.shield(self._work.run(self._unlink_quiet, self.block_path(name)))
         except RuntimeError as exc:  # the pool is shut down; unlink errors are logged inside
             log.warning("disk tier %s: cannot delete block %s: %s", self.name, name, exc)
         return True
@@ -292,7 +295,7 @@ class DiskTier:
         settle = functools.partial(self._settle_put, block_id, size, store)
         work = functools.partial(self._store, block_id, data if store else None, victims, take, in_place)
         try:
-            future = self._run(work)
+            future = self._work.run(work)
         except RuntimeError as exc:  # the pool is shut down
             settle(exc)
             return [(victim, None) for victim in victims]
@@ -348,7 +351,7 @@ class DiskTier:
             self._mark_unhealthy(error)
         if error is None:  # written, then removed meanwhile: take the file back
             try:
-                self._executor.submit(self._unlink_quiet, self.block_path(name))
+                self._work.run(self._unlink_quiet, self.block_path(name))
             except RuntimeError:
                 pass
 
@@ -385,17 +388,14 @@ class DiskTier:
         self._used -= size
         self.files.forget(name)
 
-    def _run(self, func: Callable[..., T], *args: Any) -> asyncio.Future[T]:
-        return asyncio.get_running_loop().run_in_executor(self._executor, func, *args)
-
     async def in_thread(self, read: Callable[[BlockId], T], block_id: BlockId) -> T | None:
-        """`read(block_id)` in this tier's threads (store.shared: another worker's block); None once closed."""
+        """`read(block_id)` as this tier's file work (store.shared: another worker's block); None once closed."""
         try:
-            return await self._run(read, block_id)
+            return await self._work.run(read, block_id)
         except RuntimeError:  # the pool is shut down
             return None
 
-    # --- executor side: never called on the event loop ---------------------------------------
+    # --- the file work: in the threads (on tmpfs, on the loop), never touching the index -----
 
     def _store(self, block_id: BlockId, data: bytes | None, victims: list[BlockId], take: bool,
                in_place: tuple[int, int, int] | None) -> tuple[list[tuple[BlockId, bytes | None]], int, OSError | None]:

@@ -66,8 +66,8 @@ class SharedTier(SharedPieces):
     blocks `owns` names), and reads of the other parts. Event loop only.
 
     A block another worker owns is never stored here (`put` keeps nothing): its owner
-    fetched it and holds it, or will. On tmpfs (medium "memory") reads run on the event loop
-    (`get_now`, a copy from memory); on a disk they run in the own part's threads.
+    fetched it and holds it, or will. On tmpfs (medium "memory") every file read and write runs on
+    the event loop (a copy in memory: store.filework); on a disk in the own part's threads.
     """
 
     def __init__(self, path: str, quota: int, policy: EvictionPolicy, owns: Callable[[BlockId], bool], *,

@@ -106,6 +106,36 @@ async def test_reads_on_tmpfs_run_on_the_loop_and_map_each_file_once(tmp_path: P
         await b.aclose()
 
 
+async def test_writes_and_deletes_on_tmpfs_run_on_the_loop_without_a_thread(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A put, its eviction and a remove on tmpfs are copies in memory: done on the loop, where a
+    thread's hand-off would cost more than the copy; a disk's stay in its threads."""
+    writers: list[threading.Thread] = []
+    write_file = blockfile.write_file
+
+    def writing(*args: object, **kwargs: object) -> None:
+        writers.append(threading.current_thread())
+        write_file(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(blockfile, "write_file", writing)
+    for medium, on_loop in (("memory", True), ("ssd", False)):
+        a, _ = parts(tmp_path / medium, 250, medium=medium)
+        await a.open()
+        try:
+            first, second, third = bid("k", 0), bid("k", 2), bid("k", 4)
+            for block in (first, second, third):  # the third evicts the first
+                await a.put(block, payload(block, 100))
+            assert await a.remove(second)
+            assert first not in a and third in a and await a.get(third) == payload(third, 100)
+            assert not os.path.exists(a.own.block_path(second.name))
+            assert len(writers) == 3 and all((w is threading.current_thread()) == on_loop for w in writers)
+            store_threads = [t for t in threading.enumerate() if t.name.startswith("gateway-store-mem")]
+            assert bool(store_threads) != on_loop
+        finally:
+            await a.aclose()
+            writers.clear()
+
+
 async def test_another_workers_disk_block_read_lately_is_read_on_the_loop(tmp_path: Path) -> None:
     """On a disk, another worker's block is read in a thread the first time; after that, while
     the page cache holds it, on the event loop (get_now answers it, so the hit path can)."""

@@ -81,6 +81,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -1137,7 +1138,20 @@ def gateway_copy(into: Path, revision: str) -> str:
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", full, "gateway"], check=True,
                              capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return f"{full} (git archive)"
+    return f"{full} (git archive{compile_sigv4_check(into)})"
+
+
+def compile_sigv4_check(code: Path) -> str:
+    """Builds a git-archived gateway's compiled SigV4 check (as pip builds the work tree's), so that
+    an A/B of two commits compares the same kind of check; what it did, for the report."""
+    source = code / "gateway" / "s3api" / "auth" / "_sigv4check.c"
+    if not source.exists():
+        return ""
+    built = source.with_name("_sigv4check" + sysconfig.get_config_var("EXT_SUFFIX"))
+    command = ["gcc", "-shared", "-fPIC", "-O2", "-I", sysconfig.get_paths()["include"], str(source),
+               "-lcrypto", "-o", str(built)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    return ", compiled check built" if result.returncode == 0 else ", compiled check NOT built: pure Python"
 
 
 def _status_kib_meminfo() -> int:

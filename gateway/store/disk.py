@@ -388,7 +388,7 @@ class DiskTier:
         self._used -= size
         self.files.forget(name)
 
-    async def in_thread(self, read: Callable[[BlockId], T], block_id: BlockId) -> T | None:
+    async def file_work(self, read: Callable[[BlockId], T], block_id: BlockId) -> T | None:
         """`read(block_id)` as this tier's file work (store.shared: another worker's block); None once closed."""
         try:
             return await self._work.run(read, block_id)

@@ -182,8 +182,8 @@ class SharedTier(SharedPieces):
         return taken
 
     async def read_own(self, block_id: BlockId) -> bytes | None:
-        """A block this worker keeps here, read uncounted in its threads (to promote another worker's hit)."""
-        data = await self.own.in_thread(self.read_other, block_id)
+        """A block this worker keeps here, read uncounted as file work (to promote another worker's hit)."""
+        data = await self.own.file_work(self.read_other, block_id)
         return None if data is None else bytes(data)
 
     def _take_periodically(self) -> None:
@@ -212,7 +212,7 @@ class SharedTier(SharedPieces):
         if self._inline:
             data = self.read_other(block_id)
         elif (data := self._read_other_cached(block_id)) is None:
-            data = await self.own.in_thread(self.read_other, block_id)
+            data = await self.own.file_work(self.read_other, block_id)
             if data is not None:
                 self._read_lately.put(block_id.name, self._clock())
         if data is None:  # a miss is the owner's to count, when it is asked for the block

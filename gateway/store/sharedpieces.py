@@ -88,11 +88,11 @@ class SharedPieces:
         held = self.piece(block_id)
         joined = pieces.join(None if held is None else (held[0], bytes(held[1])), lo, bytes(data))
         piece, raw = pieces.piece_id(block_id), pieces.encoded(*joined)
-        if self.notes is None or not await self.own.in_thread(lambda b: self._write_for_owner(b, raw), piece):
+        if self.notes is None or not await self.own.file_work(lambda b: self._write_for_owner(b, raw), piece):
             return (lo, b""), []
         if not self.notes.note(piece):  # its owner would never count it: not left in the folder
             self.stats.notes_dropped += 1
-            await self.own.in_thread(lambda b: self._unlink_quiet(self.own.block_path(b.name)), piece)
+            await self.own.file_work(lambda b: self._unlink_quiet(self.own.block_path(b.name)), piece)
             return (lo, b""), []
         self.stats.notes_sent += 1
         return joined, []
@@ -129,11 +129,11 @@ class SharedPieces:
         await self.own.remove(piece, keep_file=True)
         victims = await self.own.put_demoting(piece, raw, in_place=in_place)
         if piece not in self.own:  # (not kept after all: no quota left but pinned blocks)
-            await self.own.in_thread(lambda b: self._unlink_quiet(self.own.block_path(b.name)), piece)
+            await self.own.file_work(lambda b: self._unlink_quiet(self.own.block_path(b.name)), piece)
         return [(victim, None if pieces.is_piece(victim) else kept) for victim, kept in victims]
 
     def _write_for_owner(self, piece: BlockId, raw: bytes) -> bool:
-        """In the own part's threads: the piece's file, for the worker that owns it to take in."""
+        """The own part's file work: the piece's file, for the worker that owns it to take in."""
         try:
             blockfile.write_file(self.own.block_path(piece.name), encode_header(piece, len(raw), checksum(raw)), raw,
                                  fsync=False, unlink=self._unlink_quiet)
@@ -169,7 +169,7 @@ class SharedPieces:
         if not pieces.is_piece(piece) or not self.owns(piece) or length == size:
             return
         if pieces.block_of(piece) in self.own:  # whole here since: the piece is of no more use
-            await self.own.in_thread(lambda _: self._unlink_quiet(path), piece)
+            await self.own.file_work(lambda _: self._unlink_quiet(path), piece)
             return
         found = blockfile.identity_or_none(path)  # (before the read: a file renamed over it meanwhile is written again)
         raw = self._read_piece(piece)
@@ -179,7 +179,7 @@ class SharedPieces:
     async def write_for_owner(self, block_id: BlockId, data: bytes) -> int:
         """On tmpfs, a block another worker owns written for it to take in (engine.lending): the file's inode, or 0."""
         path = self.own.block_path(block_id.name)
-        return 0 if not self._inline or self.owns(block_id) else int(await self.own.in_thread(
+        return 0 if not self._inline or self.owns(block_id) else int(await self.own.file_work(
             lambda b: self._write_for_owner(b, data) and os.stat(path).st_ino, block_id) or 0)
 
     def read_written(self, block_id: BlockId) -> bytes | None:

@@ -40,10 +40,11 @@ KiB = 1024
 OBJECTS = 400
 GETS = 2500
 TOLERANCE = 0.005  # within half a point of the replay of the node's parts
-# 4 workers over a disk tier, some 20 blocks each: one block's timing (a promotion noted a moment late)
+# Workers over a disk tier, some 20-50 blocks each: one block's timing (a promotion noted a moment late)
 # moves a part's ratio by more than at the scale, where bench/workers_advisor.py measured
-# every case within 0.0008; 0.006 was seen once in CI here.
-TOLERANCE_4_DISK = 0.01
+# every case within 0.0008. 0.006 was seen once in CI with 4 workers, and once with 2 (s3fifo, at
+# 50b2ac6; 8 runs of each policy here, of that code and of 3bf5e20 before it: 0.0000-0.0044).
+TOLERANCE_DISK = 0.01
 # Each worker evicts among its own blocks within its share of the quota: a node is N stores over
 # N shares of the blocks. At this scale (some 50 blocks per worker) the replay of 2 such parts is
 # within 0.013 of one store's for 30 random bucket names (a name moves every block), most within
@@ -190,7 +191,7 @@ def test_a_node_of_workers_hits_as_the_advisor_replays_its_log(
     assert (run.notes_sent > 0) == (count > 1) and run.notes_dropped == 0
     # One block per object, fetched with one origin GET when missed: the node's block hit ratio is
     # what `gateway advise --workers N` says of its log.
-    assert abs(run.live - run.advised) <= (TOLERANCE_4_DISK if count == 4 and disk else TOLERANCE) + 1e-9  # (a ratio's float)
+    assert abs(run.live - run.advised) <= (TOLERANCE_DISK if count > 1 and disk else TOLERANCE) + 1e-9  # (a ratio's float)
     assert abs(run.live - run.one_store) <= {1: TOLERANCE, 2: SPLIT, 4: SPLIT_4}[count]
     # The x-cache answers say the same: a block read from another worker's file on a disk is a hit
     # (gateway/engine/xcache.py; before, 0.52-0.59 answered hits against 0.64-0.69 served with a disk).

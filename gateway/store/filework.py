@@ -1,8 +1,8 @@
 """Where a tier's file work runs. On a disk, in the tier's own bounded thread pool: a read or a
 write may wait for the device, which the event loop must never do. On tmpfs, at once on the event
 loop: the work is a copy to or from memory that waits for no device, and costs less than handing
-it to a thread and taking the answer back (a wake-up of each, and the GIL passed twice). Through
-two workers a cold scan's blocks cost 10-17% less CPU so (docs/benchmarks-notes.md)."""
+it to a thread and taking the answer back (a wake-up of each, and the GIL passed twice): a node of
+two workers spent 11-12% less CPU on a cold scan so (docs/benchmarks-notes.md)."""
 
 from __future__ import annotations
 

@@ -1142,8 +1142,9 @@ def gateway_copy(into: Path, revision: str) -> str:
 
 
 def compile_sigv4_check(code: Path) -> str:
-    """Builds a git-archived gateway's compiled SigV4 check (as pip builds the work tree's), so that
-    an A/B of two commits compares the same kind of check; what it did, for the report."""
+    """Builds a git-archived gateway's compiled SigV4 check (gcc -O2, the same for every `--code`
+    run; the work tree's is pip's build), so that an A/B of two commits, each run with `--code`,
+    compares the same kind of check; what it did, for the report."""
     source = code / "gateway" / "s3api" / "auth" / "_sigv4check.c"
     if not source.exists():
         return ""
@@ -1295,8 +1296,8 @@ def hits_as_sent(args: argparse.Namespace, tmp: Path, code: Path, version: str) 
     load_before = os.getloadavg()
     print(f"hits as SDKs send them: gateway (1 worker) and nginx (1 worker, proxy_cache on tmpfs, sendfile off) "
           f"{'on CPU ' + server_cpu if server_cpu else 'unpinned'}, wrk {'on CPU ' + client_cpu if client_cpu else ''}"
-          f"; {args.seconds:g}s per cell; gateway metadata.ttl {HITS_TTL}; load average before {load_before[0]:.2f} {load_before[1]:.2f} "
-          f"{load_before[2]:.2f}", flush=True)
+          f"; {args.seconds:g}s per cell; gateway metadata.ttl {HITS_TTL}; load average before "
+          f"{load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}", flush=True)
     results: list[tuple[str, Cell, Cell]] = []
     profile: tuple[Cell | None, str] | None = None
     with ExitStack() as stack:

@@ -22,7 +22,6 @@ class FileWork:
     already done. After `shutdown` a call raises RuntimeError, as a shut-down pool's does."""
 
     def __init__(self, name: str, threads: int, *, inline: bool) -> None:
-        self.inline = inline
         self._closed = False
         self._executor = None if inline else ThreadPoolExecutor(max_workers=threads,
                                                                 thread_name_prefix=f"gateway-store-{name}")

@@ -134,7 +134,7 @@ class GatewayApp:
         assert self.s3 is not None
         shadow = build_shadow(self.settings.cache, self.workers) if store else None
         if shadow is not None:
-            self.s3.accounts.observers.append(shadow.observe_entry)
+            self.s3.accounts.shadow = shadow
         if self.workers.alone:
             return shadow
         self.feed = NodeFeed(self.workers, heat, shadow)

@@ -14,9 +14,10 @@ offline reader takes them, but only from what was seen so far (a `size` field, a
 read, a clamped or open range; else the largest offset read, a bound), for at most
 `max_objects` sampled objects.
 
-The live gateway feeds one with every request it answers (`observe_entry`, from
-`Accounts.observers`; `cache.shadow_rate`), shadowing its own store at 1x, 2x and 4x its
-quotas, and shows `estimates()` in its admin stats and metrics. Offline it can be attached to
+The live gateway feeds one with every request it answers (`Accounts.shadow`; `cache.shadow_rate`):
+each answer's fields first (`observe_read`, which counts a request outside the sample), the
+access-log entry only of those in it (`observe_entry`), shadowing its own store at 1x, 2x and 4x
+its quotas, and shows `estimates()` in its admin stats and metrics. Offline it can be attached to
 the `gateway.access` logger as a handler.
 """
 
@@ -129,6 +130,27 @@ class ShadowAdvisor(logging.Handler):
                 self._replay_due()
             else:
                 self._replay(entry)
+
+    def observe_read(self, bucket: str | None, key: str | None, operation: str | None, status: int, sent: int,
+                     cache: str | None) -> bool:
+        """`observe_entry`'s part for a request outside the sample (most of them), from the entry's
+        fields at hand: True when that is all it would do (nothing, or the request counted); False
+        for a request it must see whole (`observe_entry`: a GET or write of a sampled object), not
+        counted here. What the live gateway feeds it every request (s3api.accounting), so that
+        no entry is made for the requests it only counts."""
+        if not bucket or not key:
+            return True
+        write = operation in _WRITES and 200 <= status < 300
+        if not write and (operation != "GetObject" or status not in (200, 206) or sent <= 0):
+            return True
+        with self._feed_lock:
+            if self._is_sampled(bucket, key):
+                return False
+            if not write:
+                self.gets += 1
+                self.live_hits += cache in ("hit-mem", "hit-disk")
+                self._count_unsampled(sent)
+            return True
 
     def _replay(self, entry: dict[str, Any]) -> None:
         """A sampled request into every shadow (the feed lock held)."""

@@ -23,8 +23,8 @@ from gateway.hitanswers import ASGI, BELOW_ASGI, REPLAYED
 from gateway.s3api.request import S3Request
 from gateway.s3api.stats import RequestStats
 
-__all__ = ["ASGI", "Accounts", "Answered", "BELOW_ASGI", "EngineBooks", "REPLAYED", "Sending", "Served", "access_entry",
-           "answered_for", "note_answer", "outcome_of"]
+__all__ = ["ASGI", "Accounts", "Answered", "BELOW_ASGI", "EngineBooks", "REPLAYED", "Sending", "Served", "Shadow",
+           "access_entry", "answered_for", "note_answer", "outcome_of"]
 
 
 class EngineBooks(Protocol):
@@ -38,14 +38,27 @@ class EngineBooks(Protocol):
         the origin for its rules without a rate limit)."""
 
 
+class Shadow(Protocol):
+    """What the shadow estimate (gateway.advisor.shadow.ShadowAdvisor) is fed of every answer."""
+
+    def observe_read(self, bucket: str | None, key: str | None, operation: str | None, status: int, sent: int,
+                     cache: str | None) -> bool:
+        """The answer counted from these fields (True), or (False) to be given its whole entry."""
+
+    def observe_entry(self, entry: dict[str, Any]) -> None:
+        """An answer's access-log entry."""
+
+
 class Accounts:
     """The counts, access log and observers of one S3 endpoint, and the engine's books of the
     reads it answers (`engine`). Event loop only."""
 
     def __init__(self, engine: EngineBooks) -> None:
         self.stats = RequestStats()
-        # Called with every request's access-log entry (a dict), logged or not: the shadow estimate.
+        # Called with every request's access-log entry (a dict), logged or not.
         self.observers: list[Callable[[dict[str, Any]], None]] = []
+        # The shadow estimate: shown each answer's fields, and its entry only when it asks for it.
+        self.shadow: Shadow | None = None
         self._bucket_exists, self._engine_answered = engine.bucket_exists, engine.answered
 
     def record(self, served: Served) -> None:
@@ -60,9 +73,12 @@ class Accounts:
             self._engine_answered(entry["bucket"], entry["key"], read, way != ASGI)
         if status < 400 and entry["user"] is not None and entry["bucket"] is not None:
             self._bucket_exists(entry["bucket"])
-        logged = log.access.isEnabledFor(logging.INFO)
-        if logged or self.observers:
-            _access_log(dict(entry), served.request_id, served.sent, cache, served.seconds, self.observers, logged)
+        logged, observers, shadow = log.access.isEnabledFor(logging.INFO), self.observers, self.shadow
+        if shadow is not None and not shadow.observe_read(entry["bucket"], entry["key"], operation, status,
+                                                          served.sent, cache):
+            observers = [*observers, shadow.observe_entry]  # (an object in its sample: it reads the entry)
+        if logged or observers:
+            _access_log(dict(entry), served.request_id, served.sent, cache, served.seconds, observers, logged)
 
 
 @dataclass(slots=True)

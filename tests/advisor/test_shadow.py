@@ -78,3 +78,48 @@ def test_reading_the_estimates_along_the_way_changes_none_of_them() -> None:
         offline = replay(reads, spec, rate=0.25)
         assert once.estimates()["shadows"][name]["hit_ratio"] == round(offline.object_hit_ratio, 4)
         assert once.estimates()["shadows"][name]["byte_hit_ratio"] == round(offline.byte_hit_ratio, 4)
+
+
+_OPERATIONS = ("GetObject", "HeadObject", "PutObject", "DeleteObject", "ListObjectsV2", None)
+
+
+def _entries():  # type: ignore[no-untyped-def]
+    from hypothesis import strategies as st
+    return st.lists(st.fixed_dictionaries({  # (mostly what counts: reads of objects that were answered)
+        "operation": st.sampled_from(("GetObject",) * 6 + _OPERATIONS),
+        "status": st.sampled_from((200, 200, 206, 206, 304, 403, 404, 416, 500)),
+        "bucket": st.sampled_from(("b",) * 8 + ("", None)),
+        "key": st.sampled_from(tuple(f"k{i}" for i in range(40)) + ("", None)),
+        "bytes": st.integers(0, 3 * MiB),
+        "cache": st.sampled_from(("hit-mem", "hit-disk", "miss", "partial", None)),
+        "range": st.sampled_from((None, "bytes=0-99", "bytes=-500", "bytes=1048576-")),
+        "size": st.sampled_from((None, 3 * MiB)),
+    }), min_size=20, max_size=300)
+
+
+def test_the_cheap_look_of_the_live_gateway_estimates_what_every_entry_would() -> None:
+    """Fed as s3api.accounting feeds it (observe_read, then the entry only when it asks for it), a
+    shadow says exactly what one fed every entry says, sampled or not, in one worker or sending."""
+    from hypothesis import given, settings
+
+    specs = {"lru": StoreSpec(tiers_for(4 * MiB, 8 * MiB), "lru", 1 * MiB),
+             "s3fifo": StoreSpec(tiers_for(0, 12 * MiB), "s3fifo", 1 * MiB)}
+
+    @settings(max_examples=150, deadline=None)
+    @given(_entries())
+    def check(entries) -> None:  # type: ignore[no-untyped-def]
+        for rate, sends in ((0.3, False), (1.0, False), (0.3, True)):
+            whole, looked = (ShadowAdvisor(specs, rate=rate, sends=sends) for _ in range(2))
+            for entry in entries:
+                whole.observe_entry(dict(entry))
+                if not looked.observe_read(entry["bucket"], entry["key"], entry["operation"], entry["status"],
+                                           entry["bytes"], entry["cache"]):
+                    looked.observe_entry(dict(entry))
+            assert looked.estimates() == whole.estimates()
+            shares = [shadow.take_share() for shadow in (looked, whole)]
+            for share in shares:
+                for entry in share["entries"]:
+                    entry.pop("t")
+            assert shares[0] == shares[1]
+
+    check()

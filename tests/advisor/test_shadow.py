@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 
 import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.advisor.shadow import ShadowAdvisor
 from gateway.advisor.simulate import StoreSpec, replay, tiers_for
@@ -84,7 +86,6 @@ _OPERATIONS = ("GetObject", "HeadObject", "PutObject", "DeleteObject", "ListObje
 
 
 def _entries():  # type: ignore[no-untyped-def]
-    from hypothesis import strategies as st
     return st.lists(st.fixed_dictionaries({  # (mostly what counts: reads of objects that were answered)
         "operation": st.sampled_from(("GetObject",) * 6 + _OPERATIONS),
         "status": st.sampled_from((200, 200, 206, 206, 304, 403, 404, 416, 500)),
@@ -97,29 +98,23 @@ def _entries():  # type: ignore[no-untyped-def]
     }), min_size=20, max_size=300)
 
 
-def test_the_cheap_look_of_the_live_gateway_estimates_what_every_entry_would() -> None:
+@settings(max_examples=150, deadline=None)
+@given(_entries())
+def test_the_cheap_look_of_the_live_gateway_estimates_what_every_entry_would(entries) -> None:  # type: ignore[no-untyped-def]
     """Fed as s3api.accounting feeds it (observe_read, then the entry only when it asks for it), a
     shadow says exactly what one fed every entry says, sampled or not, in one worker or sending."""
-    from hypothesis import given, settings
-
     specs = {"lru": StoreSpec(tiers_for(4 * MiB, 8 * MiB), "lru", 1 * MiB),
              "s3fifo": StoreSpec(tiers_for(0, 12 * MiB), "s3fifo", 1 * MiB)}
-
-    @settings(max_examples=150, deadline=None)
-    @given(_entries())
-    def check(entries) -> None:  # type: ignore[no-untyped-def]
-        for rate, sends in ((0.3, False), (1.0, False), (0.3, True)):
-            whole, looked = (ShadowAdvisor(specs, rate=rate, sends=sends) for _ in range(2))
-            for entry in entries:
-                whole.observe_entry(dict(entry))
-                if not looked.observe_read(entry["bucket"], entry["key"], entry["operation"], entry["status"],
-                                           entry["bytes"], entry["cache"]):
-                    looked.observe_entry(dict(entry))
-            assert looked.estimates() == whole.estimates()
-            shares = [shadow.take_share() for shadow in (looked, whole)]
-            for share in shares:
-                for entry in share["entries"]:
-                    entry.pop("t")
-            assert shares[0] == shares[1]
-
-    check()
+    for rate, sends in ((0.3, False), (1.0, False), (0.3, True)):
+        whole, looked = (ShadowAdvisor(specs, rate=rate, sends=sends) for _ in range(2))
+        for entry in entries:
+            whole.observe_entry(dict(entry))
+            if not looked.observe_read(entry["bucket"], entry["key"], entry["operation"], entry["status"],
+                                       entry["bytes"], entry["cache"]):
+                looked.observe_entry(dict(entry))
+        assert looked.estimates() == whole.estimates()
+        shares = [shadow.take_share() for shadow in (looked, whole)]
+        for share in shares:
+            for entry in share["entries"]:
+                entry.pop("t")
+        assert shares[0] == shares[1]

@@ -86,25 +86,29 @@ async def test_a_cluster_master_down_costs_shared_state_not_errors(clean_redis_c
     b = Shared.connect(settings(clean_redis_cluster.url), node_id="b")
     listener = asyncio.create_task(b.invalidation.listen(lambda bucket, key: got_b.append((bucket, key))))
     try:
-        await asyncio.wait_for(b.invalidation.subscribed.wait(), 3)
-        buckets = [f"bucket-{i}" for i in range(12)]
-        for bucket in buckets:
-            await a.level2.put_meta((bucket, "k", ""), b"x", ttl=30)
-        heard_on = next(i for i, master in enumerate(clean_redis_cluster.masters())
-                        if master.pubsub_numsub("gw:invalidate")[0][1])
-        clean_redis_cluster.stop(heard_on)
-        started = time.monotonic()
-        found = [await a.level2.get_meta((bucket, "k", "")) for bucket in buckets]
-        assert time.monotonic() - started < 1.5
-        assert None in found and a.redis.errors["get_meta"] >= 1
-        await eventually(lambda: not b.invalidation.subscribed.is_set(), "b loses the channel")
-        await eventually(lambda: b.invalidation.subscribed.is_set(), "b subscribes on a live node")
-        assert b.redis.errors["listen"] >= 1
-        await a.invalidation.invalidate("bucket-0", "k")  # fails (the cluster is down or a's circuit open): kept
-        assert a.invalidation._pending
-    finally:
-        await asyncio.to_thread(clean_redis_cluster.start)
-    try:
+        try:
+            await asyncio.wait_for(b.invalidation.subscribed.wait(), 3)
+            buckets = [f"bucket-{i}" for i in range(12)]
+            for bucket in buckets:
+                await a.level2.put_meta((bucket, "k", ""), b"x", ttl=30)
+            heard_on = next(i for i, master in enumerate(clean_redis_cluster.masters())
+                            if master.pubsub_numsub("gw:invalidate")[0][1])
+            clean_redis_cluster.stop(heard_on)
+            started = time.monotonic()
+            found = [await a.level2.get_meta((bucket, "k", "")) for bucket in buckets]
+            assert time.monotonic() - started < 1.5
+            # A miss, not an error: a call to the master that is down failed and opened the circuit
+            # (counted under its op: a get_meta, or another call of a's that came first, after which
+            # the get_metas were not tried at all).
+            assert None in found and sum(a.redis.errors.values()) >= 1
+            await eventually(lambda: not b.invalidation.subscribed.is_set(), "b loses the channel")
+            await eventually(lambda: b.invalidation.subscribed.is_set(), "b subscribes on a live node")
+            assert b.redis.errors["listen"] >= 1
+            await a.invalidation.invalidate("bucket-0", "k")  # fails (the cluster is down or a's circuit open): kept
+            assert a.invalidation._pending
+        finally:
+            await asyncio.to_thread(clean_redis_cluster.start)
+
         async def heard() -> bool:
             await a.invalidation.invalidate("bucket-0", "k")
             return ("bucket-0", "k") in got_b
@@ -117,7 +121,7 @@ async def test_a_cluster_master_down_costs_shared_state_not_errors(clean_redis_c
         home = clean_redis_cluster.client().get_node_from_key("gw:invalidate").port
         assert any(master.pubsub_numsub("gw:invalidate")[0][1] for master in clean_redis_cluster.masters()
                    if master.connection_pool.connection_kwargs["port"] == home)
-    finally:
+    finally:  # (whatever failed: no connection of theirs is left for another test's collection to find)
         listener.cancel()
         await asyncio.gather(listener, return_exceptions=True)
         await a.aclose()

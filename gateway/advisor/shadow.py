@@ -108,21 +108,10 @@ class ShadowAdvisor(logging.Handler):
         """Feed one request as the access log describes it (the line's fields, as a dict);
         `at`: when it was answered (time.monotonic(), the same clock in every process of the
         machine), when it comes from another worker (add_share)."""
-        operation, status = entry.get("operation"), int(entry.get("status") or 0)
-        bucket, key = entry.get("bucket"), entry.get("key")
-        if not bucket or not key:
-            return
-        write = operation in _WRITES and 200 <= status < 300
-        sent = int(entry.get("bytes") or 0)
-        if not write and (operation != "GetObject" or status not in (200, 206) or sent <= 0):
-            return
+        if self.observe_read(entry.get("bucket"), entry.get("key"), entry.get("operation"),
+                             int(entry.get("status") or 0), int(entry.get("bytes") or 0), entry.get("cache")):
+            return  # nothing to see, or counted outside the sample
         with self._feed_lock:
-            if not self._is_sampled(bucket, key):
-                if not write:
-                    self.gets += 1
-                    self.live_hits += entry.get("cache") in ("hit-mem", "hit-disk")
-                    self._count_unsampled(sent)
-                return
             if self._outbox is not None:
                 self._send(entry, time.monotonic() if at is None else at)
             elif self.delay:
@@ -133,11 +122,10 @@ class ShadowAdvisor(logging.Handler):
 
     def observe_read(self, bucket: str | None, key: str | None, operation: str | None, status: int, sent: int,
                      cache: str | None) -> bool:
-        """`observe_entry`'s part for a request outside the sample (most of them), from the entry's
-        fields at hand: True when that is all it would do (nothing, or the request counted); False
-        for a request it must see whole (`observe_entry`: a GET or write of a sampled object), not
-        counted here. What the live gateway feeds it every request (s3api.accounting), so that
-        no entry is made for the requests it only counts."""
+        """What `observe_entry` does first, from the entry's fields at hand: True when that is all
+        (nothing to see, or a request outside the sample counted); False for a request to see whole
+        (a GET or write of a sampled object), not counted here. What the live gateway feeds it every
+        request (s3api.accounting), so that no entry is made for the requests it only counts."""
         if not bucket or not key:
             return True
         write = operation in _WRITES and 200 <= status < 300
